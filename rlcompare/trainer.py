@@ -1,0 +1,466 @@
+"""The training loop: rollout -> verifier -> advantages -> clipped-surrogate updates, under a token budget.
+
+`train(cfg)` is the whole run; the CLI is a thin Hydra wrapper around it, and tests call it on
+configs built with Hydra's compose API.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import socket
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from rlcompare import advantages as adv_lib
+from rlcompare import losses
+from rlcompare.batch_stats import length_stats, weight_shares
+from rlcompare.config import ConfigError, validate
+from rlcompare.models import Policy, ReferenceModel, ValueModel, load_policy
+from rlcompare.prompts import Example, PromptStream, build_prompts
+from rlcompare.rollout import left_pad, sample, sequence_logits, token_entropy, token_logp
+from rlcompare.tracking import NullLogger, RunWriter, WandbLogger, read_jsonl
+from rlcompare.verifiers import build_verifier, score_batch
+
+TIMING_PREFIXES = ("time/", "perf/")
+
+
+# ----------------------------------------------------------------------------- run folder
+def default_run_name(cfg: Any) -> str:
+    return cfg.run_name or f"{cfg.algorithm.name}__s{cfg.seed}"
+
+
+def resolve_run_dir(cfg: Any) -> Path:
+    """The Hydra job's output dir when run by Hydra, else results_dir/experiment/run_name."""
+    if isinstance(cfg.resume, str) and cfg.resume not in ("true", "false", "True", "False"):
+        return Path(cfg.resume)
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            return Path(HydraConfig.get().runtime.output_dir)
+    except Exception:
+        pass
+    return Path(cfg.results_dir) / cfg.experiment / default_run_name(cfg)
+
+
+def pick_device(name: str) -> str:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device=cuda but no CUDA device is visible; use device=auto or device=cpu")
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
+# ----------------------------------------------------------------------------- prompts -> token ids
+@dataclass
+class EncodedPrompt:
+    example: Example
+    ids: list[int]
+
+
+def encode_prompts(examples: list[Example], tokenizer, *, chat: bool, system_prompt: str | None,
+                   max_prompt_tokens: int, split: str) -> tuple[list[EncodedPrompt], int]:
+    """Tokenize once up front; prompts longer than budget.max_prompt_tokens are dropped (and counted)."""
+    if chat and not getattr(tokenizer, "chat_template", None):
+        raise ConfigError("prompts.chat=true but the tokenizer has no chat template; set prompts.chat=false or use a chat model")
+    add_bos = tokenizer.bos_token_id is not None and not _tokenizer_adds_bos(tokenizer)
+    out, dropped = [], 0
+    for ex in examples:
+        if chat:
+            msgs = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [{"role": "user", "content": ex.prompt}]
+            text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+            ids = tokenizer(text, add_special_tokens=False).input_ids
+        else:
+            ids = tokenizer(ex.prompt).input_ids
+            if add_bos:
+                ids = [tokenizer.bos_token_id] + ids
+        if len(ids) > max_prompt_tokens:
+            dropped += 1
+            continue
+        out.append(EncodedPrompt(ex, ids))
+    if not out:
+        raise ConfigError(f"every {split} prompt is longer than budget.max_prompt_tokens={max_prompt_tokens}; raise it")
+    return out, dropped
+
+
+def _tokenizer_adds_bos(tokenizer) -> bool:
+    ids = tokenizer("1").input_ids
+    return bool(ids) and ids[0] == tokenizer.bos_token_id
+
+
+# ----------------------------------------------------------------------------- the trainer
+class Trainer:
+    def __init__(self, cfg: DictConfig, run_dir: Path):
+        self.cfg = cfg
+        self.run_dir = run_dir
+        a, t = cfg.algorithm, cfg.trainer
+        self.device = pick_device(cfg.device)
+        if t.threads:
+            torch.set_num_threads(int(t.threads))
+        _seed_everything(cfg.seed)
+        self.splits = build_prompts(cfg.prompts)
+        self.verifier = build_verifier(cfg.verifier)
+        self.policy: Policy = load_policy(cfg, self.splits, self.device, log=self.log)
+        ctx = self.policy.context_length
+        need = cfg.budget.max_prompt_tokens + cfg.budget.max_new_tokens
+        if ctx is not None and need > ctx:
+            raise ConfigError(f"budget.max_prompt_tokens + budget.max_new_tokens = {need} exceeds the model's context ({ctx} positions); lower the budget")
+        tok = self.policy.tokenizer
+        enc = dict(chat=cfg.prompts.chat, system_prompt=cfg.prompts.system_prompt, max_prompt_tokens=cfg.budget.max_prompt_tokens)
+        self.train_prompts, self.dropped_train = encode_prompts(self.splits.train, tok, split="train", **enc)
+        self.eval_prompts, self.dropped_eval = encode_prompts(self.splits.eval, tok, split="eval", **enc)
+        self.eos_ids = torch.tensor(self.policy.eos_ids(), device=self.device)
+        self.pad_id = tok.pad_token_id
+        model = self.policy.model
+        self.autocast = (torch.bfloat16 if self.device == "cuda" and torch.cuda.is_bf16_supported()
+                         and next(model.parameters()).dtype == torch.float32 else None)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(self.params, lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / max(1, t.warmup_steps)))
+        self.ref = ReferenceModel(self.policy) if a.kl.coef > 0 else None
+        self.critic = self.critic_opt = None
+        if a.advantage.estimator == "gae":
+            self.critic = ValueModel(model).to(self.device)
+            self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=a.critic.lr, betas=tuple(t.betas))
+        self.gen = torch.Generator(device=self.device)
+        self.gen.manual_seed(cfg.seed)
+        self.shuffle_gen = torch.Generator()
+        self.shuffle_gen.manual_seed(cfg.seed + 1)
+        self.stream = PromptStream(self.train_prompts, cfg.prompts.data_seed)
+        self.state = {"step": 0, "tokens": 0, "bad_in_row": 0, "skipped_updates": 0, "elapsed": 0.0,
+                      "eval_initial": None, "eval_best": None, "eval_last": None, "verifier_errors": 0}
+
+    # ------------------------------------------------------------------ helpers
+    def log(self, msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    def _eos_mask(self, ids):
+        return torch.isin(ids, self.eos_ids)
+
+    def _sample(self, prompts: list[EncodedPrompt], *, repeat: int, greedy: bool):
+        ids = [p.ids for p in prompts for _ in range(repeat)]
+        pi, pm = left_pad(ids, self.pad_id, self.device)
+        self.policy.model.eval()
+        comp = sample(self.policy.model, pi, pm, max_new_tokens=self.cfg.budget.max_new_tokens,
+                      eos_id=self.eos_ids, pad_id=self.pad_id, temperature=self.cfg.rollout.temperature,
+                      top_p=self.cfg.rollout.top_p, greedy=greedy, generator=self.gen, autocast_dtype=self.autocast)
+        return pi, pm, comp
+
+    def _score(self, prompts: list[EncodedPrompt], comp, repeat: int):
+        texts = self.policy.tokenizer.batch_decode(comp.ids.masked_fill(comp.mask == 0, self.pad_id).tolist(), skip_special_tokens=True)
+        answers = [p.example.answer for p in prompts for _ in range(repeat)]
+        scores = score_batch(self.verifier, texts, answers, timeout_s=self.cfg.verifier.timeout_s)
+        rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)
+        correct = torch.tensor([s.correct for s in scores], dtype=torch.bool)
+        errors = sum(s.error for s in scores)
+        return texts, rewards, correct, errors
+
+    # ------------------------------------------------------------------ one rollout batch
+    def collect(self) -> dict:
+        """Sample, score and (with dynamic sampling) refill until the batch holds informative groups."""
+        cfg, a = self.cfg, self.cfg.algorithm
+        G, n_prompts = cfg.trainer.group_size, cfg.trainer.prompts_per_step
+        kept, rounds, drawn, dropped, gen_tokens = [], 0, 0, 0, 0
+        t_roll = t_score = 0.0
+        need = n_prompts
+        while need > 0:
+            prompts = self.stream.take(need)
+            t0 = time.perf_counter()
+            pi, pm, comp = self._sample(prompts, repeat=G, greedy=False)
+            t1 = time.perf_counter()
+            texts, raw_rewards, correct, errors = self._score(prompts, comp, G)
+            self.state["verifier_errors"] += errors
+            t_score += time.perf_counter() - t1
+            t_roll += t1 - t0
+            rounds += 1
+            drawn += len(prompts)
+            gen_tokens += int(comp.lengths.sum())
+            rewards = raw_rewards.clone()
+            if a.overlong.soft_punishment:
+                rewards = rewards + losses.overlong_penalty(comp.lengths.cpu(), max_len=cfg.budget.max_new_tokens,
+                                                            cache_len=a.overlong.cache_len, factor=a.overlong.factor)
+            part = dict(pi=pi, pm=pm, comp=comp, texts=texts, rewards=rewards, raw=raw_rewards, correct=correct,
+                        prompts=prompts)
+            if a.dynamic_sampling.enabled:
+                info = adv_lib.informative_groups(rewards, G)
+                dropped += int((~info).sum())
+                rows = info.repeat_interleave(G)
+                if info.any():
+                    kept.append(_select(part, rows, G))
+                need = n_prompts - sum(len(k["prompts"]) for k in kept)
+                if rounds > a.dynamic_sampling.max_rounds:
+                    break
+            else:
+                kept.append(part)
+                need = 0
+        batch = _concat(kept, self.pad_id) if kept else None
+        if batch is not None and len(batch["prompts"]) > n_prompts:
+            batch = _select(batch, torch.arange(len(batch["prompts"]) * G) < n_prompts * G, G)
+        return dict(batch=batch, rounds=rounds, drawn=drawn, dropped=dropped, gen_tokens=gen_tokens,
+                    t_roll=t_roll, t_score=t_score)
+
+    # ------------------------------------------------------------------ advantages
+    def advantages(self, b: dict) -> dict:
+        a, G = self.cfg.algorithm, self.cfg.trainer.group_size
+        comp = b["comp"]
+        loss_mask = comp.mask.clone()
+        if a.overlong.filter:
+            loss_mask[comp.truncated] = 0  # DAPO overlong filtering
+        out = {"loss_mask": loss_mask}
+        if self.ref is not None:
+            with torch.no_grad():
+                logits = self.ref(lambda m: sequence_logits(m, b["pi"], b["pm"], comp.ids, comp.mask, autocast_dtype=self.autocast))
+                out["ref_logp"] = token_logp(logits, comp.ids, self.cfg.rollout.temperature) * comp.mask
+                del logits
+        rewards = b["rewards"].to(self.device)
+        if a.advantage.estimator == "group":
+            out["adv"] = adv_lib.group_advantages(rewards, G, scale=a.advantage.scale, std_ddof=a.advantage.std_ddof, eps=a.advantage.eps)
+        elif a.advantage.estimator == "rloo":
+            out["adv"] = adv_lib.rloo_advantages(rewards, G)
+        else:  # PPO: critic values, outcome reward on the last real token, KL-in-reward, GAE
+            with torch.no_grad():
+                values = self.critic(b["pi"], b["pm"], comp.ids, comp.mask) * comp.mask
+            m = comp.mask.float()
+            last = (comp.lengths - 1).clamp(min=0)
+            token_rewards = torch.zeros_like(m)
+            token_rewards[torch.arange(len(last)), last] = rewards * (comp.lengths > 0).float()
+            if "ref_logp" in out and a.kl.placement == "in_reward":
+                token_rewards = token_rewards - a.kl.coef * losses.kl_divergence(comp.logp, out["ref_logp"], estimator=a.kl.estimator) * m
+            advs, returns = adv_lib.gae_advantages(token_rewards, values, comp.mask, gamma=a.critic.gamma, lam=a.critic.lam)
+            if a.advantage.scale == "whiten":
+                advs = adv_lib.whiten(advs, comp.mask)
+            out.update(adv=advs, returns=returns, old_values=values)
+        return out
+
+    # ------------------------------------------------------------------ updates
+    def update(self, b: dict, av: dict, old_logp: torch.Tensor | None) -> dict:
+        cfg, a, t = self.cfg, self.cfg.algorithm, self.cfg.trainer
+        comp = b["comp"]
+        B = comp.ids.shape[0]
+        loss_mask = av["loss_mask"]
+        total_tokens = float(loss_mask.sum())
+        horizon = a.horizon
+        need_entropy = a.entropy_coef > 0 or (a.ratio == "hybrid" and a.clip.mix == "entropy")
+        log_v = math.log(len(self.policy.tokenizer))
+        perm = torch.randperm(B, generator=self.shuffle_gen)
+        minibatches = [mb for mb in torch.tensor_split(perm, t.updates_per_rollout) if len(mb)]
+        acc: dict[str, list] = {}
+        skipped = 0
+        model = self.policy.model
+        model.train()
+        for mb_i, mb in enumerate(minibatches):
+            mb = mb.to(self.device)
+            self.opt.zero_grad(set_to_none=True)
+            if self.critic_opt is not None:
+                self.critic_opt.zero_grad(set_to_none=True)
+            micro = [mb] if not t.micro_batch_size else list(torch.split(mb, t.micro_batch_size))
+            for idx in micro:
+                ids, cm = comp.ids[idx], comp.mask[idx]
+                lm = loss_mask[idx]
+                logits = sequence_logits(model, b["pi"][idx], b["pm"][idx], ids, cm, autocast_dtype=self.autocast)
+                logp = token_logp(logits, ids, cfg.rollout.temperature) * cm
+                with torch.set_grad_enabled(a.entropy_coef > 0):
+                    ent = token_entropy(logits if a.entropy_coef > 0 else logits.detach(), cfg.rollout.temperature)
+                del logits
+                olp = old_logp[idx] if old_logp is not None else logp.detach()
+                advs = av["adv"][idx]
+                agg = dict(horizon=horizon, total_tokens=total_tokens, total_seqs=B)
+                ploss, pm = losses.policy_loss(
+                    logp, olp, advs, lm, ratio=a.ratio, eps_low=a.clip.eps_low, eps_high=a.clip.eps_high,
+                    dual_clip=a.clip.dual_clip, aggregation=a.aggregation, seq_eps_low=a.clip.seq_eps_low,
+                    seq_eps_high=a.clip.seq_eps_high, mix=a.clip.mix,
+                    entropy=(ent.detach() / log_v) if need_entropy else None, **agg)
+                loss = ploss
+                if "ref_logp" in av:
+                    kl = losses.kl_divergence(logp, av["ref_logp"][idx], estimator=a.kl.estimator)
+                    kl_ref = float((kl.detach() * cm).sum() / cm.sum().clamp(min=1))
+                    _add(acc, "kl/ref", kl_ref)
+                    if a.kl.placement == "in_loss":
+                        loss = loss + a.kl.coef * losses.aggregate(kl, lm, a.aggregation, **agg)
+                if a.entropy_coef > 0:
+                    loss = loss - a.entropy_coef * losses.aggregate(ent, lm, a.aggregation, **agg)
+                if self.critic is not None:
+                    values = self.critic(b["pi"][idx], b["pm"][idx], ids, cm)
+                    vloss, vm = losses.value_loss(values, av["old_values"][idx], av["returns"][idx], lm,
+                                                  clip=a.critic.value_clip, aggregation="token-mean", total_tokens=total_tokens)
+                    loss = loss + a.critic.coef * vloss
+                    _add(acc, "loss/value", float(vloss.detach()) * t.updates_per_rollout)
+                if t.inject_nan_at_step is not None and self.state["step"] == t.inject_nan_at_step:
+                    loss = loss * float("nan")
+                loss.backward()
+                w = float(cm[: len(idx)].sum())
+                _add(acc, "loss/policy", float(ploss.detach()))
+                for k, v in pm.items():
+                    _add(acc, f"_pm/{k}", v, weight=w)
+                _add(acc, "policy/entropy", float((ent.detach() * cm).sum() / cm.sum().clamp(min=1)), weight=w)
+            gnorm = torch.nn.utils.clip_grad_norm_(self.params, t.max_grad_norm if t.max_grad_norm else float("inf"))
+            if self.critic is not None:
+                torch.nn.utils.clip_grad_norm_(self.critic.parameters(), t.max_grad_norm if t.max_grad_norm else float("inf"))
+            if not torch.isfinite(gnorm) or any(not math.isfinite(v) for v, _ in acc["loss/policy"][-len(micro):]):
+                skipped += 1  # a NaN/inf loss or gradient: skip this update
+                self.opt.zero_grad(set_to_none=True)
+                continue
+            self.opt.step()
+            if self.critic_opt is not None:
+                self.critic_opt.step()
+            _add(acc, "optim/grad_norm", float(gnorm))
+        self.sched.step()
+        out = {}
+        for k, vals in acc.items():
+            if k.startswith("_pm/"):
+                continue
+            out[k] = sum(v for v, _ in vals) / max(1, len(vals)) if k not in ("loss/policy", "loss/value") else sum(v for v, _ in vals)
+        pm_keys = {k[4:] for k in acc if k.startswith("_pm/")}
+        for k in pm_keys:
+            vals = acc["_pm/" + k]
+            if k == "ratio_min":
+                out[k] = min(v for v, _ in vals)
+            elif k == "ratio_max":
+                out[k] = max(v for v, _ in vals)
+            else:
+                tw = sum(w for _, w in vals)
+                out[k] = sum(v * w for v, w in vals) / tw if tw else float("nan")
+        out["_skipped"] = skipped
+        out["_n_updates"] = len(minibatches)
+        return out
+
+    # ------------------------------------------------------------------ eval
+    def evaluate(self) -> tuple[dict, list[dict]]:
+        t, cfg = self.cfg.trainer, self.cfg
+        correct, lengths, samples = 0, 0.0, []
+        for i in range(0, len(self.eval_prompts), t.eval_batch_size):
+            chunk = self.eval_prompts[i:i + t.eval_batch_size]
+            _, _, comp = self._sample(chunk, repeat=1, greedy=True)
+            texts, rewards, corr, _ = self._score(chunk, comp, 1)
+            correct += int(corr.sum())
+            lengths += float(comp.lengths.sum())
+            for j in range(len(chunk)):
+                if len(samples) < t.n_samples_logged:
+                    samples.append({"step": self.state["step"], "prompt": chunk[j].example.prompt[: t.sample_max_chars],
+                                    "completion": texts[j][: t.sample_max_chars], "answer": chunk[j].example.answer[: t.sample_max_chars],
+                                    "reward": float(rewards[j]), "correct": bool(corr[j])})
+        n = len(self.eval_prompts)
+        return {"eval/accuracy": correct / n, "eval/mean_length": lengths / n, "eval/n": n}, samples
+
+    # ------------------------------------------------------------------ one step
+    def step(self) -> dict:
+        cfg, a, t = self.cfg, self.cfg.algorithm, self.cfg.trainer
+        t_start = time.perf_counter()
+        self.state["step"] += 1
+        col = self.collect()
+        self.state["tokens"] += col["gen_tokens"]
+        row: dict[str, Any] = {"step": self.state["step"], "tokens/step": col["gen_tokens"],
+                               "tokens/generated": self.state["tokens"],
+                               "sampling/rounds": col["rounds"], "sampling/groups_drawn": col["drawn"],
+                               "sampling/groups_dropped": col["dropped"]}
+        b = col["batch"]
+        t_up = time.perf_counter()
+        if b is None:
+            self.state["skipped_updates"] += 1
+            row["optim/skipped_updates"] = self.state["skipped_updates"]
+        else:
+            comp, G = b["comp"], t.group_size
+            rewards = b["rewards"]
+            grp = rewards.view(-1, G)
+            row.update({"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+                        "accuracy/train": float(b["correct"].float().mean()),
+                        "groups/zero_variance_frac": float((grp.max(1).values == grp.min(1).values).float().mean())})
+            row.update(length_stats(comp.lengths.cpu(), b["correct"], comp.truncated.cpu()))
+            av = self.advantages(b)
+            row.update(weight_shares(av["loss_mask"].cpu(), b["correct"], a.aggregation, a.horizon))
+            old_logp = None
+            if t.updates_per_rollout > 1 or a.advantage.estimator == "gae":
+                old_logp = comp.logp if not t.recompute_old_logp else self._recompute_logp(b)
+            if a.ratio == "token" and t.updates_per_rollout == 1 and not t.recompute_old_logp:
+                old_logp = None  # on-policy single update: old = current (detached) is exact
+            up = self.update(b, av, old_logp)
+            self.state["skipped_updates"] += up["_skipped"]
+            if up["_skipped"]:
+                self.state["bad_in_row"] += 1
+            else:
+                self.state["bad_in_row"] = 0
+            row["optim/skipped_updates"] = self.state["skipped_updates"]
+            row.update({"objective/per_token": up.get("objective_per_token"), "objective/per_response": up.get("objective_per_response"),
+                        "objective/optimized": -up.get("loss/policy", float("nan")),
+                        "clip/frac_low": up.get("clip_frac_low"), "clip/frac_high": up.get("clip_frac_high"),
+                        "clip/dual_frac": up.get("dual_clip_frac"), "ratio/mean": up.get("ratio_mean"),
+                        "ratio/min": up.get("ratio_min"), "ratio/max": up.get("ratio_max"),
+                        "kl/rollout": up.get("approx_kl"), "kl/ref": up.get("kl/ref"),
+                        "policy/entropy": up.get("policy/entropy"), "loss/policy": up.get("loss/policy"),
+                        "loss/value": up.get("loss/value"), "optim/grad_norm": up.get("optim/grad_norm"),
+                        "optim/lr": self.sched.get_last_lr()[0]})
+            if not math.isfinite(float(rewards.sum())):
+                self.state["bad_in_row"] += 1
+        row["verifier/errors"] = self.state["verifier_errors"]
+        now = time.perf_counter()
+        self.state["elapsed"] += now - t_start
+        row.update({"time/rollout_s": col["t_roll"], "time/scoring_s": col["t_score"], "time/update_s": now - t_up,
+                    "time/step_s": now - t_start, "time/elapsed_s": self.state["elapsed"],
+                    "perf/tokens_per_s": col["gen_tokens"] / max(now - t_start, 1e-9)})
+        return row
+
+    def _recompute_logp(self, b) -> torch.Tensor:
+        comp = b["comp"]
+        self.policy.model.eval()
+        with torch.no_grad():
+            logits = sequence_logits(self.policy.model, b["pi"], b["pm"], comp.ids, comp.mask, autocast_dtype=self.autocast)
+            return token_logp(logits, comp.ids, self.cfg.rollout.temperature) * comp.mask
+
+
+def _add(acc, k, v, weight=1.0):
+    acc.setdefault(k, []).append((v, weight))
+
+
+def _select(part: dict, rows: torch.Tensor, G: int) -> dict:
+    """Keep the completions where `rows` is true (whole groups)."""
+    rows_d = rows.to(part["pi"].device)
+    comp = part["comp"]
+    from rlcompare.rollout import Completions
+
+    groups = rows.view(-1, G)[:, 0].tolist()
+    return dict(pi=part["pi"][rows_d], pm=part["pm"][rows_d],
+                comp=Completions(comp.ids[rows_d], comp.mask[rows_d], comp.logp[rows_d], comp.truncated[rows_d], comp.lengths[rows_d]),
+                texts=[x for x, r in zip(part["texts"], rows.tolist()) if r], rewards=part["rewards"][rows],
+                raw=part["raw"][rows], correct=part["correct"][rows],
+                prompts=[p for p, g in zip(part["prompts"], groups) if g])
+
+
+def _pad_right(x, width, value):
+    return torch.nn.functional.pad(x, (0, width - x.shape[1]), value=value)
+
+
+def _pad_left(x, width, value):
+    return torch.nn.functional.pad(x, (width - x.shape[1], 0), value=value)
+
+
+def _concat(parts: list[dict], pad_id: int) -> dict:
+    if len(parts) == 1:
+        return parts[0]
+    from rlcompare.rollout import Completions
+
+    P = max(p["pi"].shape[1] for p in parts)
+    T = max(p["comp"].ids.shape[1] for p in parts)
+    cat = lambda key, f, w, v: torch.cat([f(p[key], w, v) for p in parts])
+    cc = lambda attr, v: torch.cat([_pad_right(getattr(p["comp"], attr), T, v) for p in parts])
+    return dict(pi=cat("pi", _pad_left, P, pad_id), pm=cat("pm", _pad_left, P, 0),
+                comp=Completions(cc("ids", pad_id), cc("mask", 0), cc("logp", 0.0),
+                                 torch.cat([p["comp"].truncated for p in parts]), torch.cat([p["comp"].lengths for p in parts])),
+                texts=sum((p["texts"] for p in parts), []), rewards=torch.cat([p["rewards"] for p in parts]),
+                raw=torch.cat([p["raw"] for p in parts]), correct=torch.cat([p["correct"] for p in parts]),
+                prompts=sum((p["prompts"] for p in parts), []))
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
