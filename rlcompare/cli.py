@@ -57,7 +57,6 @@ def train_main(argv: list[str]) -> int:
     from omegaconf import DictConfig
 
     register_resolvers()
-    _unique_run_dir(argv)
 
     @hydra.main(config_path=conf_dir(), config_name="config", version_base=None)
     def _app(cfg: DictConfig) -> None:
@@ -68,6 +67,8 @@ def train_main(argv: list[str]) -> int:
             summary = train(cfg)
         except ConfigError as e:
             print(f"rlcompare: config error: {e}", file=sys.stderr)
+            if _is_multirun():
+                raise  # let Hydra's launcher go on with the other jobs and report this one at the end
             raise SystemExit(2)
         acc0, acc1 = summary.get("eval/accuracy_initial"), summary.get("eval/accuracy_final")
         print(f"[rlcompare] {summary['run_name']}: held-out accuracy {acc0:.3f} -> {acc1:.3f} "
@@ -79,10 +80,11 @@ def train_main(argv: list[str]) -> int:
     return 0
 
 
-def _unique_run_dir(argv: list[str]) -> None:
-    """Make sure a new single run never writes into an existing run's folder (resume reuses it)."""
-    # handled in rlcompare.run.train (refuses an occupied folder unless resume) and by run_name suffixing.
-    return None
+def _is_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -95,10 +95,11 @@ class LoraConfig:
 
 @dataclass
 class WarmStartConfig:
-    steps: int = 150
+    steps: int = 300
     batch_size: int = 64
     lr: float = 3e-3
     noisy_label_frac: float = 0.5  # share of SFT labels off by one or two
+    noise_offsets: Any = field(default_factory=lambda: [1, 2])  # how noisy labels are off (a shared bias RL can undo)
     seed: int = 0
 
 

@@ -70,11 +70,11 @@ def _warm_start_key(mcfg: Any, prompts_cfg: Any) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def noisy_label(answer: str, frac: float, rng: random.Random) -> str:
-    """The warm start's label: with probability `frac`, off by one or two (resampled every time)."""
+def noisy_label(answer: str, frac: float, rng: random.Random, offsets=(1, 2)) -> str:
+    """The warm start's label: with probability `frac`, off by one of `offsets` (resampled every time)."""
     if rng.random() >= frac or not answer.lstrip("-").isdigit():
         return answer
-    return str(int(answer) + rng.choice((-2, -1, 1, 2)))
+    return str(int(answer) + rng.choice(tuple(offsets)))
 
 
 def warm_start_tiny(mcfg: Any, prompts_cfg: Any, splits, log=print) -> tuple[str, str]:
@@ -108,7 +108,7 @@ def warm_start_tiny(mcfg: Any, prompts_cfg: Any, splits, log=print) -> tuple[str
         batch = [train[rng.randrange(len(train))] for _ in range(ws.batch_size)]
         texts, plens = [], []
         for prompt, ans in batch:
-            ans = noisy_label(ans, ws.noisy_label_frac, rng)
+            ans = noisy_label(ans, ws.noisy_label_frac, rng, ws.noise_offsets)
             texts.append(tok.bos_token + prompt + ans + tok.eos_token)
             plens.append(len(tok(tok.bos_token + prompt, add_special_tokens=False).input_ids))
         enc = tok(texts, add_special_tokens=False, padding=True, padding_side="right", return_tensors="pt")

@@ -1,0 +1,861 @@
+"""`rlcompare sweep`: one-change-at-a-time ablation sweeps over seeds.
+
+A sweep file (YAML, see sweeps/ and docs/components.md) names a base and its variants. Every member's
+config is composed with Hydra's compose API and validated; each variant is diffed against its reference
+(the base in ``mode: independent``, the previous rung in ``mode: ladder``) and the whole sweep is refused
+before anything trains when a variant changes a key outside the component it declares, or changes nothing.
+Then each member runs as one Hydra multirun over the seeds (``rlcompare train -m ... seed=0,1,2``, in a
+subprocess, so that a failing member never stops the others and any Hydra launcher applies), landing in
+``<results_dir>/<sweep name>/<label>__s<seed>/`` with ``sweep.{name,variant,reference,component}`` set
+for the report.
+
+    rlcompare sweep sweeps/one_knob.yaml [overrides...] [--dry-run] [--seeds 0,1] [--resume]
+
+Exit codes: 0 all runs completed (or a clean dry run), 1 some runs failed, 2 the sweep was refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+__all__ = ["COMPONENTS", "IGNORED_KEYS", "SweepError", "SweepSpec", "VariantSpec", "Member", "load_sweep",
+           "resolve_members", "check_one_change", "component_prefixes", "run_sweep", "main"]
+
+# ----------------------------------------------------------------------------- components
+# one-word component -> the config key prefixes it covers (a key is covered when it equals a prefix or starts
+# with "<prefix>."). Keep in sync with docs/components.md.
+COMPONENTS: dict[str, tuple[str, ...]] = {
+    "clipping": ("algorithm.clip",),
+    "normalization": ("algorithm.advantage",),
+    "aggregation": ("algorithm.aggregation", "algorithm.horizon"),
+    # a ratio level comes with its own clipping range (GSPO's sequence ratio lives in 1 +- 3e-4..4e-4, a token
+    # ratio in 1 +- 0.2; DHPO's hybrid needs the sequence branch's range): changing the ratio may change the range
+    "ratio": ("algorithm.ratio", "algorithm.clip"),
+    "sampling": ("algorithm.dynamic_sampling", "rollout"),
+    "overlong": ("algorithm.overlong",),
+    "kl": ("algorithm.kl",),
+    "entropy": ("algorithm.entropy_coef",),
+    "optimizer": ("trainer.lr", "trainer.betas", "trainer.weight_decay", "trainer.warmup_steps", "trainer.max_grad_norm"),
+    "lr": ("trainer.lr",),
+    "group_size": ("trainer.group_size",),
+    "batch": ("trainer.prompts_per_step",),
+    "updates": ("trainer.updates_per_rollout", "trainer.micro_batch_size"),
+    "advantage": ("algorithm.advantage", "algorithm.critic"),
+    "critic": ("algorithm.critic",),
+    "algorithm": ("algorithm",),
+    "budget": ("budget",),
+    "model": ("model",),
+    "prompts": ("prompts",),
+    "verifier": ("verifier",),
+}
+
+# keys that never count as a change: names, bookkeeping, where results go, how the run is shown or placed
+IGNORED_KEYS: tuple[str, ...] = (
+    "algorithm.name", "algorithm.paper", "seed", "run_name", "experiment", "results_dir", "sweep", "logger",
+    "trainer.progress", "device", "resume", "trainer.threads",
+)
+
+# set by the sweep for every member; a sweep file (or the command line) may not set them
+_RESERVED = {
+    "seed": "seeds come from the file's `seeds:` (or --seeds)",
+    "experiment": "runs land in <results_dir>/<sweep name>/; set `name:` in the sweep file",
+    "run_name": "run names are <label>__s<seed>",
+    "resume": "use `rlcompare sweep --resume` to continue an interrupted sweep",
+    "sweep": "sweep.* tags are set by `rlcompare sweep`",
+}
+
+_HYDRA_DIRS = {"hydra.sweep.dir", "hydra.sweep.subdir", "hydra.run.dir", "hydra.job.chdir"}
+MODES = ("independent", "ladder")
+_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_TOP_KEYS = {"name", "question", "mode", "seeds", "base", "variants", "rungs", "description", "notes"}
+_MEMBER_KEYS = {"label", "component", "overrides", "note", "description"}
+
+
+class SweepError(Exception):
+    """A sweep that cannot run as written; the message names the member and the fix (exit code 2)."""
+
+
+@dataclass
+class VariantSpec:
+    label: str
+    component: list[str]  # declared components (words from COMPONENTS, or config paths); [] for the base
+    overrides: list[str]
+    note: str = ""
+
+
+@dataclass
+class SweepSpec:
+    name: str
+    question: str
+    mode: str
+    seeds: list[int]
+    base: VariantSpec
+    variants: list[VariantSpec]
+    path: Optional[Path] = None
+    text: str = ""  # the file as given
+
+
+@dataclass
+class Member:
+    name: str  # the label: results/<sweep>/<name>__s<seed>/
+    reference: Optional[str]  # label of the member it is compared with (None for the base)
+    component: list[str]  # declared components ([] for the base)
+    overrides: list[str]  # every override that makes this member (cumulative in a ladder), extras included
+    config: dict  # resolved, validated config as a plain dict
+    own_overrides: list[str] = field(default_factory=list)  # what the file lists for this member
+    raw_config: dict = field(default_factory=dict)  # the same config unresolved (interpolations kept)
+    diff: list[tuple[str, Any, Any]] = field(default_factory=list)  # (key, reference value, own value)
+    kind: str = "variant"  # base | variant | rung
+
+    @property
+    def is_base(self) -> bool:
+        return self.reference is None
+
+
+# ----------------------------------------------------------------------------- helpers
+def component_prefixes(component: Any) -> list[str]:
+    """Config key prefixes covered by one component or a list of them (words or config paths)."""
+    comps = component if isinstance(component, (list, tuple)) else [component]
+    out: list[str] = []
+    for c in comps:
+        if c in COMPONENTS:
+            out += [p for p in COMPONENTS[c] if p not in out]
+        elif c not in out:
+            out.append(str(c))
+    return out
+
+
+def _covered(key: str, prefixes: list[str]) -> bool:
+    return any(key == p or key.startswith(p + ".") for p in prefixes)
+
+
+def _ignored(key: str) -> bool:
+    return _covered(key, list(IGNORED_KEYS))
+
+
+def flatten(d: Any, prefix: str = "") -> dict:
+    """Nested dicts -> {dotted key: leaf}; lists and empty dicts are leaves."""
+    out: dict = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            key = f"{prefix}{k}"
+            if isinstance(v, dict) and v:
+                out.update(flatten(v, key + "."))
+            else:
+                out[key] = v
+    return out
+
+
+def _fmt(v: Any) -> str:
+    if v is _MISSING:
+        return "<absent>"
+    if isinstance(v, str):
+        return repr(v) if (v == "" or v.strip() != v or v.lower() in ("null", "none", "true", "false")) else v
+    if v is None:
+        return "null"
+    return json.dumps(v) if isinstance(v, (list, dict, bool)) else str(v)
+
+
+_MISSING = object()
+
+
+def _is_interpolation(v: Any) -> bool:
+    return isinstance(v, str) and "${" in v
+
+
+def _override_parser():
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create()
+
+
+def _parse_overrides(overrides: list[str], where: str) -> list:
+    from hydra.errors import HydraException
+
+    try:
+        return _override_parser().parse_overrides(list(overrides))
+    except HydraException as e:
+        raise SweepError(f"{where}: cannot parse the overrides {overrides}: {e}") from None
+
+
+def _override_key(o) -> str:
+    return o.get_key_element().lstrip("+~")
+
+
+def _is_hydra_override(key: str) -> bool:
+    return key == "hydra" or key.startswith("hydra.") or key.startswith("hydra/")
+
+
+def _check_overrides(overrides: list[str], where: str, allow_hydra: bool = False) -> None:
+    for raw, o in zip(overrides, _parse_overrides(overrides, where)):
+        key = o.key_or_group
+        head = key.split(".")[0].split("/")[0]
+        if o.is_sweep_override():
+            raise SweepError(f"{where}: `{raw}` is a sweep over several values; give each value its own variant "
+                             f"(one member = one config, run over the seeds)")
+        if head in _RESERVED:
+            raise SweepError(f"{where}: `{raw}` sets a key the sweep sets itself: {_RESERVED[head]}")
+        if key in _HYDRA_DIRS:
+            raise SweepError(f"{where}: `{raw}`: the sweep places runs in <results_dir>/<sweep name>/<label>__s<seed>/; "
+                             f"set results_dir=... instead")
+        if _is_hydra_override(key) and not allow_hydra:
+            raise SweepError(f"{where}: `{raw}`: Hydra settings (launcher, sweeper, ...) apply to the whole sweep; "
+                             f"pass them on the command line of `rlcompare sweep`")
+
+
+def _merge_overrides(*lists: list[str]) -> list[str]:
+    """Concatenate override lists; a later override of the same key replaces an earlier one (Hydra refuses
+    a config group given twice, and a ladder rung may revisit a key)."""
+    merged: dict[str, str] = {}
+    for lst in lists:
+        if not lst:
+            continue
+        for raw, o in zip(lst, _parse_overrides(list(lst), "overrides")):
+            key = _override_key(o)
+            merged.pop(key, None)
+            merged[key] = raw
+    return list(merged.values())
+
+
+# ----------------------------------------------------------------------------- loading
+def find_sweep_file(path: str | os.PathLike) -> Path:
+    """A path, or a bare name looked up as sweeps/<name>.yaml (here, then next to the package)."""
+    p = Path(path)
+    if p.is_file():
+        return p
+    if p.suffix not in (".yaml", ".yml") and p.parent == Path("."):
+        here = Path(__file__).resolve().parent
+        for cand in (Path("sweeps") / f"{p.name}.yaml", here.parent / "sweeps" / f"{p.name}.yaml"):
+            if cand.is_file():
+                return cand
+    if p.exists():
+        raise SweepError(f"{p} is not a file")
+    raise SweepError(f"no sweep file at {p}" + ("" if p.suffix else " (nor sweeps/<name>.yaml)"))
+
+
+def _as_list_of_str(value: Any, where: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        raise SweepError(f"{where}: overrides must be a YAML list, e.g. [algorithm.clip.eps_high=0.28, ...], "
+                         f"not the string {value!r}")
+    if not isinstance(value, list) or not all(isinstance(x, (str, int, float, bool)) for x in value):
+        raise SweepError(f"{where}: overrides must be a list of key=value strings; got {value!r}")
+    out = []
+    for x in value:
+        if not isinstance(x, str) or ("=" not in x and not x.startswith("~")):
+            raise SweepError(f"{where}: override {x!r} is not key=value (quote it in YAML if it holds ':' or '#')")
+        out.append(x)
+    return out
+
+
+def _components_of(value: Any, where: str) -> list[str]:
+    if value is None or value == "" or value == []:
+        raise SweepError(f"{where}: needs `component:` (one of: {', '.join(COMPONENTS)}; or a config path such as "
+                         f"trainer.prompts_per_step); see docs/components.md")
+    if isinstance(value, str):
+        if re.search(r"[,\s]", value.strip()):
+            raise SweepError(f"{where}: component {value!r} names several components; a variant changes one, unless "
+                             f"the file says so explicitly as a list: component: [a, b]")
+        comps = [value.strip()]
+    elif isinstance(value, list) and value and all(isinstance(c, str) and c.strip() for c in value):
+        comps = [c.strip() for c in value]
+        if len(set(comps)) != len(comps):
+            raise SweepError(f"{where}: component list {comps} repeats a component")
+    else:
+        raise SweepError(f"{where}: component must be a word or a list of words; got {value!r}")
+    for c in comps:
+        if c not in COMPONENTS and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+", c):
+            raise SweepError(f"{where}: unknown component {c!r}; use one of: {', '.join(COMPONENTS)}, "
+                             f"or a dotted config path (e.g. trainer.prompts_per_step); see docs/components.md")
+    return comps
+
+
+def _member_spec(d: Any, where: str, base: bool) -> VariantSpec:
+    if not isinstance(d, dict):
+        raise SweepError(f"{where}: expected a mapping with label/overrides" + ("" if base else "/component"))
+    unknown = set(d) - _MEMBER_KEYS
+    if unknown:
+        raise SweepError(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; accepted: "
+                         f"{', '.join(sorted(_MEMBER_KEYS))}")
+    label = d.get("label", "base" if base else None)
+    if not isinstance(label, str) or not _LABEL.match(label):
+        raise SweepError(f"{where}: label {label!r} must be a word of letters, digits and . _ + - "
+                         f"(it names the run folders <label>__s<seed>)")
+    if "__" in label:
+        raise SweepError(f"{where}: label {label!r} may not contain '__' (run folders are <label>__s<seed>)")
+    where = f"{where} ({label})"
+    if base:
+        if d.get("component") not in (None, "", []):
+            raise SweepError(f"{where}: the base has no component; components belong to variants")
+        comps: list[str] = []
+    else:
+        comps = _components_of(d.get("component"), where)
+    overrides = _as_list_of_str(d.get("overrides"), where)
+    _check_overrides(overrides, where)
+    return VariantSpec(label=label, component=comps, overrides=overrides, note=str(d.get("note") or d.get("description") or ""))
+
+
+def parse_sweep(data: Any, text: str = "", path: Optional[Path] = None) -> SweepSpec:
+    src = str(path) if path else "sweep"
+    if not isinstance(data, dict):
+        raise SweepError(f"{src}: a sweep file is a YAML mapping with name, mode, seeds, base and variants")
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise SweepError(f"{src}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; accepted: {', '.join(sorted(_TOP_KEYS))}")
+    name = data.get("name") or (path.stem if path else None)
+    if not isinstance(name, str) or not _LABEL.match(name):
+        raise SweepError(f"{src}: name {name!r} must be a word of letters, digits and . _ - (results/<name>/)")
+    mode = data.get("mode", "independent")
+    if mode not in MODES:
+        raise SweepError(f"{src}: mode {mode!r} is not accepted; use independent (each variant vs the base) or "
+                         f"ladder (each rung vs the previous rung, cumulative)")
+    seeds = data.get("seeds", [0])
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        seeds = [seeds]
+    if (not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+            or len(set(seeds)) != len(seeds)):
+        raise SweepError(f"{src}: seeds must be a non-empty list of distinct integers, e.g. [0, 1, 2]; got {seeds!r}")
+    if "base" not in data:
+        raise SweepError(f"{src}: needs `base:` (label and overrides of the reference configuration)")
+    base = _member_spec(data["base"], f"{src}: base", base=True)
+    key = "variants" if "variants" in data else "rungs"
+    if "variants" in data and "rungs" in data:
+        raise SweepError(f"{src}: give `variants:` or `rungs:`, not both")
+    vs = data.get(key)
+    if not isinstance(vs, list) or not vs:
+        raise SweepError(f"{src}: needs a non-empty list `variants:` (each with label, component, overrides)")
+    kind = "rung" if mode == "ladder" else "variant"
+    variants = [_member_spec(v, f"{src}: {kind} {i + 1}", base=False) for i, v in enumerate(vs)]
+    labels = [base.label] + [v.label for v in variants]
+    dup = sorted({lb for lb in labels if labels.count(lb) > 1})
+    if dup:
+        raise SweepError(f"{src}: labels must be unique; repeated: {', '.join(dup)}")
+    question = data.get("question") or ""
+    if not isinstance(question, str):
+        raise SweepError(f"{src}: question must be a string")
+    return SweepSpec(name=name, question=question.strip(), mode=mode, seeds=list(seeds), base=base,
+                     variants=variants, path=path, text=text)
+
+
+def load_sweep(path: str | os.PathLike) -> SweepSpec:
+    """Read and check a sweep file's shape (configs are resolved by resolve_members)."""
+    p = find_sweep_file(path)
+    text = p.read_text()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SweepError(f"{p}: not valid YAML: {e}") from None
+    return parse_sweep(data, text=text, path=p)
+
+
+# ----------------------------------------------------------------------------- resolving
+def split_extra(extra: list[str]) -> tuple[list[str], list[str]]:
+    """Command-line overrides -> (config overrides for every member, hydra.* settings for the launch only)."""
+    extra = list(extra or [])
+    _check_overrides(extra, "command-line overrides", allow_hydra=True)
+    cfg, hyd = [], []
+    for raw, o in zip(extra, _parse_overrides(extra, "command-line overrides")):
+        (hyd if _is_hydra_override(o.key_or_group) else cfg).append(raw)
+    return cfg, hyd
+
+
+def _compose(overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+
+    from rlcompare.cli import conf_dir, register_resolvers
+
+    register_resolvers()
+    with initialize_config_dir(config_dir=conf_dir(), version_base=None):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def resolve_members(spec: SweepSpec, extra_overrides: Optional[list[str]] = None) -> list[Member]:
+    """Compose and validate every member's config (base first). extra_overrides apply to all members and win."""
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+
+    from rlcompare.config import ConfigError, validate
+
+    extra_cfg, _ = split_extra(list(extra_overrides or []))
+    plan: list[tuple[VariantSpec, Optional[str], list[str]]] = [(spec.base, None, list(spec.base.overrides))]
+    acc = list(spec.base.overrides)
+    prev = spec.base.label
+    for v in spec.variants:
+        if spec.mode == "ladder":
+            acc = _merge_overrides(acc, v.overrides)
+            plan.append((v, prev, list(acc)))
+            prev = v.label
+        else:
+            plan.append((v, spec.base.label, _merge_overrides(spec.base.overrides, v.overrides)))
+
+    members: list[Member] = []
+    kind = "rung" if spec.mode == "ladder" else "variant"
+    for v, ref, ovs in plan:
+        who = "base" if ref is None else kind
+        overrides = _merge_overrides(ovs, extra_cfg)
+        tags = [f"seed={spec.seeds[0]}", f"experiment={spec.name}", f"run_name={v.label}__s{spec.seeds[0]}"]
+        try:
+            cfg = _compose(_merge_overrides(overrides, tags))
+        except HydraException as e:
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise SweepError(f"{who} {v.label!r}: Hydra could not compose its config ({msg}); "
+                             f"overrides: {' '.join(overrides) or '(none)'}") from None
+        raw = OmegaConf.to_container(cfg, resolve=False)  # before validate(), which resolves in place
+        try:
+            typed = validate(cfg)
+        except ConfigError as e:
+            raise SweepError(f"{who} {v.label!r}: config error: {e}") from None
+        resolved = OmegaConf.to_container(typed, resolve=True)
+        members.append(Member(name=v.label, reference=ref, component=list(v.component), overrides=overrides,
+                              config=resolved, own_overrides=list(v.overrides), raw_config=raw, kind=who))
+    _check_component_paths(members)
+    return members
+
+
+def _check_component_paths(members: list[Member]) -> None:
+    if not members:
+        return
+    keys = set(flatten(members[0].config))
+    for m in members:
+        keys |= set(flatten(m.config))
+    for m in members:
+        for c in m.component:
+            if c in COMPONENTS:
+                continue
+            if not any(_covered(k, [c]) for k in keys):
+                raise SweepError(f"{m.name!r}: component {c!r} is neither a component ({', '.join(COMPONENTS)}) "
+                                 f"nor a config key")
+
+
+def _diff(ref: Member, m: Member) -> list[tuple[str, Any, Any]]:
+    fa, fb = flatten(ref.config), flatten(m.config)
+    ra, rb = flatten(ref.raw_config), flatten(m.raw_config)
+    out = []
+    for key in sorted(set(fa) | set(fb)):
+        if _ignored(key):
+            continue
+        va, vb = fa.get(key, _MISSING), fb.get(key, _MISSING)
+        if va == vb and type(va) is type(vb):
+            continue
+        if va == vb and isinstance(va, (int, float)) and isinstance(vb, (int, float)) and not isinstance(va, bool) \
+                and not isinstance(vb, bool):
+            continue  # 1 vs 1.0
+        # the same interpolation on both sides (e.g. horizon: ${budget.max_new_tokens}) follows the key it
+        # points to, whose own change is checked on its own
+        if _is_interpolation(ra.get(key)) and ra.get(key) == rb.get(key):
+            continue
+        out.append((key, va, vb))
+    return out
+
+
+def check_one_change(members: list[Member]) -> None:
+    """Raise SweepError when a variant changes a key outside its declared component, or changes nothing.
+
+    Fills each member's ``diff`` (against its reference) on the way; reports every offending member at once.
+    """
+    by_name = {m.name: m for m in members}
+    problems: list[str] = []
+    for m in members:
+        if m.reference is None:
+            m.diff = []
+            continue
+        ref = by_name.get(m.reference)
+        if ref is None:
+            problems.append(f"{m.name!r}: reference {m.reference!r} is not a member of this sweep")
+            continue
+        m.diff = _diff(ref, m)
+        kind = m.kind if m.kind in ("variant", "rung") else "variant"
+        if not m.diff:
+            problems.append(f"{kind} {m.name!r} changes nothing relative to {ref.name!r} (after all overrides, "
+                            f"command-line ones included; names, seeds, logger and placement settings never count)")
+            continue
+        prefixes = component_prefixes(m.component)
+        stray = [(k, a, b) for k, a, b in m.diff if not _covered(k, prefixes)]
+        if stray:
+            comp = m.component[0] if len(m.component) == 1 else "[" + ", ".join(m.component) + "]"
+            keys = set(flatten(m.config))
+            covers = ", ".join(p + ".*" if any(k.startswith(p + ".") for k in keys) else p for p in prefixes)
+            lines = "\n".join(f"      {k}: {_fmt(a)} ({ref.name}) -> {_fmt(b)} ({m.name})" for k, a, b in stray)
+            more = list(dict.fromkeys(_guess_component(k) for k, _, _ in stray))
+            problems.append(
+                f"{kind} {m.name!r} declares component {comp} (covers {covers}) "
+                f"but also changes, relative to {ref.name!r}:\n{lines}\n"
+                f"    move that change into the base (every member gets it), give it its own {kind}, "
+                f"or declare every component it touches: component: [{', '.join(m.component + more)}]")
+    if problems:
+        raise SweepError("sweep refused before training anything (one change at a time):\n  - " + "\n  - ".join(problems))
+
+
+def _guess_component(key: str) -> str:
+    """The narrowest component covering key (longest prefix, then fewest prefixes), else the key itself."""
+    best = None
+    for name, prefixes in COMPONENTS.items():
+        for p in prefixes:
+            rank = (len(p), -len(prefixes))
+            if _covered(key, [p]) and (best is None or rank > best[1]):
+                best = (name, rank)
+    return best[0] if best else key
+
+
+# ----------------------------------------------------------------------------- reporting helpers
+def _comp_text(m: Member) -> str:
+    return "-" if not m.component else ",".join(m.component)
+
+
+def member_table(spec: SweepSpec, members: list[Member]) -> str:
+    """label, component, reference, the member's own overrides (one a line) and the keys that differ."""
+    header = ["label", "component", "reference", "overrides", "differs from reference"]
+    rows = []
+    for m in members:
+        own = list(m.own_overrides) or ["(none)"]
+        if spec.mode == "ladder" and m.reference not in (None, spec.base.label):
+            own = ["+ " + o for o in own]
+        diffs = [f"{k}: {_fmt(a)} -> {_fmt(b)}" for k, a, b in m.diff] or ["-"]
+        rows.append(([m.name], [_comp_text(m)], [m.reference or "-"], own, diffs))
+    widths = [max([len(header[i])] + [len(x) for r in rows for x in r[i]]) for i in range(4)]
+    out = ["  ".join(h.ljust(widths[i]) for i, h in enumerate(header[:4])) + "  " + header[4],
+           "  ".join("-" * w for w in widths) + "  " + "-" * len(header[4])]
+    for r in rows:
+        for j in range(max(len(c) for c in r)):
+            cells = [c[j] if j < len(c) else "" for c in r]
+            out.append(("  ".join(cells[i].ljust(widths[i]) for i in range(4)) + "  " + cells[4]).rstrip())
+    return "\n".join(out)
+
+
+def _results_root(members: list[Member], spec: SweepSpec) -> Path:
+    return Path(str(members[0].config["results_dir"])) / spec.name
+
+
+def run_dir(root: Path, label: str, seed: int) -> Path:
+    return root / f"{label}__s{seed}"
+
+
+def _summary(path: Path) -> Optional[dict]:
+    try:
+        return json.loads((path / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _has_metrics(path: Path) -> bool:
+    f = path / "metrics.jsonl"
+    try:
+        return f.is_file() and f.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def train_command(spec: SweepSpec, m: Member, seeds: list[int], hydra_extra: list[str], resume: bool = False) -> list[str]:
+    """`python -m rlcompare.cli train -m ...` for one member over seeds (the sweep's tags last but hydra.*)."""
+    comp = ",".join(component_prefixes(m.component)) if m.component else "null"
+    if "," in comp:
+        comp = _quote(comp)  # a quoted string, not a Hydra sweep over values
+    tags = [f"seed={','.join(str(s) for s in seeds)}", f"experiment={spec.name}", f"sweep.name={spec.name}",
+            f"sweep.variant={m.name}", f"sweep.reference={m.reference or 'null'}", f"sweep.component={comp}",
+            "run_name=" + m.name + "__s${seed}"]
+    if resume:
+        tags.append("resume=true")
+    return [sys.executable, "-m", "rlcompare.cli", "train", "-m", *m.overrides, *tags, *hydra_extra]
+
+
+def _quote(s: str) -> str:
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _shell(cmd: list[str]) -> str:
+    """The command as one would type it in a POSIX shell."""
+    import shlex
+
+    def q(a: str) -> str:
+        if re.fullmatch(r"[A-Za-z0-9_./=,:+@%-]+", a):
+            return a
+        if "'" not in a:
+            return "'" + a + "'"
+        if not re.search(r'[$"`\\!]', a):
+            return '"' + a + '"'
+        return shlex.quote(a)
+
+    shown = ["rlcompare"] + cmd[3:] if cmd[1:3] == ["-m", "rlcompare.cli"] else cmd
+    return " ".join(q(c) for c in shown)
+
+
+def _literal_str(dumper, data):
+    if "\n" in data:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data)
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(str, _literal_str)
+
+
+def write_record(root: Path, spec: SweepSpec, members: list[Member], extra: list[str], argv: list[str],
+                 runs: Optional[dict] = None, created: Optional[str] = None) -> Path:
+    """<root>/sweep.yaml: the file as given, resolved member overrides and diffs, extra overrides, timestamps,
+    and (at the end) each run's status."""
+    rec = {
+        "name": spec.name,
+        "question": spec.question,
+        "mode": spec.mode,
+        "seeds": spec.seeds,
+        "source": str(spec.path) if spec.path else None,
+        "created": created or _now(),
+        "command": "rlcompare sweep " + " ".join(argv),
+        "extra_overrides": list(extra),
+        "members": [{
+            "label": m.name, "reference": m.reference, "component": m.component,
+            "component_keys": component_prefixes(m.component) if m.component else [],
+            "own_overrides": m.own_overrides, "overrides": m.overrides,
+            "differs": [{"key": k, "reference": _plain(a), "value": _plain(b)} for k, a, b in m.diff],
+        } for m in members],
+        "file": spec.text,
+    }
+    if runs is not None:
+        rec["finished"] = _now()
+        rec["runs"] = runs
+    root.mkdir(parents=True, exist_ok=True)
+    out = root / "sweep.yaml"
+    tmp = root / ".sweep.yaml.tmp"
+    tmp.write_text(yaml.dump(rec, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=120))
+    os.replace(tmp, out)
+    return out
+
+
+def _now() -> str:
+    return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _plain(v: Any) -> Any:
+    return "<absent>" if v is _MISSING else v
+
+
+# ----------------------------------------------------------------------------- running
+def _launch(cmd: list[str]) -> int:
+    try:
+        return subprocess.call(cmd)
+    except OSError as e:
+        print(f"rlcompare sweep: could not start {cmd[0]}: {e}", file=sys.stderr)
+        return 127
+
+
+def _fresh_summary(d: Path, since: float) -> Optional[dict]:
+    """summary.json written by this launch (an older one, e.g. of a run being resumed, does not count)."""
+    try:
+        if (d / "summary.json").stat().st_mtime < since - 1.0:
+            return None
+    except OSError:
+        return None
+    return _summary(d)
+
+
+def run_member(spec: SweepSpec, m: Member, root: Path, seeds: list[int], hydra_extra: list[str],
+               resume_seeds: tuple = ()) -> dict[int, dict]:
+    """Run one member over its seeds as Hydra multiruns (subprocesses); returns {seed: {status, error, dir}}.
+
+    Hydra's basic launcher runs a multirun's jobs in order, keeps going after a job raises an exception and
+    raises at the end; a job that exits (SystemExit) or a crashed process stops the rest. So seeds left without a
+    summary after a failed multirun are relaunched; when nothing in that launch explains the failure, the first of
+    them (in launch order) is the one that stopped it and is recorded as failed. Every launch settles at least one
+    seed, so this ends.
+    """
+    results: dict[int, dict] = {}
+    batches = ((False, [s for s in seeds if s not in resume_seeds]), (True, [s for s in seeds if s in resume_seeds]))
+    for resume, batch in batches:
+        todo = list(batch)
+        while todo:
+            cmd = train_command(spec, m, todo, hydra_extra, resume=resume)
+            print(f"[rlcompare sweep] {m.name}: seeds {','.join(map(str, todo))}: {_shell(cmd)}", file=sys.stderr, flush=True)
+            t0 = time.time()
+            rc = _launch(cmd)
+            left, explained = [], False
+            for s in todo:
+                d = run_dir(root, m.name, s)
+                status = (_fresh_summary(d, t0) or {}).get("status")
+                if status == "completed":
+                    results[s] = {"status": "completed", "error": None, "dir": str(d)}
+                elif status in ("failed", "running"):  # running: the process died mid-run
+                    err = (_summary(d) or {}).get("error") or f"the training process died mid-run (exit code {rc})"
+                    results[s] = {"status": "failed", "error": err, "dir": str(d)}
+                    explained = True
+                else:
+                    left.append(s)
+            if left and rc == 0:
+                for s in left:
+                    results[s] = {"status": "failed", "dir": str(run_dir(root, m.name, s)),
+                                  "error": "the multirun ended (exit code 0) without this run's summary.json"}
+                left = []
+            elif left and not explained:
+                s = left.pop(0)
+                results[s] = {"status": "failed", "dir": str(run_dir(root, m.name, s)),
+                              "error": f"`rlcompare train` exited with code {rc} before this run wrote a summary"}
+            elif rc != 0 and not left and not explained:
+                print(f"[rlcompare sweep] warning: {m.name}: `rlcompare train` exited with code {rc} although "
+                      f"every run completed; its results are kept", file=sys.stderr)
+            todo = left
+    return results
+
+
+def _existing(root: Path, members: list[Member], seeds: list[int]) -> dict[tuple[str, int], str]:
+    """(label, seed) -> completed | failed | partial, for run folders that already hold a run."""
+    out = {}
+    for m in members:
+        for s in seeds:
+            d = run_dir(root, m.name, s)
+            summ = _summary(d)
+            if summ is None and not _has_metrics(d):
+                continue
+            st = (summ or {}).get("status")
+            out[(m.name, s)] = st if st in ("completed", "failed") else "partial"
+    return out
+
+
+def _check_kept_runs(root: Path, members: list[Member], existing: dict) -> None:
+    """--resume keeps earlier runs: refuse when one was made with another config than its member's now."""
+    by_name = {m.name: m for m in members}
+    bad = []
+    for (label, seed), _status in sorted(existing.items()):
+        try:
+            old = yaml.safe_load((run_dir(root, label, seed) / "config.yaml").read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if not isinstance(old, dict):
+            continue
+        now, then = flatten(by_name[label].config), flatten(old)
+        keys = [k for k in sorted(set(now) | set(then)) if not _ignored(k) and now.get(k, _MISSING) != then.get(k, _MISSING)]
+        if keys:
+            bad.append(f"{label}__s{seed} ({', '.join(f'{k}: {_fmt(then.get(k, _MISSING))} -> {_fmt(now.get(k, _MISSING))}' for k in keys[:4])}"
+                       + (", ..." if len(keys) > 4 else "") + ")")
+    if bad:
+        raise SweepError(f"--resume: runs in {root} were made with another config than the sweep now gives them: "
+                         f"{'; '.join(bad)}. Keep the same file and overrides, or use another results_dir / sweep name")
+
+
+def prepare(path, extra: list[str], seeds: Optional[list[int]] = None) -> tuple[SweepSpec, list[Member]]:
+    spec = load_sweep(path)
+    if seeds:
+        spec.seeds = list(seeds)
+    members = resolve_members(spec, extra)
+    check_one_change(members)
+    return spec, members
+
+
+def run_sweep(path, extra: Optional[list[str]] = None, seeds: Optional[list[int]] = None, dry_run: bool = False,
+              resume: bool = False, argv: Optional[list[str]] = None, out=None) -> int:
+    """Resolve, check and (unless dry_run) run a sweep; returns the exit code. Raises SweepError when refused."""
+    out = out or sys.stdout
+    extra = list(extra or [])
+    spec, members = prepare(path, extra, seeds)
+    _, hydra_extra = split_extra(extra)
+    root = _results_root(members, spec)
+    n_runs = len(members) * len(spec.seeds)
+    print(f"sweep {spec.name} ({spec.mode}, {len(members)} members x {len(spec.seeds)} seeds = {n_runs} runs; "
+          f"seeds {', '.join(map(str, spec.seeds))})" + (f"\nquestion: {spec.question}" if spec.question else ""), file=out)
+    if extra:
+        print(f"extra overrides (all members): {' '.join(extra)}", file=out)
+    print(f"results: {root}/<label>__s<seed>/\n", file=out)
+    print(member_table(spec, members), file=out)
+    if dry_run:
+        print("\ncommands (one Hydra multirun per member):", file=out)
+        for m in members:
+            print("  " + _shell(train_command(spec, m, spec.seeds, hydra_extra)), file=out)
+        print("\none-change check passed; nothing was run (--dry-run)", file=out)
+        return 0
+
+    existing = _existing(root, members, spec.seeds)
+    if existing and not resume:
+        listing = ", ".join(f"{lb}__s{s} ({st})" for (lb, s), st in sorted(existing.items()))
+        raise SweepError(f"{root} already holds runs of this sweep: {listing}. Continue it with "
+                         f"`rlcompare sweep {spec.path or spec.name} --resume ...` (completed runs are kept, the others "
+                         f"resumed), or choose another results_dir / sweep name")
+    if existing:
+        _check_kept_runs(root, members, existing)
+    record_argv = list(argv if argv is not None else [str(spec.path)] + extra)
+    created = _now()
+    write_record(root, spec, members, extra, record_argv, created=created)
+    print("", file=out)
+    runs: dict[str, dict] = {}
+    try:
+        for m in members:
+            seeds_todo = [s for s in spec.seeds if existing.get((m.name, s)) != "completed"]
+            resume_seeds = tuple(s for s in seeds_todo if (m.name, s) in existing)
+            res = run_member(spec, m, root, seeds_todo, hydra_extra, resume_seeds) if seeds_todo else {}
+            for s in spec.seeds:
+                if s not in res:
+                    res[s] = {"status": "completed", "error": None, "dir": str(run_dir(root, m.name, s)),
+                              "note": "kept from an earlier launch"}
+            runs[m.name] = {str(s): res[s] for s in spec.seeds}
+    except KeyboardInterrupt:
+        print("\nrlcompare sweep: interrupted; finished members: " + (", ".join(runs) or "none")
+              + ". Continue with --resume.", file=sys.stderr)
+        write_record(root, spec, members, extra, record_argv, runs=runs, created=created)
+        return 130
+    write_record(root, spec, members, extra, record_argv, runs=runs, created=created)
+
+    failed = [(lb, int(s), r["error"]) for lb, rs in runs.items() for s, r in rs.items() if r["status"] != "completed"]
+    done = sum(1 for rs in runs.values() for r in rs.values() if r["status"] == "completed")
+    print(f"\nsweep {spec.name}: {done} of {n_runs} runs completed; definition in {root / 'sweep.yaml'}", file=out)
+    if failed:
+        print(f"failed members ({len({f[0] for f in failed})}):", file=out)
+        for lb, s, err in failed:
+            print(f"  - {lb} (seed {s}): {err}", file=out)
+    print(f"build the report with:\n  rlcompare report {root}", file=out)
+    return 1 if failed else 0
+
+
+# ----------------------------------------------------------------------------- CLI
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rlcompare sweep",
+        description="Run a one-change-at-a-time ablation sweep (a base and its variants, over seeds). Every member's "
+                    "config is resolved and checked before anything trains: a variant that changes a key outside its "
+                    "declared component, or nothing at all, refuses the sweep (exit code 2). See docs/components.md.",
+        epilog="overrides (key=value, Hydra syntax) apply to every member, e.g. budget=medium logger=none "
+               "results_dir=/tmp/results; hydra.* / hydra/launcher=... settings go to the launcher.")
+    p.add_argument("sweep_file", help="a sweep YAML file (or the name of one in sweeps/)")
+    p.add_argument("overrides", nargs="*", help="config overrides applied to every member")
+    p.add_argument("--dry-run", action="store_true", help="resolve and check only; print the member table")
+    p.add_argument("--seeds", default=None, metavar="0,1,2", help="seeds to run instead of the file's")
+    p.add_argument("--resume", action="store_true",
+                   help="continue a sweep whose results folder already holds runs: completed runs are kept, "
+                        "failed or interrupted ones resumed")
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_intermixed_args(argv)
+    seeds = None
+    if args.seeds is not None:
+        try:
+            seeds = [int(s) for s in args.seeds.split(",") if s.strip() != ""]
+        except ValueError:
+            print(f"rlcompare sweep: --seeds takes integers separated by commas, e.g. 0,1,2; got {args.seeds!r}", file=sys.stderr)
+            return 2
+        if not seeds or len(set(seeds)) != len(seeds):
+            print("rlcompare sweep: --seeds needs distinct integers, e.g. 0,1,2", file=sys.stderr)
+            return 2
+    try:
+        return run_sweep(args.sweep_file, args.overrides, seeds=seeds, dry_run=args.dry_run, resume=args.resume, argv=argv)
+    except SweepError as e:
+        print(f"rlcompare sweep: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
