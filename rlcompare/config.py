@@ -121,6 +121,7 @@ class ModelConfig:
     attn_implementation: Optional[str] = None
     gradient_checkpointing: bool = False
     trust_remote_code: bool = False
+    disable_dropout: bool = True  # zero every dropout probability of the loaded model (LoRA's own dropout kept)
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 
@@ -299,6 +300,8 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     _one_of("algorithm.advantage.estimator", a.advantage.estimator, ESTIMATORS)
     _one_of(f"algorithm.advantage.scale (estimator={a.advantage.estimator})", a.advantage.scale, SCALES[a.advantage.estimator])
     _one_of("algorithm.advantage.std_ddof", a.advantage.std_ddof, (0, 1))
+    if a.advantage.eps < 0:
+        raise ConfigError(f"algorithm.advantage.eps={a.advantage.eps} must be >= 0 (it keeps the std division finite)")
     _one_of("algorithm.kl.estimator", a.kl.estimator, KL_ESTIMATORS)
     _one_of("algorithm.kl.placement", a.kl.placement, KL_PLACEMENTS)
     _one_of("algorithm.clip.mix", a.clip.mix, MIXES)
@@ -318,6 +321,15 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     if a.kl.coef < 0:
         raise ConfigError(f"algorithm.kl.coef={a.kl.coef} must be >= 0 (0 turns KL off and loads no reference model)")
     _at_least("algorithm.dynamic_sampling.max_rounds", a.dynamic_sampling.max_rounds, 0)
+    if a.advantage.estimator == "gae":
+        for k in ("gamma", "lam"):
+            if not 0 <= a.critic[k] <= 1:
+                raise ConfigError(f"algorithm.critic.{k}={a.critic[k]} must be in [0, 1]")
+        if a.critic.lr <= 0:
+            raise ConfigError(f"algorithm.critic.lr={a.critic.lr} must be > 0")
+        _at_least("algorithm.critic.coef", a.critic.coef, 0)
+        if a.critic.value_clip is not None and a.critic.value_clip <= 0:
+            raise ConfigError(f"algorithm.critic.value_clip={a.critic.value_clip} must be > 0, or null to turn value clipping off")
     if a.overlong.soft_punishment:
         _at_least("algorithm.overlong.cache_len", a.overlong.cache_len, 1)
         if a.overlong.cache_len >= b.max_new_tokens:
@@ -338,6 +350,21 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     _at_least("trainer.eval_every", t.eval_every, 1)
     _at_least("trainer.max_bad_steps", t.max_bad_steps, 1)
     _at_least("trainer.keep_checkpoints", t.keep_checkpoints, 1)
+    _at_least("trainer.checkpoint_every", t.checkpoint_every, 0, "0 turns checkpoints off")
+    _at_least("trainer.eval_batch_size", t.eval_batch_size, 1)
+    _at_least("trainer.n_samples_logged", t.n_samples_logged, 0, "0 logs no sample completions")
+    _at_least("trainer.sample_max_chars", t.sample_max_chars, 1)
+    _at_least("trainer.warmup_steps", t.warmup_steps, 0)
+    _at_least("trainer.weight_decay", t.weight_decay, 0)
+    if t.max_grad_norm is not None and t.max_grad_norm <= 0:
+        raise ConfigError(f"trainer.max_grad_norm={t.max_grad_norm} must be > 0, or null to turn clipping off")
+    betas = list(t.betas) if not isinstance(t.betas, (int, float, str)) else None
+    if betas is None or len(betas) != 2 or not all(isinstance(x, (int, float)) and 0 <= x < 1 for x in betas):
+        raise ConfigError(f"trainer.betas={t.betas!r} must be two numbers in [0, 1), e.g. [0.9, 0.99]")
+    if t.threads is not None:
+        _at_least("trainer.threads", t.threads, 1, "null uses torch's default")
+    if t.inject_nan_at_step is not None:
+        _at_least("trainer.inject_nan_at_step", t.inject_nan_at_step, 1, "a testing hook: null turns it off")
     if c.rollout.temperature <= 0:
         raise ConfigError(f"rollout.temperature={c.rollout.temperature} must be > 0 (sampling needs a positive temperature)")
     if not 0 < c.rollout.top_p <= 1:
@@ -367,6 +394,16 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
         _at_least("model.num_layers", c.model.num_layers, 1)
     _one_of("prompts.kind", c.prompts.kind, PROMPT_KINDS)
     _at_least("prompts.n_eval", c.prompts.n_eval, 1)
+    if c.prompts.n_train is not None:
+        _at_least("prompts.n_train", c.prompts.n_train, 0)
+    if c.prompts.kind == "file" and not c.prompts.path:
+        raise ConfigError("prompts.kind=file needs prompts.path (a .jsonl, .json, .csv or .parquet file)")
+    if c.prompts.kind == "hf" and not c.prompts.hf_id:
+        raise ConfigError("prompts.kind=hf needs prompts.hf_id (a dataset id on the Hugging Face hub)")
+    if c.verifier.timeout_s is None or c.verifier.timeout_s <= 0:
+        raise ConfigError(f"verifier.timeout_s={c.verifier.timeout_s} must be > 0 (seconds per completion)")
+    if not (isinstance(c.resume, (bool, str)) and c.resume != ""):
+        raise ConfigError(f"resume={c.resume!r} is not accepted; use false, true (same overrides) or the path of a run folder")
     _one_of("logger.name", c.logger.name, LOGGERS)
     _one_of("logger.mode", c.logger.mode, LOGGER_MODES)
     _check_results_dir(c.results_dir)

@@ -179,8 +179,119 @@ def _torch_dtype(name: str, device: str):
     return torch.float32
 
 
+def _config_error(msg: str) -> Exception:
+    from rlcompare.config import ConfigError  # a one-line error at the CLI
+
+    return ConfigError(msg)
+
+
+def _check_source(path: str) -> None:
+    """Fail fast (before any hub request) on a local path that cannot hold a model."""
+    looks_local = os.path.isabs(path) or path.startswith(("./", "../", "~")) or os.path.exists(path)
+    full = os.path.expanduser(path)
+    if looks_local and not os.path.isdir(full):
+        raise _config_error(f"model.name_or_path={path!r} is not a folder; give a local folder holding config.json "
+                            f"(save_pretrained output) or a hub id such as Qwen/Qwen2.5-0.5B-Instruct")
+    if os.path.isdir(full) and not os.path.exists(os.path.join(full, "config.json")):
+        raise _config_error(f"model.name_or_path={path!r} is a folder without config.json; point it at the folder "
+                            f"written by save_pretrained (model and tokenizer files)")
+
+
+def _model_config(path: str, m: Any):
+    """The model's config with every dropout probability at 0 (when model.disable_dropout): RL compares
+    log-probs of the same tokens under sampling and update, so dropout would only add noise to the ratios."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path, trust_remote_code=m.trust_remote_code)
+    if getattr(m, "disable_dropout", True):
+        for key, value in config.to_dict().items():
+            if ("dropout" in key or "pdrop" in key) and isinstance(value, float) and value > 0:
+                setattr(config, key, 0.0)
+    return config
+
+
+def disable_dropout(model: nn.Module) -> None:
+    for mod in model.modules():
+        if isinstance(mod, nn.Dropout):
+            mod.p = 0.0
+
+
+def enable_gradient_checkpointing(model) -> None:
+    """Recompute each layer's activations in the backward pass (training only).
+
+    Non-reentrant checkpointing, so gradients reach LoRA adapters behind frozen embeddings. It is active only
+    when the module is in train mode with gradients on: our sampler calls the model in eval mode under
+    inference_mode with a KV cache, which checkpointing leaves alone.
+    """
+    kwargs = {"use_reentrant": False}
+    try:
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x
+            model.activation_checkpointing_enable(kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    except ValueError as e:
+        raise _config_error(f"model.gradient_checkpointing=true but {type(model).__name__} does not support it ({e}); "
+                            f"set model.gradient_checkpointing=false") from None
+    model.config.use_cache = True  # the sampler still uses the KV cache
+
+
+_LORA_CLASS = None
+
+
+def _lora_model_class():
+    """`PeftModelForCausalLM` whose forward names the KV-cache argument the way the wrapped model does.
+
+    The sampler picks the cache keyword (`cache` in transformers 5, `past_key_values` before) by inspecting
+    `type(model).forward`; peft's forward takes `**kwargs`, so it would fall back to the deprecated
+    `past_key_values`. This subclass declares `cache` and hands it on under the base model's own name.
+    """
+    global _LORA_CLASS
+    if _LORA_CLASS is None:
+        import inspect
+
+        from peft import PeftModelForCausalLM
+
+        class LoraCausalLM(PeftModelForCausalLM):
+            def forward(self, input_ids=None, attention_mask=None, cache=None, **kwargs):
+                if cache is not None:
+                    base = self.get_base_model()
+                    name = "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
+                    kwargs[name] = cache
+                return super().forward(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+
+        _LORA_CLASS = LoraCausalLM
+    return _LORA_CLASS
+
+
+def apply_lora(model, lcfg: Any):
+    """Wrap `model` with fresh LoRA adapters (peft); only the adapters stay trainable."""
+    from peft import LoraConfig as PeftLoraConfig, get_peft_model
+
+    tm = lcfg.target_modules
+    tm = tm if isinstance(tm, str) else list(tm)
+    try:
+        peft_model = get_peft_model(model, PeftLoraConfig(r=lcfg.r, lora_alpha=lcfg.alpha, lora_dropout=lcfg.dropout,
+                                                          target_modules=tm, task_type="CAUSAL_LM"))
+    except ValueError as e:
+        raise _config_error(f"model.lora.target_modules={tm!r} does not fit {type(model).__name__}: {e}") from None
+    cls = _lora_model_class()
+    if type(peft_model).__name__ == "PeftModelForCausalLM":
+        peft_model.__class__ = cls
+    return peft_model
+
+
+def base_model_of(model):
+    """The transformers model under a peft wrapper (the model itself otherwise)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def load_policy(cfg: Any, splits, device: str, log=print) -> Policy:
-    """Build/load the policy named by `cfg.model` (same code path for a hub id and a local folder)."""
+    """Build/load the policy named by `cfg.model` (same code path for a hub id and a local folder).
+
+    hf: `AutoTokenizer` / `AutoModelForCausalLM` with model.dtype and model.attn_implementation; dropout off
+    (model.disable_dropout); model.gradient_checkpointing; LoRA adapters through peft when model.lora.enabled.
+    `init_hash` is the hash of the loaded base weights (before any adapter).
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     m = cfg.model
@@ -190,39 +301,44 @@ def load_policy(cfg: Any, splits, device: str, log=print) -> Policy:
         dtype = torch.float32
         attn = None
     else:
-        path = m.name_or_path
+        path = str(m.name_or_path)
+        _check_source(path)
+        path = os.path.expanduser(path) if os.path.isdir(os.path.expanduser(path)) else path
         dtype = _torch_dtype(m.dtype, device)
         attn = m.attn_implementation
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=m.trust_remote_code)
-        kwargs = {"dtype": dtype, "trust_remote_code": m.trust_remote_code}
+        kwargs = {"dtype": dtype, "trust_remote_code": m.trust_remote_code, "config": _model_config(path, m)}
         if attn:
             kwargs["attn_implementation"] = attn
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except OSError as e:
-        raise ValueError(f"model.name_or_path={path!r} could not be loaded (not a local folder with config.json, "
-                         f"and not reachable on the hub): {e}") from None
+        raise _config_error(f"model.name_or_path={path!r} could not be loaded (not a local folder with config.json, "
+                            f"and not reachable on the hub): {e}") from None
+    if getattr(m, "disable_dropout", True):
+        disable_dropout(model)
     if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token is None:
+            raise _config_error(f"the tokenizer of {path!r} has neither a pad nor an eos token; set one in its tokenizer config")
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     init_hash = weights_hash(model)
     model.to(device)
-    if m.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-        model.config.use_cache = True
     lora = bool(m.kind == "hf" and m.lora.enabled)
+    if m.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     if lora:
-        from peft import LoraConfig as PeftLoraConfig, get_peft_model
-
-        tm = m.lora.target_modules
-        tm = tm if isinstance(tm, str) else list(tm)
-        model = get_peft_model(model, PeftLoraConfig(r=m.lora.r, lora_alpha=m.lora.alpha, lora_dropout=m.lora.dropout,
-                                                     target_modules=tm, task_type="CAUSAL_LM"))
+        model = apply_lora(model, m.lora)
+    elif m.kind == "hf" and dtype in (torch.bfloat16, torch.float16):
+        log(f"[rlcompare] note: full fine-tuning with {str(dtype).removeprefix('torch.')} weights: AdamW updates smaller "
+            f"than the weights' resolution (about |w|/256) are rounded away, so a small trainer.lr may barely move "
+            f"the model; model.dtype=float32 keeps fp32 weights (bf16 autocast on a GPU), or use model.lora.enabled=true")
     return Policy(model, tokenizer, init_hash=init_hash, source=str(path), warm_start_key=ws_key, lora=lora)
 
 
 class ReferenceModel:
-    """Frozen reference for KL. With LoRA it is the base with adapters disabled, not a second copy."""
+    """Frozen reference for KL. With LoRA it is the base with adapters disabled, not a second copy
+    (`self.model is None`); otherwise a frozen deep copy of the initial policy."""
 
     def __init__(self, policy: Policy):
         self.policy = policy
@@ -237,20 +353,34 @@ class ReferenceModel:
         """Run fn(model) under the reference weights."""
         if self.model is not None:
             return fn(self.model)
-        with self.policy.model.disable_adapter():
-            return fn(self.policy.model)
+        model = self.policy.model
+        was_training = model.training
+        model.eval()  # no adapter dropout in the reference
+        try:
+            with model.disable_adapter():
+                return fn(model)
+        finally:
+            model.train(was_training)
 
 
 class ValueModel(nn.Module):
-    """PPO critic: a copy of the policy's transformer body (same initial weights) and a scalar head (zero-init)."""
+    """PPO critic: a copy of the policy's transformer body (same initial weights) and a scalar head (zero-init).
+
+    Full fine-tuning: every body weight trains. With LoRA the copy carries its own (copied, still zero-effect)
+    adapters and only those and the head train, like the policy; the frozen base weights are a second copy
+    in memory either way (the critic's activations differ from the policy's).
+    """
 
     def __init__(self, policy_model: nn.Module):
         super().__init__()
-        base = policy_model.get_base_model() if hasattr(policy_model, "get_base_model") else policy_model
+        lora = hasattr(policy_model, "get_base_model")
+        base = base_model_of(policy_model)
         body = getattr(base, base.base_model_prefix)
         self.body = copy.deepcopy(body)
-        for p in self.body.parameters():
-            p.requires_grad_(True)
+        if not lora:
+            for p in self.body.parameters():
+                p.requires_grad_(True)
+        self.body.train()  # dropout is off (load_policy); train mode lets gradient checkpointing apply
         hidden = base.config.hidden_size
         self.head = nn.Linear(hidden, 1)
         nn.init.zeros_(self.head.weight)

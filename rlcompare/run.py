@@ -1,12 +1,30 @@
-"""`train(cfg)`: one run from config to results/ (and W&B), with budget, evals, checkpoints and failure capture."""
+"""`train(cfg)`: one run from config to results/ (and W&B), with budget, evals, checkpoints and failure capture.
+
+Order of work, so that a bad setting fails in seconds with one message naming the key:
+
+1. `validate(cfg)`: schema (unknown keys, types), values, combinations, results_dir writable;
+2. the run folder: resume checks (a differing config names the keys), an occupied folder is refused;
+3. `preflight`: builds the prompt set (missing file or field), the verifier (unknown name), reads the model's
+   context length from its config.json (hf) without loading weights, checks the run folder is writable;
+4. only then the heavy part: `Trainer(...)` (warm start, model load) and the loop.
+
+Failure capture: summary.json says "running" from the start, "completed" at the end, "failed" (with the error)
+on any exception, and on SIGTERM (preemption): with checkpointing on, the step in flight finishes, a checkpoint is
+saved, and the process exits 143; without it, it stops at once. Rows already written stay readable.
+
+Resume (`resume=true` with the same overrides, or `resume=<run dir>`): the newest checkpoint is loaded, rows after
+it are dropped from metrics/eval/samples.jsonl (a torn last line too), and the run continues; on the CPU its rows
+equal an uninterrupted run's (timing columns aside). With no checkpoint yet, the run restarts cleanly.
+"""
 
 from __future__ import annotations
 
 import json
-import math
 import os
+import shutil
 import signal
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -15,10 +33,31 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlcompare import checkpoint
-from rlcompare.config import ConfigError, validate
-from rlcompare.tracking import NullLogger, RunWriter, WandbLogger, read_jsonl, truncate_jsonl
+from rlcompare.config import ConfigError, to_schema, validate
+from rlcompare.tracking import (NullLogger, RunWriter, WandbLogger, atomic_write_json, atomic_write_text, read_jsonl,
+                                truncate_jsonl)
 
 FINGERPRINT_SAMPLING_KEYS = ("temperature", "top_p")
+ROW_FILES = ("metrics.jsonl", "eval.jsonl", "samples.jsonl")
+SIGTERM_ERROR = "terminated (SIGTERM)"
+SIGTERM_EXIT = 143  # 128 + SIGTERM, what a shell reports for a process killed by SIGTERM
+
+# Keys that may differ between a run and its resumption: how it runs, not what it computes.
+RESUME_IGNORED = {"resume", "results_dir", "device", "trainer.threads", "trainer.progress", "trainer.inject_nan_at_step",
+                  "trainer.checkpoint_every", "trainer.keep_checkpoints", "trainer.max_bad_steps", "logger.mode"}
+
+
+class Terminated(SystemExit):
+    """SIGTERM (e.g. preemption): the run recorded its state (summary failed, a checkpoint when on) and exits 143.
+
+    A SystemExit, so Hydra and the CLI pass it through and the process exits with that status."""
+
+    def __init__(self, checkpoint_step: int | None = None):
+        super().__init__(SIGTERM_EXIT)
+        self.checkpoint_step = checkpoint_step
+
+    def __str__(self) -> str:
+        return SIGTERM_ERROR
 
 
 def fingerprint(cfg: DictConfig, tr) -> dict:
@@ -46,21 +85,37 @@ def _budget_spent(cfg, state) -> bool:
     return b.total_tokens is not None and state["tokens"] >= b.total_tokens
 
 
+# ----------------------------------------------------------------------------- resume
 def _resume_requested(cfg) -> bool:
     r = cfg.resume
     return r is True or (isinstance(r, str) and r.lower() not in ("false", "0", "no", ""))
 
 
+def _resume_is_path(cfg) -> bool:
+    r = cfg.resume
+    return isinstance(r, str) and r.lower() not in ("true", "false", "0", "1", "no", "yes", "")
+
+
 def _check_resume_config(run_dir: Path, cfg: DictConfig) -> None:
+    """A resumed run must compute what the original computed: any differing key (but RESUME_IGNORED) fails, named."""
     saved_path = run_dir / "config.yaml"
     if not saved_path.exists():
         raise ConfigError(f"resume: {run_dir} holds no config.yaml; it is not a run folder")
-    saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True)
-    now = OmegaConf.to_container(cfg, resolve=True)
-    ignore = {"resume", "trainer.progress", "logger.mode", "device", "trainer.threads", "trainer.inject_nan_at_step"}
-    diffs = sorted(k for k in set(_flat(saved)) | set(_flat(now)) if k not in ignore and _flat(saved).get(k) != _flat(now).get(k))
+    try:
+        saved_cfg = OmegaConf.load(saved_path)
+    except Exception as e:  # noqa: BLE001
+        raise ConfigError(f"resume: {saved_path} could not be read ({e}); start a new run") from None
+    try:  # fill keys the schema gained since the run started with their defaults
+        saved_cfg = to_schema(saved_cfg)
+    except ConfigError:
+        pass
+    saved = _flat(OmegaConf.to_container(saved_cfg, resolve=True))
+    now = _flat(OmegaConf.to_container(cfg, resolve=True))
+    diffs = sorted(k for k in set(saved) | set(now) if k not in RESUME_IGNORED and saved.get(k) != now.get(k))
     if diffs:
-        raise ConfigError(f"resume: the config differs from the run being resumed in: {', '.join(diffs)}; "
+        shown = "; ".join(f"{k}: {saved.get(k, '<absent>')!r} in the run, {now.get(k, '<absent>')!r} now" for k in diffs[:8])
+        more = f" (and {len(diffs) - 8} more)" if len(diffs) > 8 else ""
+        raise ConfigError(f"resume: the config differs from the run being resumed in: {', '.join(diffs)} ({shown}{more}); "
                           f"resume with the same overrides, or start a new run")
 
 
@@ -75,6 +130,138 @@ def _flat(d: dict, prefix: str = "") -> dict:
     return out
 
 
+def _contiguous_steps(rows: list[dict]) -> int:
+    """The largest n such that rows hold steps 1..n, each once, in order."""
+    n = 0
+    for r in rows:
+        if r.get("step") != n + 1:
+            break
+        n += 1
+    return n
+
+
+# ----------------------------------------------------------------------------- preflight
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx", "max_seq_len")
+
+
+def _context_from(d: dict) -> int | None:
+    for k in CONTEXT_KEYS:
+        v = d.get(k)
+        if isinstance(v, int) and v > 0:
+            return v
+    for sub in ("text_config", "llm_config", "language_config"):
+        if isinstance(d.get(sub), dict):
+            v = _context_from(d[sub])
+            if v:
+                return v
+    return None
+
+
+def model_context_length(cfg: DictConfig) -> int | None:
+    """The model's context (positions) from its config alone, without loading weights; None when unknown.
+
+    tiny: model.max_position_embeddings. hf: config.json of the local folder, or AutoConfig for a hub id
+    (from the local HF cache when offline). A name that resolves to nothing is a ConfigError."""
+    m = cfg.model
+    if m.kind == "tiny":
+        return int(m.max_position_embeddings)
+    path = str(m.name_or_path)
+    if os.path.isdir(path):
+        cfg_file = Path(path) / "config.json"
+        if not cfg_file.exists():
+            if (Path(path) / "adapter_config.json").exists():
+                return None  # a PEFT adapter folder: the base model's context is checked after loading
+            raise ConfigError(f"model.name_or_path={path!r} is a folder without config.json; point it at a saved "
+                              f"model (save_pretrained output) or a hub id")
+        try:
+            return _context_from(json.loads(cfg_file.read_text()))
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"model.name_or_path={path!r}: config.json could not be read ({e})") from None
+    if os.path.exists(path):
+        raise ConfigError(f"model.name_or_path={path!r} is a file; give a model folder or a hub id")
+    try:
+        from transformers import AutoConfig
+
+        conf = AutoConfig.from_pretrained(path, trust_remote_code=bool(m.trust_remote_code))
+    except Exception as e:  # noqa: BLE001 - not found, offline without a cache, gated, ...
+        raise ConfigError(f"model.name_or_path={path!r} could not be resolved (not a local folder, and its config "
+                          f"could not be fetched from the hub or the local cache): {type(e).__name__}: {str(e)[:300]}") from None
+    return _context_from(conf.to_dict())
+
+
+def _check_writable(path: Path, what: str) -> None:
+    p = Path(os.path.abspath(path))
+    while not p.exists() and p.parent != p:
+        p = p.parent
+    if not p.is_dir() or not os.access(p, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what} {str(path)!r} is not writable (checked {p}); choose a folder you can write, "
+                          f"e.g. results_dir=./results")
+
+
+def preflight(cfg: DictConfig, run_dir: Path | None = None) -> None:
+    """Checks that need more than the config but nothing heavy: build the prompt set and the verifier, read the
+    model's context length, check the run folder is writable. Raises ConfigError naming the key."""
+    from rlcompare.prompts import build_prompts
+    from rlcompare.verifiers import build_verifier
+
+    try:
+        build_prompts(cfg.prompts)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - missing file or field, bad template, hub errors: all name their key
+        msg = str(e)
+        raise ConfigError(msg if "prompts." in msg else f"prompts (prompts.kind={cfg.prompts.kind}): {msg}") from None
+    try:
+        build_verifier(cfg.verifier)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        msg = str(e)
+        raise ConfigError(msg if "verifier" in msg else f"verifier.name={cfg.verifier.name!r}: {msg}") from None
+    ctx = model_context_length(cfg)
+    need = cfg.budget.max_prompt_tokens + cfg.budget.max_new_tokens
+    if ctx is not None and need > ctx:
+        raise ConfigError(f"budget.max_prompt_tokens + budget.max_new_tokens = {need} exceeds the model's context "
+                          f"({ctx} positions, from model.name_or_path={cfg.model.name_or_path!r}'s config); lower the budget")
+    if run_dir is not None:
+        _check_writable(run_dir, "the run folder")
+
+
+# ----------------------------------------------------------------------------- SIGTERM
+class _SigtermGuard:
+    """SIGTERM -> Terminated. While `defer` is on (inside the loop, checkpointing on), the handler only records the
+    termination (summary failed) and sets `requested`; the loop saves a checkpoint at the end of the step in flight
+    and raises. A second SIGTERM raises at once."""
+
+    def __init__(self, on_signal):
+        self.requested = False
+        self.defer = False
+        self._on_signal = on_signal
+        self._prev = None
+        self._installed = False
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._prev = signal.signal(signal.SIGTERM, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc):
+        if self._installed:
+            signal.signal(signal.SIGTERM, self._prev if self._prev is not None else signal.SIG_DFL)
+        return False
+
+    def _handle(self, signum, frame):
+        if self.requested or not self.defer:
+            raise Terminated()
+        self.requested = True
+        try:
+            self._on_signal()
+        except Exception:  # noqa: BLE001 - recording is best effort; the loop will record again
+            pass
+
+
+# ----------------------------------------------------------------------------- the run
 def train(cfg: DictConfig | dict) -> dict:
     """Run one training job; returns the summary dict (also written to summary.json)."""
     from rlcompare.trainer import Trainer, resolve_run_dir
@@ -83,106 +270,159 @@ def train(cfg: DictConfig | dict) -> dict:
     run_dir = resolve_run_dir(cfg)
     resuming = _resume_requested(cfg)
     if resuming:
-        if not run_dir.exists():
-            raise ConfigError(f"resume: no run folder at {run_dir}; check the overrides or pass resume=<run dir>")
-        _check_resume_config(run_dir, cfg)
-    elif (run_dir / "metrics.jsonl").exists() and read_jsonl(run_dir / "metrics.jsonl"):
+        if _resume_is_path(cfg) and not run_dir.is_dir():
+            raise ConfigError(f"resume={cfg.resume!r}: no run folder there; pass the folder of the run to continue "
+                              f"(results/<experiment>/<run name>) or resume=true with the run's overrides")
+        if (run_dir / "config.yaml").exists():
+            _check_resume_config(run_dir, cfg)
+        elif _resume_is_path(cfg):
+            raise ConfigError(f"resume: {run_dir} holds no config.yaml; it is not a run folder")
+    elif read_jsonl(run_dir / "metrics.jsonl"):
         raise ConfigError(f"{run_dir} already holds a run; pass resume=true to continue it, or set run_name/experiment for a new one")
+    preflight(cfg, run_dir)
 
     t_wall = time.time()
-    tr = Trainer(cfg, run_dir)  # heavy: warm start, model load
-    writer = None
+    run_dir.mkdir(parents=True, exist_ok=True)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    summary: dict[str, Any] = {"status": "running", "error": None, "run_name": run_dir.name, "experiment": cfg.experiment,
+                               "algorithm": cfg.algorithm.name, "seed": cfg.seed, "run_dir": str(run_dir),
+                               "sweep": resolved["sweep"], "pid": os.getpid()}
+    atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    atomic_write_json(run_dir / "summary.json", summary)
+
+    tr = writer = pbar = None
     logger = NullLogger()
-    summary: dict[str, Any] = {}
-    try:
-        ckpt = checkpoint.latest(run_dir) if resuming else None
-        if ckpt is not None:
-            checkpoint.load(tr, ckpt)
-            step = tr.state["step"]
-            tr.log(f"[rlcompare] resuming {run_dir} from step {step}")
-            truncate_jsonl(run_dir / "metrics.jsonl", lambda r: r.get("step", 0) <= step)
-            truncate_jsonl(run_dir / "eval.jsonl", lambda r: r.get("step", 0) <= step)
-            truncate_jsonl(run_dir / "samples.jsonl", lambda r: r.get("step", 0) <= step)
-        elif resuming:
-            for name in ("metrics.jsonl", "eval.jsonl", "samples.jsonl"):
-                (run_dir / name).unlink(missing_ok=True)
-        writer = RunWriter(run_dir)
-        resolved = OmegaConf.to_container(cfg, resolve=True)
-        writer.write_text("config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-        writer.write_json("fingerprint.json", fingerprint(cfg, tr))
-        summary = {"status": "running", "error": None, "run_name": run_dir.name, "experiment": cfg.experiment,
-                   "algorithm": cfg.algorithm.name, "seed": cfg.seed, "run_dir": str(run_dir),
-                   "sweep": resolved["sweep"], "pid": os.getpid()}
-        writer.write_json("summary.json", summary)
-        if cfg.logger.name == "wandb" and cfg.logger.mode != "disabled":
-            prev = {}
-            if (run_dir / "wandb_id.txt").exists():
-                prev = {"resume_id": (run_dir / "wandb_id.txt").read_text().strip()}
-            logger = WandbLogger(cfg.logger, run_dir, run_dir.name, resolved, **prev)
-            writer.write_text("wandb_id.txt", logger.id + "\n")
 
-        def do_eval():
-            ev, samples = tr.evaluate()
-            row = {"step": tr.state["step"], "tokens/generated": tr.state["tokens"], **ev, "time/elapsed_s": tr.state["elapsed"]}
-            writer.evals.write(row)
-            for s in samples:
-                writer.samples.write(s)
-            logger.log(row, step=tr.state["step"])
-            logger.log_samples(samples, step=tr.state["step"])
-            acc = ev["eval/accuracy"]
-            if tr.state["eval_initial"] is None:
-                tr.state["eval_initial"] = acc
-            tr.state["eval_best"] = acc if tr.state["eval_best"] is None else max(tr.state["eval_best"], acc)
-            tr.state["eval_last"] = acc
-            return acc
+    def record_sigterm():
+        atomic_write_json(run_dir / "summary.json", {**summary, "status": "failed", "error": SIGTERM_ERROR})
 
-        if tr.state["step"] == 0:
-            do_eval()
-        pbar = _progress(cfg, tr)
-        while not _budget_spent(cfg, tr.state):
-            row = tr.step()
-            writer.metrics.write(row)
-            logger.log(row, step=tr.state["step"])
-            last = _budget_spent(cfg, tr.state)
-            if tr.state["step"] % cfg.trainer.eval_every == 0 or last:
+    with _SigtermGuard(record_sigterm) as term:
+        try:
+            tr = Trainer(cfg, run_dir)  # heavy: warm start, model load
+            ckpt = None
+            if resuming:
+                done = _contiguous_steps(read_jsonl(run_dir / "metrics.jsonl"))
+                ckpt = checkpoint.load_latest(tr, run_dir, max_step=done)
+            if ckpt is not None:
+                step = tr.state["step"]
+                tr.log(f"[rlcompare] resuming {run_dir} from step {step} ({ckpt.name})")
+                for name in ROW_FILES:
+                    dropped = truncate_jsonl(run_dir / name, lambda r: r.get("step", 0) <= step)
+                    if dropped:
+                        tr.log(f"[rlcompare] {name}: dropped {dropped} row(s) written after the checkpoint")
+            else:
+                if resuming:
+                    tr.log(f"[rlcompare] resume: no checkpoint in {run_dir}; starting the run from the beginning")
+                _clear_run_outputs(run_dir)
+            writer = RunWriter(run_dir)
+            writer.write_json("fingerprint.json", fingerprint(cfg, tr))
+            if cfg.logger.name == "wandb" and cfg.logger.mode != "disabled":
+                prev = {}
+                if ckpt is not None and (run_dir / "wandb_id.txt").exists():
+                    prev = {"resume_id": (run_dir / "wandb_id.txt").read_text().strip()}
+                logger = WandbLogger(cfg.logger, run_dir, run_dir.name, resolved, **prev)
+                writer.write_text("wandb_id.txt", logger.id + "\n")
+
+            def do_eval():
+                ev, samples = tr.evaluate()
+                row = {"step": tr.state["step"], "tokens/generated": tr.state["tokens"], **ev, "time/elapsed_s": tr.state["elapsed"]}
+                writer.evals.write(row)
+                for s in samples:
+                    writer.samples.write(s)
+                logger.log(row, step=tr.state["step"])
+                logger.log_samples(samples, step=tr.state["step"])
+                acc = ev["eval/accuracy"]
+                if tr.state["eval_initial"] is None:
+                    tr.state["eval_initial"] = acc
+                tr.state["eval_best"] = acc if tr.state["eval_best"] is None else max(tr.state["eval_best"], acc)
+                tr.state["eval_last"] = acc
+                return acc
+
+            if tr.state["step"] == 0:
                 do_eval()
-            if pbar is not None:
-                pbar.update(1)
-                pbar.set_postfix(reward=f"{row.get('reward/mean', float('nan')):.3f}", acc=f"{tr.state['eval_last']:.3f}",
-                                 tok_s=f"{row['perf/tokens_per_s']:.0f}", tokens=tr.state["tokens"])
-            if tr.state["bad_in_row"] >= cfg.trainer.max_bad_steps:
-                raise FloatingPointError(
-                    f"{tr.state['bad_in_row']} steps in a row had a non-finite loss, gradient norm or reward "
-                    f"(last at step {tr.state['step']}); trainer.max_bad_steps={cfg.trainer.max_bad_steps}. "
-                    f"Lower trainer.lr, check the verifier's rewards, or raise trainer.max_bad_steps")
-            if cfg.trainer.checkpoint_every and tr.state["step"] % cfg.trainer.checkpoint_every == 0:
-                checkpoint.save(tr, cfg.trainer.keep_checkpoints)
-        if pbar is not None:
-            pbar.close()
-        summary.update(status="completed")
-    except BaseException as e:  # record the failure, keep everything written so far, re-raise
-        summary.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=8))
-        if writer is not None:
-            _finish(writer, logger, tr, summary, t_wall, exit_code=1)
-        raise
-    _finish(writer, logger, tr, summary, t_wall, exit_code=0)
+            pbar = _progress(cfg, tr)
+            every = cfg.trainer.checkpoint_every
+            term.defer = bool(every)
+            while not _budget_spent(cfg, tr.state):
+                row = tr.step()
+                writer.metrics.write(row)
+                logger.log(row, step=tr.state["step"])
+                last = _budget_spent(cfg, tr.state)
+                if tr.state["step"] % cfg.trainer.eval_every == 0 or last:
+                    do_eval()
+                if pbar is not None:
+                    pbar.update(1)
+                    pbar.set_postfix(reward=f"{_num(row.get('reward/mean')):.3f}", acc=f"{_num(tr.state['eval_last']):.3f}",
+                                     tok_s=f"{row['perf/tokens_per_s']:.0f}", tokens=tr.state["tokens"])
+                if tr.state["bad_in_row"] >= cfg.trainer.max_bad_steps:
+                    raise FloatingPointError(_bad_steps_message(cfg, tr.state))
+                saved = False
+                if every and tr.state["step"] % every == 0:
+                    checkpoint.save(tr, cfg.trainer.keep_checkpoints)
+                    saved = True
+                if term.requested:
+                    if not saved:
+                        checkpoint.save(tr, cfg.trainer.keep_checkpoints)
+                    raise Terminated(checkpoint_step=tr.state["step"])
+            term.defer = False
+            summary.update(status="completed")
+        except BaseException as e:  # record the failure, keep everything written so far, re-raise
+            term.defer = False
+            if isinstance(e, Terminated):
+                err = SIGTERM_ERROR + (f"; checkpoint saved at step {e.checkpoint_step}, continue with resume=true"
+                                       if e.checkpoint_step is not None else "")
+            else:
+                err = f"{type(e).__name__}: {e}"
+            summary.update(status="failed", error=err, traceback=traceback.format_exc(limit=8))
+            _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code=1)
+            raise
+    _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code=0)
     return summary
 
 
-def _finish(writer, logger, tr, summary, t_wall, exit_code):
-    s = tr.state
-    summary.update({"steps": s["step"], "tokens/generated": s["tokens"], "wall_time_s": time.time() - t_wall,
-                    "train_time_s": s["elapsed"], "eval/accuracy_initial": s["eval_initial"],
-                    "eval/accuracy_final": s["eval_last"], "eval/accuracy_best": s["eval_best"],
-                    "optim/skipped_updates": s["skipped_updates"], "verifier/errors": s["verifier_errors"],
-                    "init_weights_hash": tr.policy.init_hash})
+def _num(v) -> float:
+    return float("nan") if v is None else float(v)
+
+
+def _bad_steps_message(cfg, state) -> str:
+    step, what = state.get("last_bad") or (state["step"], "value")
+    n = state["bad_in_row"]
+    first = step - n + 1
+    where = f"step {step}" if n == 1 else f"steps {first}-{step}"
+    return (f"training stopped at step {step}: non-finite {what} ({where}: {n} update(s) in a row skipped; "
+            f"trainer.max_bad_steps={cfg.trainer.max_bad_steps}). The rows before are in metrics.jsonl. "
+            f"Lower trainer.lr, check the verifier's rewards, or raise trainer.max_bad_steps")
+
+
+def _clear_run_outputs(run_dir: Path) -> None:
+    """Starting from step 0 in a folder that may hold leftovers (a run killed before its first checkpoint)."""
+    for name in (*ROW_FILES, "wandb_id.txt", "fingerprint.json"):
+        (run_dir / name).unlink(missing_ok=True)
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+
+
+def _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code):
+    if pbar is not None:
+        try:
+            pbar.close()
+        except Exception:  # noqa: BLE001
+            pass
+    summary["wall_time_s"] = time.time() - t_wall
+    if tr is not None:
+        s = tr.state
+        summary.update({"steps": s["step"], "tokens/generated": s["tokens"],
+                        "train_time_s": s["elapsed"], "eval/accuracy_initial": s["eval_initial"],
+                        "eval/accuracy_final": s["eval_last"], "eval/accuracy_best": s["eval_best"],
+                        "optim/skipped_updates": s["skipped_updates"], "verifier/errors": s["verifier_errors"],
+                        "init_weights_hash": tr.policy.init_hash})
     summary.pop("pid", None)
-    writer.write_json("summary.json", summary)
-    writer.close()
+    atomic_write_json(Path(run_dir) / "summary.json", summary)
+    if writer is not None:
+        writer.close()
     try:
         logger.summary({k: v for k, v in summary.items() if k not in ("traceback",)})
         logger.finish(exit_code=exit_code)
-    except Exception:
+    except Exception:  # noqa: BLE001
         pass
 
 

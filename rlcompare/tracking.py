@@ -6,21 +6,36 @@ name and renamed, so a killed run never leaves a half-written file.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
+_TMP_IDS = itertools.count()
+
 
 def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write to a temporary name, fsync, rename: readers see the old file or the new one, never half of one.
+
+    The temporary name is unique per call, so a write from a signal handler cannot collide with one it interrupted.
+    """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.{next(_TMP_IDS)}")
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
@@ -41,25 +56,60 @@ def _clean(v):
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
-    """Rows of a jsonl file; a torn last line (a kill mid-write) is dropped."""
+    """Rows of a jsonl file; a torn last line (a kill mid-write, no newline) is dropped, as is any line that
+    does not parse as a JSON object."""
     rows = []
     p = Path(path)
     if not p.exists():
         return rows
-    with open(p) as f:
+    with open(p, encoding="utf-8", errors="replace") as f:
         for line in f:
             if not line.endswith("\n"):
                 break  # torn last line
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
-                break
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
     return rows
 
 
+def drop_torn_tail(path: str | Path) -> bool:
+    """Cut a torn last line (bytes after the last newline) off `path`; True when something was cut."""
+    p = Path(path)
+    if not p.exists():
+        return False
+    with open(p, "rb+") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        if size == 0:
+            return False
+        # find the last newline, reading backwards in blocks
+        pos, keep = size, 0
+        while pos > 0:
+            step = min(65536, pos)
+            pos -= step
+            f.seek(pos)
+            block = f.read(step)
+            i = block.rfind(b"\n")
+            if i >= 0:
+                keep = pos + i + 1
+                break
+        if keep == size:
+            return False
+        f.truncate(keep)
+    return True
+
+
 class JsonlWriter:
+    """Appends one JSON row per line, flushed per row. A torn line left by a killed writer is cut first,
+    so a new row never glues onto it."""
+
     def __init__(self, path: Path):
         self.path = path
+        if drop_torn_tail(path):
+            print(f"[rlcompare] {path}: dropped a torn last line (the previous writer was killed mid-row)", file=sys.stderr)
         self._f = open(path, "a")
 
     def write(self, row: dict) -> None:
@@ -70,10 +120,31 @@ class JsonlWriter:
         self._f.close()
 
 
-def truncate_jsonl(path: Path, keep) -> None:
-    """Rewrite `path` keeping complete rows for which keep(row) is true (used on resume)."""
-    rows = [r for r in read_jsonl(path) if keep(r)]
-    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+def truncate_jsonl(path: Path, keep) -> int:
+    """Rewrite `path` keeping complete rows for which keep(row) is true (used on resume); returns rows dropped.
+
+    Lines are kept byte for byte (not re-serialized), so kept rows read back exactly as written.
+    """
+    p = Path(path)
+    if not p.exists():
+        return 0
+    kept, dropped = [], 0
+    with open(p, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not line.endswith("\n"):
+                dropped += 1  # torn last line
+                break
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                dropped += 1
+                continue
+            if isinstance(row, dict) and keep(row):
+                kept.append(line)
+            else:
+                dropped += 1
+    atomic_write_text(p, "".join(kept))
+    return dropped
 
 
 class RunWriter:

@@ -137,7 +137,7 @@ class Trainer:
         self.shuffle_gen = torch.Generator()
         self.shuffle_gen.manual_seed(cfg.seed + 1)
         self.stream = PromptStream(self.train_prompts, cfg.prompts.data_seed)
-        self.state = {"step": 0, "tokens": 0, "bad_in_row": 0, "skipped_updates": 0, "elapsed": 0.0,
+        self.state = {"step": 0, "tokens": 0, "bad_in_row": 0, "last_bad": None, "skipped_updates": 0, "elapsed": 0.0,
                       "eval_initial": None, "eval_best": None, "eval_last": None, "verifier_errors": 0}
 
     # ------------------------------------------------------------------ helpers
@@ -255,7 +255,7 @@ class Trainer:
         perm = torch.randperm(B, generator=self.shuffle_gen)
         minibatches = [mb for mb in torch.tensor_split(perm, t.updates_per_rollout) if len(mb)]
         acc: dict[str, list] = {}
-        skipped = 0
+        skipped, nonfinite = 0, None
         model = self.policy.model
         model.train()
         for mb_i, mb in enumerate(minibatches):
@@ -297,6 +297,7 @@ class Trainer:
                     _add(acc, "loss/value", float(vloss.detach()) * t.updates_per_rollout)
                 if t.inject_nan_at_step is not None and self.state["step"] == t.inject_nan_at_step:
                     loss = loss * float("nan")
+                _add(acc, "_loss_total", float(loss.detach()))
                 loss.backward()
                 w = float(cm[: len(idx)].sum())
                 _add(acc, "loss/policy", float(ploss.detach()))
@@ -304,11 +305,16 @@ class Trainer:
                     _add(acc, f"_pm/{k}", v, weight=w)
                 _add(acc, "policy/entropy", float((ent.detach() * cm).sum() / cm.sum().clamp(min=1)), weight=w)
             gnorm = torch.nn.utils.clip_grad_norm_(self.params, t.max_grad_norm if t.max_grad_norm else float("inf"))
+            cnorm = None
             if self.critic is not None:
-                torch.nn.utils.clip_grad_norm_(self.critic.parameters(), t.max_grad_norm if t.max_grad_norm else float("inf"))
-            if not torch.isfinite(gnorm) or any(not math.isfinite(v) for v, _ in acc["loss/policy"][-len(micro):]):
-                skipped += 1  # a NaN/inf loss or gradient: skip this update
+                cnorm = torch.nn.utils.clip_grad_norm_(self.critic.parameters(), t.max_grad_norm if t.max_grad_norm else float("inf"))
+            bad = _nonfinite(acc["_loss_total"][-len(micro):], gnorm, cnorm)
+            if bad:
+                skipped += 1  # a NaN/inf loss or gradient: skip this update (policy and critic)
+                nonfinite = nonfinite or bad
                 self.opt.zero_grad(set_to_none=True)
+                if self.critic_opt is not None:
+                    self.critic_opt.zero_grad(set_to_none=True)
                 continue
             self.opt.step()
             if self.critic_opt is not None:
@@ -317,7 +323,7 @@ class Trainer:
         self.sched.step()
         out = {}
         for k, vals in acc.items():
-            if k.startswith("_pm/"):
+            if k.startswith(("_pm/", "_loss_total")):
                 continue
             out[k] = sum(v for v, _ in vals) / max(1, len(vals)) if k not in ("loss/policy", "loss/value") else sum(v for v, _ in vals)
         pm_keys = {k[4:] for k in acc if k.startswith("_pm/")}
@@ -331,6 +337,7 @@ class Trainer:
                 tw = sum(w for _, w in vals)
                 out[k] = sum(v * w for v, w in vals) / tw if tw else float("nan")
         out["_skipped"] = skipped
+        out["_nonfinite"] = nonfinite  # which quantity made an update skip: "loss" | "gradient norm" | None
         out["_n_updates"] = len(minibatches)
         return out
 
@@ -376,6 +383,15 @@ class Trainer:
                         "accuracy/train": float(b["correct"].float().mean()),
                         "groups/zero_variance_frac": float((grp.max(1).values == grp.min(1).values).float().mean())})
             row.update(length_stats(comp.lengths.cpu(), b["correct"], comp.truncated.cpu()))
+            if not bool(torch.isfinite(rewards).all()):
+                # A verifier returned nan/inf: advantages would be poisoned. Skip this step's update (and count it).
+                n_up = min(t.updates_per_rollout, len(rewards))
+                self.sched.step()
+                self.state["skipped_updates"] += n_up
+                self._note_nonfinite("reward")
+                row["optim/skipped_updates"] = self.state["skipped_updates"]
+                row.update({"optim/nonfinite": 1, "optim/lr": self.sched.get_last_lr()[0]})
+                return self._finish_row(row, col, t_start, t_up)
             av = self.advantages(b)
             row.update(weight_shares(av["loss_mask"].cpu(), b["correct"], a.aggregation, a.horizon))
             old_logp = None
@@ -385,11 +401,9 @@ class Trainer:
                 old_logp = None  # on-policy single update: old = current (detached) is exact
             up = self.update(b, av, old_logp)
             self.state["skipped_updates"] += up["_skipped"]
-            if up["_skipped"]:
-                self.state["bad_in_row"] += 1
-            else:
-                self.state["bad_in_row"] = 0
+            self._note_nonfinite(up["_nonfinite"] if up["_skipped"] else None)
             row["optim/skipped_updates"] = self.state["skipped_updates"]
+            row["optim/nonfinite"] = int(up["_skipped"] > 0)
             row.update({"objective/per_token": up.get("objective_per_token"), "objective/per_response": up.get("objective_per_response"),
                         "objective/optimized": -up.get("loss/policy", float("nan")),
                         "clip/frac_low": up.get("clip_frac_low"), "clip/frac_high": up.get("clip_frac_high"),
@@ -399,8 +413,19 @@ class Trainer:
                         "policy/entropy": up.get("policy/entropy"), "loss/policy": up.get("loss/policy"),
                         "loss/value": up.get("loss/value"), "optim/grad_norm": up.get("optim/grad_norm"),
                         "optim/lr": self.sched.get_last_lr()[0]})
-            if not math.isfinite(float(rewards.sum())):
-                self.state["bad_in_row"] += 1
+        return self._finish_row(row, col, t_start, t_up)
+
+    def _note_nonfinite(self, what: str | None) -> None:
+        """Track the run of consecutive steps whose update was skipped for a non-finite value (run.py stops the
+        run at trainer.max_bad_steps); `last_bad` = [step, quantity] names where it broke."""
+        if what is None:
+            self.state["bad_in_row"] = 0
+        else:
+            self.state["bad_in_row"] += 1
+            self.state["last_bad"] = [self.state["step"], what]
+
+    def _finish_row(self, row: dict, col: dict, t_start: float, t_up: float) -> dict:
+        row.setdefault("optim/nonfinite", 0)
         row["verifier/errors"] = self.state["verifier_errors"]
         now = time.perf_counter()
         self.state["elapsed"] += now - t_start
@@ -419,6 +444,15 @@ class Trainer:
 
 def _add(acc, k, v, weight=1.0):
     acc.setdefault(k, []).append((v, weight))
+
+
+def _nonfinite(losses_, gnorm, cnorm) -> str | None:
+    """Which quantity of one update is NaN/inf: "loss", "gradient norm", or None when all are finite."""
+    if any(not math.isfinite(v) for v, _ in losses_):
+        return "loss"
+    if not torch.isfinite(gnorm) or (cnorm is not None and not torch.isfinite(cnorm)):
+        return "gradient norm"
+    return None
 
 
 def _select(part: dict, rows: torch.Tensor, G: int) -> dict:
