@@ -281,7 +281,8 @@ def to_schema(cfg: DictConfig | dict) -> DictConfig:
         accepted = ", ".join(sorted(node.keys())) if isinstance(node, DictConfig) else "?"
         raise ConfigError(f"unknown config key '{key}'; accepted keys here: {accepted}") from None
     except OmegaValidationError as e:
-        raise ConfigError(f"bad value for '{e.full_key}': {e.msg}") from None
+        first = str(e.msg).strip().splitlines()[0] if str(e.msg).strip() else str(e)
+        raise ConfigError(f"bad value for '{e.full_key}': {first}") from None
     return merged
 
 

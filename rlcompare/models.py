@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import random
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -270,8 +271,10 @@ def apply_lora(model, lcfg: Any):
     tm = lcfg.target_modules
     tm = tm if isinstance(tm, str) else list(tm)
     try:
-        peft_model = get_peft_model(model, PeftLoraConfig(r=lcfg.r, lora_alpha=lcfg.alpha, lora_dropout=lcfg.dropout,
-                                                          target_modules=tm, task_type="CAUSAL_LM"))
+        with warnings.catch_warnings():  # peft asks transformers 5 for a deprecated flag name
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            peft_model = get_peft_model(model, PeftLoraConfig(r=lcfg.r, lora_alpha=lcfg.alpha, lora_dropout=lcfg.dropout,
+                                                              target_modules=tm, task_type="CAUSAL_LM"))
     except ValueError as e:
         raise _config_error(f"model.lora.target_modules={tm!r} does not fit {type(model).__name__}: {e}") from None
     cls = _lora_model_class()

@@ -52,6 +52,7 @@ def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_ne
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     next_pos = pos[:, -1:] + 1
     done = torch.zeros(B, dtype=torch.bool, device=device)
+    eos = torch.as_tensor(eos_id, device=device).reshape(-1)  # one id or several (generation_config)
     out_ids, out_logp = [], []
     ctx = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype is not None else _nullctx()
     with ctx:
@@ -70,7 +71,7 @@ def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_ne
         tok = torch.where(done, torch.full_like(tok, pad_id), tok)
         out_ids.append(tok)
         out_logp.append(logprobs.gather(-1, tok[:, None]).squeeze(-1).masked_fill(done, 0.0))
-        done = done | (tok == eos_id)
+        done = done | torch.isin(tok, eos)
         if bool(done.all()) or t == max_new_tokens - 1:
             break
         mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=device)], dim=1)
@@ -82,7 +83,7 @@ def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_ne
         next_pos = next_pos + 1
     ids = torch.stack(out_ids, 1)
     logp = torch.stack(out_logp, 1)
-    is_eos = ids == eos_id
+    is_eos = torch.isin(ids, eos)
     # real tokens: everything up to and including the first EOS
     after_eos = (is_eos.cumsum(1) - is_eos.long()) > 0
     cmask = (~after_eos).long()
@@ -95,7 +96,8 @@ def _cache_kwarg(model) -> str:
     """transformers 5 renamed `past_key_values` to `cache`; accept both."""
     import inspect
 
-    fwd = inspect.signature(type(model).forward).parameters
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    fwd = inspect.signature(type(base).forward).parameters
     if "cache" in fwd:
         return "cache"
     return "past_key_values"

@@ -46,7 +46,7 @@ def test_variant_touching_two_components_is_refused_naming_the_stray_key(tmp_pat
         check_one_change(members)
     msg = str(e.value)
     assert "'sneaky'" in msg and "clipping" in msg and "trainer.lr" in msg
-    assert "0.0001" in msg and "0.0003" in msg  # both values
+    assert "3e-05" in msg and "0.0003" in msg  # both values
     assert "'clip_higher'" not in msg  # the clean variant is not blamed
     assert "algorithm.clip.eps_high" not in msg.split("also changes")[1]  # the declared change is not stray
 
@@ -118,7 +118,7 @@ def test_variant_that_changes_nothing_and_config_errors_are_refused(tmp_path):
         name: same
         base: {label: grpo, overrides: [algorithm=grpo]}
         variants:
-          - {label: noop, component: lr, overrides: [trainer.lr=1.0e-4]}
+          - {label: noop, component: lr, overrides: [trainer.lr=3.0e-5]}
           - {label: logging_only, component: lr, overrides: [logger=none, trainer.progress=false]}
     """)
     with pytest.raises(SweepError) as e:
