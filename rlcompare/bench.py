@@ -63,7 +63,8 @@ Metrics
   already ended still ride along, as in both samplers), the update 6N per prompt+completion position, and a
   log-prob forward, if a tool ran one, 2N per position. Padding positions are counted (they are computed);
   with an 82-token vocabulary the LM head is ~1-2 % of N, so counting it on every position is a small
-  over-count for both. Achieved FLOP/s = counted FLOPs / step time over the measured steps, and `*_peak_frac`
+  over-count for both. Achieved FLOP/s = mean counted FLOPs per measured step / median s/step (tokens/s
+  likewise), and `*_peak_frac`
   = that / the matrix-multiply peak measured in the same run (best of several fp32 `torch.mm` of 2048^2 on
   the same thread count; bf16 4096^2 on CUDA).
 
@@ -436,7 +437,7 @@ def _sync(device: str) -> None:
 
 # ----------------------------------------------------------------------------- results
 def summarize(tool: dict | None, warmup: int, peak_gflops: float | None) -> dict:
-    """Median s/step over the measured steps, tokens/s and achieved FLOP/s (totals over measured steps)."""
+    """Median s/step over the measured steps; tokens/s and FLOP/s = mean tokens / FLOPs per step over that median."""
     if not tool or "error" in tool:
         return {}
     times = tool["step_s"][warmup:]
@@ -444,9 +445,11 @@ def summarize(tool: dict | None, warmup: int, peak_gflops: float | None) -> dict
         return {}
     flops = tool["flops"][warmup:warmup + len(times)]
     toks = tool["tokens"][warmup:warmup + len(times)]
-    total_t = sum(times)
-    gflops = sum(flops) / total_t / 1e9 if total_t > 0 else float("nan")
-    out = {"s_per_step": statistics.median(times), "tokens_per_s": sum(toks) / total_t if total_t > 0 else float("nan"),
+    med = statistics.median(times)  # robust to a step slowed by other processes; rates use it too
+    fps = sum(flops) / len(flops) if flops else float("nan")
+    tps = sum(toks) / len(toks) if toks else float("nan")
+    gflops = fps / med / 1e9 if med > 0 else float("nan")
+    out = {"s_per_step": med, "tokens_per_s": tps / med if med > 0 else float("nan"),
            "gflops": gflops, "peak_frac": (gflops / peak_gflops) if peak_gflops else None,
            "peak_mem_mib": tool.get("peak_mem_mib"), "flops_per_step": sum(flops) / len(flops) if flops else None,
            "tokens_per_step": sum(toks) / len(toks) if toks else None,

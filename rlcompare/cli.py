@@ -32,15 +32,22 @@ def conf_dir() -> str:
 _NAME_CACHE: dict[tuple, str] = {}
 
 
-def run_name(algorithm: str, seed, overrides: str, explicit=None, results_root: str | None = None) -> str:
-    """Run names say what ran (preset, key overrides, seed); a taken name gets a numeric suffix."""
+def run_name(algorithm: str, seed, overrides: str, explicit=None, results_dir=None, experiment=None, resume=None) -> str:
+    """Run names say what ran (preset, key overrides, seed). A derived name that is taken by an earlier run
+    gets a numeric suffix (`grpo__s0-2`), unless the run is being resumed; an explicit `run_name` is kept."""
     if explicit not in (None, "", "None", "null"):
         return str(explicit)
-    key = (algorithm, str(seed), overrides or "", results_root)
-    if key in _NAME_CACHE:
+    key = (algorithm, str(seed), overrides or "", str(results_dir), str(experiment), str(resume))
+    if key in _NAME_CACHE:  # Hydra resolves the run dir more than once: answer the same each time
         return _NAME_CACHE[key]
     parts = [algorithm] + ([overrides] if overrides else []) + [f"s{seed}"]
     name = re.sub(r"[^A-Za-z0-9._=,+\-]+", "_", "__".join(parts))[:180]
+    resuming = str(resume).lower() not in ("false", "none", "0", "")
+    if results_dir is not None and not resuming:
+        base, n = name, 1
+        while (Path(str(results_dir)) / str(experiment) / name / "config.yaml").exists():
+            n += 1
+            name = f"{base}-{n}"
     _NAME_CACHE[key] = name
     return name
 
@@ -49,7 +56,7 @@ def register_resolvers() -> None:
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver("rlc_run_name"):
-        OmegaConf.register_new_resolver("rlc_run_name", lambda algo, seed, ov, explicit=None: run_name(algo, seed, ov, explicit))
+        OmegaConf.register_new_resolver("rlc_run_name", run_name)
 
 
 def train_main(argv: list[str]) -> int:

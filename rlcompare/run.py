@@ -96,8 +96,7 @@ def _resume_is_path(cfg) -> bool:
     return isinstance(r, str) and r.lower() not in ("true", "false", "0", "1", "no", "yes", "")
 
 
-def _check_resume_config(run_dir: Path, cfg: DictConfig) -> None:
-    """A resumed run must compute what the original computed: any differing key (but RESUME_IGNORED) fails, named."""
+def _saved_config(run_dir: Path) -> DictConfig:
     saved_path = run_dir / "config.yaml"
     if not saved_path.exists():
         raise ConfigError(f"resume: {run_dir} holds no config.yaml; it is not a run folder")
@@ -109,14 +108,67 @@ def _check_resume_config(run_dir: Path, cfg: DictConfig) -> None:
         saved_cfg = to_schema(saved_cfg)
     except ConfigError:
         pass
-    saved = _flat(OmegaConf.to_container(saved_cfg, resolve=True))
+    return saved_cfg
+
+
+def _check_resume_config(run_dir: Path, cfg: DictConfig, only: set[str] | None = None) -> None:
+    """A resumed run must compute what the original computed: any differing key (but RESUME_IGNORED) fails, named.
+
+    `only`: compare just these keys (those the command line set explicitly, for resume=<run dir>)."""
+    saved = _flat(OmegaConf.to_container(_saved_config(run_dir), resolve=True))
     now = _flat(OmegaConf.to_container(cfg, resolve=True))
-    diffs = sorted(k for k in set(saved) | set(now) if k not in RESUME_IGNORED and saved.get(k) != now.get(k))
+    keys = set(saved) | set(now)
+    if only is not None:
+        keys = {k for k in keys if any(k == o or k.startswith(o + ".") for o in only)}
+    diffs = sorted(k for k in keys if k not in RESUME_IGNORED and saved.get(k) != now.get(k))
     if diffs:
         shown = "; ".join(f"{k}: {saved.get(k, '<absent>')!r} in the run, {now.get(k, '<absent>')!r} now" for k in diffs[:8])
         more = f" (and {len(diffs) - 8} more)" if len(diffs) > 8 else ""
         raise ConfigError(f"resume: the config differs from the run being resumed in: {', '.join(diffs)} ({shown}{more}); "
                           f"resume with the same overrides, or start a new run")
+
+
+def _command_line_keys() -> set[str] | None:
+    """Keys (and config groups) set on the command line of this Hydra run, without the operational ones;
+    None when not run by Hydra (train() called with a composed config)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if not HydraConfig.initialized():
+            return None
+        task = list(HydraConfig.get().overrides.task)
+    except Exception:  # noqa: BLE001
+        return None
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        from rlcompare.cli import conf_dir
+
+        groups = {p.name for p in Path(conf_dir()).iterdir() if p.is_dir()}
+    except Exception:  # noqa: BLE001
+        groups = set()
+    keys = set()
+    for o in OverridesParser.create().parse_overrides(task):
+        key = o.key_or_group
+        if key.startswith("hydra") or key in RESUME_IGNORED:
+            continue
+        keys.add(f"{key}.name" if key in groups else key)  # a preset: compare which one (its name), not every knob
+    return keys
+
+
+def _config_for_resume_from(run_dir: Path, cfg: DictConfig) -> DictConfig:
+    """resume=<run dir> from the command line: the run's own config, with the operational keys (RESUME_IGNORED)
+    from the command line. Settings given explicitly on the command line must agree with the run's."""
+    only = _command_line_keys()
+    if only is None:  # a full config was passed in: it must be the run's
+        _check_resume_config(run_dir, cfg)
+        return cfg
+    _check_resume_config(run_dir, cfg, only=only)
+    saved = _saved_config(run_dir)
+    for key in RESUME_IGNORED:
+        if OmegaConf.select(cfg, key, default="__absent__") != "__absent__":
+            OmegaConf.update(saved, key, OmegaConf.select(cfg, key), merge=False, force_add=True)
+    return validate(saved)
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
@@ -128,6 +180,22 @@ def _flat(d: dict, prefix: str = "") -> dict:
         else:
             out[key] = v
     return out
+
+
+def _completed_summary(run_dir: Path, cfg) -> dict | None:
+    """The summary of a run that completed its budget (its rows say so too), else None."""
+    try:
+        s = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(s, dict) or s.get("status") != "completed":
+        return None
+    rows = read_jsonl(run_dir / "metrics.jsonl")
+    n = _contiguous_steps(rows)
+    if n == 0 or n != len(rows) or n != s.get("steps"):
+        return None
+    state = {"step": n, "tokens": rows[-1].get("tokens/generated") or 0}
+    return s if _budget_spent(cfg, state) else None
 
 
 def _contiguous_steps(rows: list[dict]) -> int:
@@ -274,9 +342,21 @@ def train(cfg: DictConfig | dict) -> dict:
             raise ConfigError(f"resume={cfg.resume!r}: no run folder there; pass the folder of the run to continue "
                               f"(results/<experiment>/<run name>) or resume=true with the run's overrides")
         if (run_dir / "config.yaml").exists():
-            _check_resume_config(run_dir, cfg)
+            if _resume_is_path(cfg):
+                _drop_stray_hydra_dir(run_dir)
+                cfg = _config_for_resume_from(run_dir, cfg)
+            else:
+                _check_resume_config(run_dir, cfg)
+            done = _completed_summary(run_dir, cfg)
+            if done is not None:  # nothing left to do: keep the results as they are
+                print(f"[rlcompare] resume: {run_dir} already completed its budget ({done.get('steps')} steps); nothing to do",
+                      file=sys.stderr)
+                atomic_write_json(run_dir / "summary.json", done)
+                return done
         elif _resume_is_path(cfg):
             raise ConfigError(f"resume: {run_dir} holds no config.yaml; it is not a run folder")
+        else:
+            print(f"[rlcompare] resume=true: no run in {run_dir} yet; starting a new one", file=sys.stderr)
     elif read_jsonl(run_dir / "metrics.jsonl"):
         raise ConfigError(f"{run_dir} already holds a run; pass resume=true to continue it, or set run_name/experiment for a new one")
     preflight(cfg, run_dir)
@@ -374,10 +454,30 @@ def train(cfg: DictConfig | dict) -> dict:
             else:
                 err = f"{type(e).__name__}: {e}"
             summary.update(status="failed", error=err, traceback=traceback.format_exc(limit=8))
-            _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code=1)
+            try:
+                _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code=1)
+            except Exception as fe:  # noqa: BLE001 - never hide the run's own error behind a bookkeeping one
+                print(f"[rlcompare] could not record the failure in {run_dir}: {type(fe).__name__}: {fe}", file=sys.stderr)
             raise
     _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code=0)
     return summary
+
+
+def _drop_stray_hydra_dir(run_dir: Path) -> None:
+    """`rlcompare train resume=<run dir>`: Hydra made an output folder for this command before train() ran; when it
+    is not the run folder and holds only Hydra's own files, remove it (the run continues in <run dir>)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if not HydraConfig.initialized():
+            return
+        out = Path(HydraConfig.get().runtime.output_dir)
+    except Exception:  # noqa: BLE001
+        return
+    if out.resolve() == Path(run_dir).resolve() or not out.is_dir():
+        return
+    if {p.name for p in out.iterdir()} <= {".hydra", "train.log"}:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def _num(v) -> float:

@@ -269,8 +269,11 @@ class Trainer:
                 lm = loss_mask[idx]
                 logits = sequence_logits(model, b["pi"][idx], b["pm"][idx], ids, cm, autocast_dtype=self.autocast)
                 logp = token_logp(logits, ids, cfg.rollout.temperature) * cm
-                with torch.set_grad_enabled(a.entropy_coef > 0):
-                    ent = token_entropy(logits if a.entropy_coef > 0 else logits.detach(), cfg.rollout.temperature)
+                if a.entropy_coef > 0:  # the bonus needs entropy's gradient
+                    ent = token_entropy(logits, cfg.rollout.temperature)
+                else:  # a metric (and DHPO's mix weight) only: no graph, chunked to bound memory
+                    with torch.no_grad():
+                        ent = losses.entropy_from_logits(logits.detach().float() / cfg.rollout.temperature, chunk_size=1024)
                 del logits
                 olp = old_logp[idx] if old_logp is not None else logp.detach()
                 advs = av["adv"][idx]
@@ -294,7 +297,7 @@ class Trainer:
                     vloss, vm = losses.value_loss(values, av["old_values"][idx], av["returns"][idx], lm,
                                                   clip=a.critic.value_clip, aggregation="token-mean", total_tokens=total_tokens)
                     loss = loss + a.critic.coef * vloss
-                    _add(acc, "loss/value", float(vloss.detach()) * t.updates_per_rollout)
+                    _add(acc, "loss/value", float(vloss.detach()))
                 if t.inject_nan_at_step is not None and self.state["step"] == t.inject_nan_at_step:
                     loss = loss * float("nan")
                 _add(acc, "_loss_total", float(loss.detach()))
@@ -394,11 +397,12 @@ class Trainer:
                 return self._finish_row(row, col, t_start, t_up)
             av = self.advantages(b)
             row.update(weight_shares(av["loss_mask"].cpu(), b["correct"], a.aggregation, a.horizon))
-            old_logp = None
-            if t.updates_per_rollout > 1 or a.advantage.estimator == "gae":
-                old_logp = comp.logp if not t.recompute_old_logp else self._recompute_logp(b)
-            if a.ratio == "token" and t.updates_per_rollout == 1 and not t.recompute_old_logp:
-                old_logp = None  # on-policy single update: old = current (detached) is exact
+            if t.recompute_old_logp:
+                old_logp = self._recompute_logp(b)
+            elif t.updates_per_rollout > 1:
+                old_logp = comp.logp  # the sampler's log-probs: same weights, temperature applied
+            else:
+                old_logp = None  # one update per batch is on-policy: old = current (detached) is exact
             up = self.update(b, av, old_logp)
             self.state["skipped_updates"] += up["_skipped"]
             self._note_nonfinite(up["_nonfinite"] if up["_skipped"] else None)

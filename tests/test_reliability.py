@@ -116,8 +116,14 @@ def test_sigterm_saves_a_checkpoint_marks_failed_and_exits_nonzero_then_resumes_
     assert checkpoint.step_of(checkpoint.latest(run)) == rows[-1]["step"]
     assert f"checkpoint saved at step {rows[-1]['step']}" in s["error"]
 
-    resumed = train(compose(*TERM, "run_name=term", "resume=true"))  # in-process resume of a CLI run: same folder
+    # resume=<run dir>: the run's own config; only how it runs (threads, progress bar) from the command line
+    out = subprocess.run([sys.executable, "-m", "rlcompare.cli", "train", f"resume={run}", "trainer.threads=1",
+                          "trainer.progress=false", "logger=none"], cwd=tmp_path, env={**os.environ}, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    resumed = _summary(run)
     assert resumed["status"] == "completed" and resumed["error"] is None
+    assert sorted(p.name for p in (results / "default").iterdir()) == ["term"]  # no stray folder from Hydra
     ref = train(compose(*TERM, "run_name=ref"))
     _assert_same_as(run, Path(ref["run_dir"]), 8)
 
@@ -225,8 +231,6 @@ def test_a_nan_loss_is_skipped_and_counted(compose):
 
 
 def test_repeated_nans_stop_the_run_naming_the_step_and_keep_the_rows(compose):
-    from rlcompare.config import ConfigError  # noqa: F401 (a FloatingPointError, not a config error)
-
     cfg = compose("algorithm=dapo", "budget.max_steps=6", "trainer.inject_nan_at_step=2", "trainer.max_bad_steps=1",
                   "trainer.eval_every=1", "run_name=nanstop")
     with pytest.raises(FloatingPointError, match=r"stopped at step 2: non-finite loss"):
@@ -320,3 +324,15 @@ def test_checkpoint_holds_every_rng_and_counter(compose):
     st = blob["state"]
     assert st["step"] == 2 and st["tokens"] > 0 and st["eval_initial"] is not None and "elapsed" in st
     assert st["tokens"] == s["tokens/generated"]
+
+
+def test_resuming_a_completed_run_keeps_it_and_loads_nothing(compose, monkeypatch):
+    s = train(compose("run_name=done"))  # no checkpoints
+    run = Path(s["run_dir"])
+    before = {n: (run / n).read_bytes() for n in ("metrics.jsonl", "eval.jsonl", "samples.jsonl")}
+    from rlcompare import trainer
+
+    monkeypatch.setattr(trainer.Trainer, "__init__", lambda *a, **k: pytest.fail("a completed run was retrained"))
+    again = train(compose("run_name=done", "resume=true"))
+    assert again["status"] == "completed" and again["steps"] == 3
+    assert {n: (run / n).read_bytes() for n in before} == before
