@@ -78,7 +78,7 @@ def noisy_label(answer: str, frac: float, rng: random.Random, offsets=(1, 2)) ->
     return str(int(answer) + rng.choice(tuple(offsets)))
 
 
-def warm_start_tiny(mcfg: Any, prompts_cfg: Any, splits, log=print) -> tuple[str, str]:
+def warm_start_tiny(mcfg: Any, prompts_cfg: Any, splits, log=print, device: str = "cpu") -> tuple[str, str]:
     """Supervised warm start of the tiny policy, with noisy labels; cached by a hash of its config.
 
     Returns (folder, config_hash). A from-scratch model solves nothing, so RL has no signal;
@@ -95,7 +95,7 @@ def warm_start_tiny(mcfg: Any, prompts_cfg: Any, splits, log=print) -> tuple[str
     tok = build_char_tokenizer()
     torch.manual_seed(ws.seed)
     rng = random.Random(ws.seed)
-    model = LlamaForCausalLM(tiny_model_config(mcfg, tok))
+    model = LlamaForCausalLM(tiny_model_config(mcfg, tok)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=ws.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50) * max(0.05, 1 - s / ws.steps))
     # The warm start covers the whole task table (eval prompts included) with noisy labels, so the
@@ -117,13 +117,13 @@ def warm_start_tiny(mcfg: Any, prompts_cfg: Any, splits, log=print) -> tuple[str
         labels[enc.attention_mask == 0] = -100
         for i, p in enumerate(plens):
             labels[i, :p] = -100  # loss on the answer only
-        loss = model(input_ids=enc.input_ids, attention_mask=enc.attention_mask, labels=labels).loss
+        loss = model(input_ids=enc.input_ids.to(device), attention_mask=enc.attention_mask.to(device), labels=labels.to(device)).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         sched.step()
     tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
-    model.save_pretrained(tmp)
+    model.to("cpu").save_pretrained(tmp)
     tok.save_pretrained(tmp)
     os.makedirs(folder.parent, exist_ok=True)
     try:
@@ -300,7 +300,7 @@ def load_policy(cfg: Any, splits, device: str, log=print) -> Policy:
     m = cfg.model
     ws_key = None
     if m.kind == "tiny":
-        path, ws_key = warm_start_tiny(m, cfg.prompts, splits, log=log)
+        path, ws_key = warm_start_tiny(m, cfg.prompts, splits, log=log, device=device)
         dtype = torch.float32
         attn = None
     else:
