@@ -69,7 +69,8 @@ Metrics
   the same thread count; bf16 4096^2 on CUDA).
 
 `--profile` additionally runs rlcompare's measured steps under `torch.profiler` and prints the top operators
-(and writes a Chrome trace to `<out>/profile_<size>.json`).
+(and writes a Chrome trace to `<out>/profile_<size>.json`); those steps carry the profiler's overhead, so
+take speed figures from a run without it.
 """
 
 from __future__ import annotations
@@ -529,7 +530,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=1,
                    help="run each tool this many times (alternating order) and keep its fastest repeat; helps on a shared machine")
     p.add_argument("--tools", default="rlcompare,trl", help="which tools to run (comma-separated)")
-    p.add_argument("--profile", action="store_true", help="profile rlcompare's measured steps (torch.profiler)")
+    p.add_argument("--profile", action="store_true", help="profile rlcompare's measured steps (torch.profiler; slows them, so not for timing)")
     # internal: one tool in this process
     p.add_argument("--worker", choices=("rlcompare", "trl"), help=argparse.SUPPRESS)
     p.add_argument("--size", help=argparse.SUPPRESS)

@@ -42,47 +42,64 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int, eos_id: int,
+def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int, eos_id,
            pad_id: int, temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False,
-           generator: torch.Generator | None = None, autocast_dtype=None) -> Completions:
-    """Sample completions for left-padded prompts `[B,P]`. Returns right-padded completions `[B,T]`."""
-    B = prompt_ids.shape[0]
+           generator: torch.Generator | None = None, autocast_dtype=None, repeats: int = 1) -> Completions:
+    """Sample `repeats` completions for each left-padded prompt `[n,P]`; returns right-padded `[n*repeats, T]`
+    completions, the `repeats` completions of a prompt contiguous.
+
+    Each prompt is prefilled once and its KV cache copied to its group. Rows that emitted EOS are dropped
+    from the decode batch (once they are a quarter of it), so long stragglers do not pay for finished rows.
+    """
+    n = prompt_ids.shape[0]
+    B = n * repeats
     device = prompt_ids.device
-    mask = prompt_mask.clone()
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    next_pos = pos[:, -1:] + 1
-    done = torch.zeros(B, dtype=torch.bool, device=device)
     eos = torch.as_tensor(eos_id, device=device).reshape(-1)  # one id or several (generation_config)
-    out_ids, out_logp = [], []
     ctx = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype is not None else _nullctx()
+    pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
     with ctx:
-        out = model(input_ids=prompt_ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+        out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos, use_cache=True, logits_to_keep=1)
     cache = _cache_of(out)
     logits = out.logits[:, -1].float()
+    mask, next_pos = prompt_mask, pos[:, -1:] + 1
+    if repeats > 1:
+        cache.batch_repeat_interleave(repeats)
+        logits, mask, next_pos = (x.repeat_interleave(repeats, 0) for x in (logits, mask, next_pos))
+    can_compact = hasattr(cache, "batch_select_indices")
     cache_kw = _cache_kwarg(model)
+    ids = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
+    logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)
+    rows = torch.arange(B, device=device)  # full-batch row of each cache row
+    live = torch.ones(B, dtype=torch.bool, device=device)  # cache rows still decoding
+    steps = 0
     for t in range(max_new_tokens):
         scaled = logits / temperature
-        logprobs = scaled.log_softmax(-1)
         if greedy:
             tok = scaled.argmax(-1)
         else:
             probs = (_top_p_filter(scaled, top_p) if top_p < 1.0 else scaled).softmax(-1)
             tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-        tok = torch.where(done, torch.full_like(tok, pad_id), tok)
-        out_ids.append(tok)
-        out_logp.append(logprobs.gather(-1, tok[:, None]).squeeze(-1).masked_fill(done, 0.0))
-        done = done | torch.isin(tok, eos)
-        if bool(done.all()) or t == max_new_tokens - 1:
+        tok = torch.where(live, tok, torch.full_like(tok, pad_id))
+        # log p of the chosen token: gather minus logsumexp, no [B,V] log-softmax
+        lp = scaled.gather(-1, tok[:, None]).squeeze(-1) - torch.logsumexp(scaled, -1)
+        ids[rows[live], t] = tok[live]
+        logp[rows[live], t] = lp[live]
+        steps = t + 1
+        live = live & ~torch.isin(tok, eos)
+        if t == max_new_tokens - 1 or not bool(live.any()):
             break
-        mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=device)], dim=1)
+        if can_compact and int((~live).sum()) * 4 >= live.numel():
+            keep = live.nonzero().squeeze(-1)
+            cache.batch_select_indices(keep)
+            rows, mask, next_pos, tok, live = rows[keep], mask[keep], next_pos[keep], tok[keep], live[keep]
+        mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype, device=device)], dim=1)
         with ctx:
             out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos,
                         use_cache=True, **{cache_kw: cache})
         cache = _cache_of(out)
         logits = out.logits[:, -1].float()
         next_pos = next_pos + 1
-    ids = torch.stack(out_ids, 1)
-    logp = torch.stack(out_logp, 1)
+    ids, logp = ids[:, :steps], logp[:, :steps]
     is_eos = torch.isin(ids, eos)
     # real tokens: everything up to and including the first EOS
     after_eos = (is_eos.cumsum(1) - is_eos.long()) > 0

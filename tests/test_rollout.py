@@ -1,0 +1,71 @@
+"""The sampling loop: its log-probs equal a full forward's, shared prefill and row compaction change nothing."""
+
+from __future__ import annotations
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from rlcompare.models import build_char_tokenizer
+from rlcompare.rollout import left_pad, sample, sequence_logits, token_logp
+
+
+def _model(seed=0):
+    tok = build_char_tokenizer()
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=4, intermediate_size=64, max_position_embeddings=64,
+                      pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    model = LlamaForCausalLM(cfg).eval()
+    # make EOS likely so that rows finish at different steps (exercises row compaction)
+    with torch.no_grad():
+        model.lm_head.weight[tok.eos_token_id] *= 0
+        model.lm_head.weight[tok.eos_token_id] += model.lm_head.weight.mean(0)
+    return model, tok
+
+
+def _prompts(tok, texts):
+    return left_pad([[tok.bos_token_id] + tok(t).input_ids for t in texts], tok.pad_token_id, "cpu")
+
+
+def test_sampler_logp_equals_full_forward_logp_with_shared_prefill_and_compaction():
+    model, tok = _model()
+    pi, pm = _prompts(tok, ["3+4=", "13+14=", "1+1="])
+    g = torch.Generator().manual_seed(0)
+    comp = sample(model, pi, pm, max_new_tokens=12, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+                  temperature=0.7, generator=g, repeats=4)
+    assert comp.ids.shape[0] == 12
+    assert len(set(comp.lengths.tolist())) > 1  # rows finished at different steps
+    pi_r, pm_r = pi.repeat_interleave(4, 0), pm.repeat_interleave(4, 0)
+    with torch.no_grad():
+        full = token_logp(sequence_logits(model, pi_r, pm_r, comp.ids, comp.mask), comp.ids, 0.7) * comp.mask
+    assert torch.allclose(full, comp.logp, atol=1e-4)
+    # padding after EOS: masked, pad id, zero log-prob
+    assert torch.all(comp.ids[comp.mask == 0] == tok.pad_token_id) and torch.all(comp.logp[comp.mask == 0] == 0)
+    ends = comp.lengths - 1
+    finished = ~comp.truncated
+    assert torch.all(comp.ids[finished, ends[finished]] == tok.eos_token_id)
+
+
+def test_greedy_with_repeats_equals_one_prompt_at_a_time():
+    model, tok = _model(1)
+    texts = ["3+4=", "13+14=", "19+1="]
+    pi, pm = _prompts(tok, texts)
+    kw = dict(max_new_tokens=10, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, greedy=True)
+    grouped = sample(model, pi, pm, repeats=3, **kw)
+    for i, text in enumerate(texts):
+        single = sample(model, *_prompts(tok, [text]), **kw)
+        n = int(single.lengths[0])
+        for r in range(3):
+            assert grouped.ids[3 * i + r, :n].tolist() == single.ids[0, :n].tolist()
+            assert int(grouped.lengths[3 * i + r]) == n
+
+
+def test_several_eos_ids_stop_a_row():
+    model, tok = _model()
+    pi, pm = _prompts(tok, ["1+1="])
+    stop = [tok.eos_token_id, tok.convert_tokens_to_ids("7")]
+    comp = sample(model, pi, pm, max_new_tokens=16, eos_id=torch.tensor(stop), pad_id=tok.pad_token_id,
+                  generator=torch.Generator().manual_seed(3), repeats=8)
+    for row, n in zip(comp.ids, comp.lengths):
+        real = row[: int(n)].tolist()
+        assert all(t not in stop for t in real[:-1])  # nothing after the first stop token is kept
