@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from . import stats
+from rlcompare.flat import flatten
 
 __all__ = ["build_report", "main", "ReportError", "read_jsonl", "find_run_dirs"]
 
@@ -387,16 +388,9 @@ def _pid_alive(pid: int) -> bool:
 # fingerprints
 
 
-def _flatten(d: Any, prefix: str = "") -> dict:
-    out: dict = {}
-    if isinstance(d, dict):
-        for k, v in d.items():
-            key = f"{prefix}{k}"
-            if isinstance(v, dict) and v:
-                out.update(_flatten(v, key + "."))
-            else:
-                out[key] = json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else v
-    return out
+def _flatten(d: Any) -> dict:
+    """Dotted keys; list values JSON-encoded so they compare as one value."""
+    return {k: json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else v for k, v in flatten(d).items()}
 
 
 def _allowed(key: str, components: list[str]) -> bool:

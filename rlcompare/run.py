@@ -33,6 +33,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlcompare import checkpoint
+from rlcompare.flat import flatten
 from rlcompare.config import ConfigError, to_schema, validate
 from rlcompare.tracking import (NullLogger, RunWriter, WandbLogger, atomic_write_json, atomic_write_text, read_jsonl,
                                 truncate_jsonl)
@@ -115,8 +116,8 @@ def _check_resume_config(run_dir: Path, cfg: DictConfig, only: set[str] | None =
     """A resumed run must compute what the original computed: any differing key (but RESUME_IGNORED) fails, named.
 
     `only`: compare just these keys (those the command line set explicitly, for resume=<run dir>)."""
-    saved = _flat(OmegaConf.to_container(_saved_config(run_dir), resolve=True))
-    now = _flat(OmegaConf.to_container(cfg, resolve=True))
+    saved = flatten(OmegaConf.to_container(_saved_config(run_dir), resolve=True))
+    now = flatten(OmegaConf.to_container(cfg, resolve=True))
     keys = set(saved) | set(now)
     if only is not None:
         keys = {k for k in keys if any(k == o or k.startswith(o + ".") for o in only)}
@@ -171,15 +172,6 @@ def _config_for_resume_from(run_dir: Path, cfg: DictConfig) -> DictConfig:
     return validate(saved)
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flat(v, key + "."))
-        else:
-            out[key] = v
-    return out
 
 
 def _completed_summary(run_dir: Path, cfg) -> dict | None:
@@ -330,10 +322,21 @@ class _SigtermGuard:
 
 
 # ----------------------------------------------------------------------------- the run
+def _quiet_libraries() -> None:
+    """transformers' per-load progress bars drown our own; its warnings still show."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except Exception:
+        pass
+
+
 def train(cfg: DictConfig | dict) -> dict:
     """Run one training job; returns the summary dict (also written to summary.json)."""
     from rlcompare.trainer import Trainer, resolve_run_dir
 
+    _quiet_libraries()
     cfg = validate(cfg)
     run_dir = resolve_run_dir(cfg)
     resuming = _resume_requested(cfg)

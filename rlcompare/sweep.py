@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import yaml
+from rlcompare.flat import flatten
 
 __all__ = ["COMPONENTS", "IGNORED_KEYS", "SweepError", "SweepSpec", "VariantSpec", "Member", "load_sweep",
            "resolve_members", "check_one_change", "component_prefixes", "run_sweep", "main"]
@@ -145,17 +146,6 @@ def _ignored(key: str) -> bool:
     return _covered(key, list(IGNORED_KEYS))
 
 
-def flatten(d: Any, prefix: str = "") -> dict:
-    """Nested dicts -> {dotted key: leaf}; lists and empty dicts are leaves."""
-    out: dict = {}
-    if isinstance(d, dict):
-        for k, v in d.items():
-            key = f"{prefix}{k}"
-            if isinstance(v, dict) and v:
-                out.update(flatten(v, key + "."))
-            else:
-                out[key] = v
-    return out
 
 
 def _fmt(v: Any) -> str:
