@@ -41,8 +41,14 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
-@torch.inference_mode()
-def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int, eos_id,
+def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, **kw) -> Completions:
+    """Sample completions (see `_sample`); the tensors returned are ordinary tensors, usable under autograd."""
+    with torch.inference_mode():
+        c = _sample(model, prompt_ids, prompt_mask, **kw)
+    return Completions(*(x.clone() for x in (c.ids, c.mask, c.logp, c.truncated, c.lengths)))
+
+
+def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int, eos_id,
            pad_id: int, temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False,
            generator: torch.Generator | None = None, autocast_dtype=None, repeats: int = 1) -> Completions:
     """Sample `repeats` completions for each left-padded prompt `[n,P]`; returns right-padded `[n*repeats, T]`
@@ -156,3 +162,24 @@ def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tenso
     logits = logits.float() / temperature
     logz = torch.logsumexp(logits, -1)
     return logz - (F.softmax(logits, -1) * logits).sum(-1)
+
+
+def grouped_sequence_logits(model, prompt_ids, prompt_mask, comp_ids, comp_mask, *, group_size: int, autocast_dtype=None):
+    """`sequence_logits` for rows that come in groups of `group_size` sharing one prompt: each prompt is run
+    once and its KV cache (with its graph) copied to the group, so the prompt's forward and backward are paid
+    once per group instead of once per completion. Same values and gradients as `sequence_logits`.
+    """
+    G = group_size
+    pu, pmu = prompt_ids[::G], prompt_mask[::G]
+    pos = (pmu.cumsum(-1) - 1).clamp(min=0)
+    ctx = torch.autocast(prompt_ids.device.type, dtype=autocast_dtype) if autocast_dtype is not None else _nullctx()
+    with ctx:
+        out = model(input_ids=pu, attention_mask=pmu, position_ids=pos, use_cache=True, logits_to_keep=1)
+        cache = _cache_of(out)
+        cache.batch_repeat_interleave(G)
+        first = out.logits[:, -1:].repeat_interleave(G, 0)  # predicts each completion's first token
+        mask = torch.cat([pmu.repeat_interleave(G, 0), comp_mask.to(pmu.dtype)], 1)
+        cpos = pos[:, -1:].repeat_interleave(G, 0) + 1 + torch.arange(comp_ids.shape[1], device=comp_ids.device)
+        rest = model(input_ids=comp_ids, attention_mask=mask, position_ids=cpos, use_cache=True,
+                     **{_cache_kwarg(model): cache}).logits
+    return torch.cat([first, rest[:, :-1]], 1)

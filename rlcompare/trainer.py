@@ -27,7 +27,7 @@ from rlcompare.batch_stats import length_stats, weight_shares
 from rlcompare.config import ConfigError, validate
 from rlcompare.models import Policy, ReferenceModel, ValueModel, load_policy
 from rlcompare.prompts import Example, PromptStream, build_prompts
-from rlcompare.rollout import left_pad, sample, sequence_logits, token_entropy, token_logp
+from rlcompare.rollout import grouped_sequence_logits, left_pad, sample, sequence_logits, token_entropy, token_logp
 from rlcompare.tracking import NullLogger, RunWriter, WandbLogger, read_jsonl
 from rlcompare.verifiers import build_verifier, score_batch
 
@@ -254,8 +254,18 @@ class Trainer:
         horizon = a.horizon
         need_entropy = a.entropy_coef > 0 or (a.ratio == "hybrid" and a.clip.mix == "entropy")
         log_v = math.log(len(self.policy.tokenizer))
-        perm = torch.randperm(B, generator=self.shuffle_gen)
-        minibatches = [mb for mb in torch.tensor_split(perm, t.updates_per_rollout) if len(mb)]
+        G = t.group_size
+        n_groups = B // G
+        # Mini-batches hold whole groups, so each prompt's forward/backward is shared by its completions
+        # (grouped_sequence_logits); with fewer groups than updates, fall back to rows.
+        grouped = G > 1 and n_groups * G == B and n_groups >= t.updates_per_rollout and not self.cfg.model.gradient_checkpointing
+        if grouped:
+            gperm = torch.randperm(n_groups, generator=self.shuffle_gen)
+            minibatches = [(g[:, None] * G + torch.arange(G)).reshape(-1) for g in torch.tensor_split(gperm, t.updates_per_rollout)]
+        else:
+            perm = torch.randperm(B, generator=self.shuffle_gen)
+            minibatches = [mb for mb in torch.tensor_split(perm, t.updates_per_rollout) if len(mb)]
+        micro_rows = t.micro_batch_size and (max(G, t.micro_batch_size // G * G) if grouped else t.micro_batch_size)
         acc: dict[str, list] = {}
         skipped, nonfinite = 0, None
         model = self.policy.model
@@ -265,11 +275,15 @@ class Trainer:
             self.opt.zero_grad(set_to_none=True)
             if self.critic_opt is not None:
                 self.critic_opt.zero_grad(set_to_none=True)
-            micro = [mb] if not t.micro_batch_size else list(torch.split(mb, t.micro_batch_size))
+            micro = [mb] if not micro_rows else list(torch.split(mb, micro_rows))
             for idx in micro:
                 ids, cm = comp.ids[idx], comp.mask[idx]
                 lm = loss_mask[idx]
-                logits = sequence_logits(model, b["pi"][idx], b["pm"][idx], ids, cm, autocast_dtype=self.autocast)
+                if grouped:
+                    logits = grouped_sequence_logits(model, b["pi"][idx], b["pm"][idx], ids, cm, group_size=G,
+                                                     autocast_dtype=self.autocast)
+                else:
+                    logits = sequence_logits(model, b["pi"][idx], b["pm"][idx], ids, cm, autocast_dtype=self.autocast)
                 logp = token_logp(logits, ids, cfg.rollout.temperature) * cm
                 if a.entropy_coef > 0:  # the bonus needs entropy's gradient
                     ent = token_entropy(logits, cfg.rollout.temperature)

@@ -69,3 +69,27 @@ def test_several_eos_ids_stop_a_row():
     for row, n in zip(comp.ids, comp.lengths):
         real = row[: int(n)].tolist()
         assert all(t not in stop for t in real[:-1])  # nothing after the first stop token is kept
+
+
+def test_grouped_logits_equal_per_row_logits_in_value_and_gradient():
+    model, tok = _model(2)
+    model.train()
+    G = 3
+    pi, pm = _prompts(tok, ["3+4=", "13+14="])
+    comp = sample(model, pi, pm, max_new_tokens=6, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+                  generator=torch.Generator().manual_seed(0), repeats=G)
+    pi_r, pm_r = pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0)
+    from rlcompare.rollout import grouped_sequence_logits
+
+    def loss_and_grad(fn):
+        model.zero_grad()
+        lp = token_logp(fn(), comp.ids) * comp.mask
+        (lp.sum()).backward()
+        return lp.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    ref, g_ref = loss_and_grad(lambda: sequence_logits(model, pi_r, pm_r, comp.ids, comp.mask))
+    got, g_got = loss_and_grad(lambda: grouped_sequence_logits(model, pi_r, pm_r, comp.ids, comp.mask, group_size=G))
+    assert torch.allclose(ref, got, atol=1e-5)
+    assert g_ref.keys() == g_got.keys()
+    for n in g_ref:
+        assert torch.allclose(g_ref[n], g_got[n], atol=1e-5, rtol=1e-4), n
