@@ -211,6 +211,13 @@ class Trainer:
         return dict(batch=batch, rounds=rounds, drawn=drawn, dropped=dropped, gen_tokens=gen_tokens,
                     t_roll=t_roll, t_score=t_score)
 
+    def _logits(self, model, pi, pm, ids, cm, grouped: bool = True):
+        """Completion logits; rows in whole groups share their prompt's forward (and backward)."""
+        G = self.cfg.trainer.group_size
+        if grouped and G > 1 and ids.shape[0] % G == 0 and not self.cfg.model.gradient_checkpointing:
+            return grouped_sequence_logits(model, pi, pm, ids, cm, group_size=G, autocast_dtype=self.autocast)
+        return sequence_logits(model, pi, pm, ids, cm, autocast_dtype=self.autocast)
+
     # ------------------------------------------------------------------ advantages
     def advantages(self, b: dict) -> dict:
         a, G = self.cfg.algorithm, self.cfg.trainer.group_size
@@ -221,7 +228,7 @@ class Trainer:
         out = {"loss_mask": loss_mask}
         if self.ref is not None:
             with torch.no_grad():
-                logits = self.ref(lambda m: sequence_logits(m, b["pi"], b["pm"], comp.ids, comp.mask, autocast_dtype=self.autocast))
+                logits = self.ref(lambda m: self._logits(m, b["pi"], b["pm"], comp.ids, comp.mask))
                 out["ref_logp"] = token_logp(logits, comp.ids, self.cfg.rollout.temperature) * comp.mask
                 del logits
         rewards = b["rewards"].to(self.device)
@@ -258,7 +265,7 @@ class Trainer:
         n_groups = B // G
         # Mini-batches hold whole groups, so each prompt's forward/backward is shared by its completions
         # (grouped_sequence_logits); with fewer groups than updates, fall back to rows.
-        grouped = G > 1 and n_groups * G == B and n_groups >= t.updates_per_rollout and not self.cfg.model.gradient_checkpointing
+        grouped = G > 1 and n_groups * G == B and n_groups >= t.updates_per_rollout
         if grouped:
             gperm = torch.randperm(n_groups, generator=self.shuffle_gen)
             minibatches = [(g[:, None] * G + torch.arange(G)).reshape(-1) for g in torch.tensor_split(gperm, t.updates_per_rollout)]
@@ -279,11 +286,7 @@ class Trainer:
             for idx in micro:
                 ids, cm = comp.ids[idx], comp.mask[idx]
                 lm = loss_mask[idx]
-                if grouped:
-                    logits = grouped_sequence_logits(model, b["pi"][idx], b["pm"][idx], ids, cm, group_size=G,
-                                                     autocast_dtype=self.autocast)
-                else:
-                    logits = sequence_logits(model, b["pi"][idx], b["pm"][idx], ids, cm, autocast_dtype=self.autocast)
+                logits = self._logits(model, b["pi"][idx], b["pm"][idx], ids, cm, grouped=grouped)
                 logp = token_logp(logits, ids, cfg.rollout.temperature) * cm
                 if a.entropy_coef > 0:  # the bonus needs entropy's gradient
                     ent = token_entropy(logits, cfg.rollout.temperature)
@@ -458,7 +461,7 @@ class Trainer:
         comp = b["comp"]
         self.policy.model.eval()
         with torch.no_grad():
-            logits = sequence_logits(self.policy.model, b["pi"], b["pm"], comp.ids, comp.mask, autocast_dtype=self.autocast)
+            logits = self._logits(self.policy.model, b["pi"], b["pm"], comp.ids, comp.mask)
             return token_logp(logits, comp.ids, self.cfg.rollout.temperature) * comp.mask
 
 
