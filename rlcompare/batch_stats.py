@@ -4,32 +4,12 @@ from __future__ import annotations
 
 import torch
 
-
-def response_weights(mask: torch.Tensor, mode: str, horizon: int | None = None) -> torch.Tensor:
-    """Total loss weight each response receives under an aggregation mode (algorithms.md §4): `[B]`.
-
-    token-mean 1/N per token, seq-mean-token-mean 1/(B|o_i|), seq-mean-token-sum 1/B,
-    seq-mean-token-sum-norm 1/(BH), token-sum 1.
-    """
-    m = mask.float()
-    lengths = m.sum(1)
-    B = m.shape[0]
-    if mode == "token-mean":
-        return lengths / lengths.sum().clamp(min=1)
-    if mode == "seq-mean-token-mean":
-        return (lengths > 0).float() / B
-    if mode == "seq-mean-token-sum":
-        return lengths / B
-    if mode == "seq-mean-token-sum-norm":
-        return lengths / (B * float(horizon))
-    if mode == "token-sum":
-        return lengths
-    raise ValueError(f"unknown aggregation mode {mode!r}")
+from rlcompare.losses import aggregation_weights
 
 
 def weight_shares(mask: torch.Tensor, correct: torch.Tensor, mode: str, horizon: int | None = None) -> dict:
     """Share of the loss weight on correct responses and on the shorter half of responses."""
-    w = response_weights(mask, mode, horizon)
+    w = aggregation_weights(mask, mode, horizon=horizon).sum(1)  # each response's total weight
     total = w.sum().clamp(min=1e-12)
     lengths = mask.float().sum(1)
     order = torch.argsort(lengths, stable=True)

@@ -7,10 +7,11 @@ moved), and decoding stops as soon as every sequence has emitted EOS.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 
 @dataclass
@@ -117,13 +118,13 @@ def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
 
 def _cache_kwarg(model) -> str:
     """transformers 5 renamed `past_key_values` to `cache`; accept both."""
-    import inspect
-
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    fwd = inspect.signature(type(base).forward).parameters
-    if "cache" in fwd:
-        return "cache"
-    return "past_key_values"
+    return _cache_kwarg_of(type(base))
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_kwarg_of(cls) -> str:
+    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
 
 
 def _cache_of(out):
@@ -155,13 +156,6 @@ def token_logp(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 
     """log p(token) from logits without materializing a [B,T,V] log-softmax: gather minus logsumexp."""
     logits = logits.float() / temperature
     return logits.gather(-1, tokens[..., None]).squeeze(-1) - torch.logsumexp(logits, -1)
-
-
-def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Per-token entropy `[B,T]` in nats."""
-    logits = logits.float() / temperature
-    logz = torch.logsumexp(logits, -1)
-    return logz - (F.softmax(logits, -1) * logits).sum(-1)
 
 
 def grouped_sequence_logits(model, prompt_ids, prompt_mask, comp_ids, comp_mask, *, group_size: int, autocast_dtype=None):

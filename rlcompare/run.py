@@ -258,21 +258,22 @@ def _check_writable(path: Path, what: str) -> None:
                           f"e.g. results_dir=./results")
 
 
-def preflight(cfg: DictConfig, run_dir: Path | None = None) -> None:
+def preflight(cfg: DictConfig, run_dir: Path | None = None):
     """Checks that need more than the config but nothing heavy: build the prompt set and the verifier, read the
-    model's context length, check the run folder is writable. Raises ConfigError naming the key."""
+    model's context length, check the run folder is writable. Raises ConfigError naming the key.
+    Returns (prompt splits, verifier) so that the trainer does not build them again."""
     from rlcompare.prompts import build_prompts
     from rlcompare.verifiers import build_verifier
 
     try:
-        build_prompts(cfg.prompts)
+        splits = build_prompts(cfg.prompts)
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - missing file or field, bad template, hub errors: all name their key
         msg = str(e)
         raise ConfigError(msg if "prompts." in msg else f"prompts (prompts.kind={cfg.prompts.kind}): {msg}") from None
     try:
-        build_verifier(cfg.verifier)
+        verifier = build_verifier(cfg.verifier)
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001
@@ -285,6 +286,7 @@ def preflight(cfg: DictConfig, run_dir: Path | None = None) -> None:
                           f"({ctx} positions, from model.name_or_path={cfg.model.name_or_path!r}'s config); lower the budget")
     if run_dir is not None:
         _check_writable(run_dir, "the run folder")
+    return splits, verifier
 
 
 # ----------------------------------------------------------------------------- SIGTERM
@@ -362,7 +364,7 @@ def train(cfg: DictConfig | dict) -> dict:
             print(f"[rlcompare] resume=true: no run in {run_dir} yet; starting a new one", file=sys.stderr)
     elif read_jsonl(run_dir / "metrics.jsonl"):
         raise ConfigError(f"{run_dir} already holds a run; pass resume=true to continue it, or set run_name/experiment for a new one")
-    preflight(cfg, run_dir)
+    splits, verifier = preflight(cfg, run_dir)
 
     t_wall = time.time()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -381,7 +383,7 @@ def train(cfg: DictConfig | dict) -> dict:
 
     with _SigtermGuard(record_sigterm) as term:
         try:
-            tr = Trainer(cfg, run_dir)  # heavy: warm start, model load
+            tr = Trainer(cfg, run_dir, splits=splits, verifier=verifier)  # heavy: warm start, model load
             ckpt = None
             if resuming:
                 done = _contiguous_steps(read_jsonl(run_dir / "metrics.jsonl"))

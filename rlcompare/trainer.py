@@ -7,28 +7,24 @@ configs built with Hydra's compose API.
 from __future__ import annotations
 
 import math
-import os
 import random
-import socket
 import sys
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from rlcompare import advantages as adv_lib
 from rlcompare import losses
 from rlcompare.batch_stats import length_stats, weight_shares
-from rlcompare.config import ConfigError, validate
+from rlcompare.config import ConfigError
 from rlcompare.models import Policy, ReferenceModel, ValueModel, load_policy
 from rlcompare.prompts import Example, PromptStream, build_prompts
-from rlcompare.rollout import grouped_sequence_logits, left_pad, sample, sequence_logits, token_entropy, token_logp
-from rlcompare.tracking import NullLogger, RunWriter, WandbLogger, read_jsonl
+from rlcompare.rollout import grouped_sequence_logits, left_pad, sample, sequence_logits, token_logp
 from rlcompare.verifiers import build_verifier, score_batch
 
 TIMING_PREFIXES = ("time/", "perf/")
@@ -100,7 +96,8 @@ def _tokenizer_adds_bos(tokenizer) -> bool:
 
 # ----------------------------------------------------------------------------- the trainer
 class Trainer:
-    def __init__(self, cfg: DictConfig, run_dir: Path):
+    def __init__(self, cfg: DictConfig, run_dir: Path, *, splits=None, verifier=None):
+        """`splits` and `verifier` default to building them from the config (run.train passes its preflight's)."""
         self.cfg = cfg
         self.run_dir = run_dir
         a, t = cfg.algorithm, cfg.trainer
@@ -108,8 +105,8 @@ class Trainer:
         if t.threads:
             torch.set_num_threads(int(t.threads))
         _seed_everything(cfg.seed)
-        self.splits = build_prompts(cfg.prompts)
-        self.verifier = build_verifier(cfg.verifier)
+        self.splits = splits if splits is not None else build_prompts(cfg.prompts)
+        self.verifier = verifier if verifier is not None else build_verifier(cfg.verifier)
         self.policy: Policy = load_policy(cfg, self.splits, self.device, log=self.log)
         ctx = self.policy.context_length
         need = cfg.budget.max_prompt_tokens + cfg.budget.max_new_tokens
@@ -143,9 +140,6 @@ class Trainer:
     # ------------------------------------------------------------------ helpers
     def log(self, msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
-
-    def _eos_mask(self, ids):
-        return torch.isin(ids, self.eos_ids)
 
     def _sample(self, prompts: list[EncodedPrompt], *, repeat: int, greedy: bool):
         pi, pm = left_pad([p.ids for p in prompts], self.pad_id, self.device)
@@ -288,11 +282,9 @@ class Trainer:
                 lm = loss_mask[idx]
                 logits = self._logits(model, b["pi"][idx], b["pm"][idx], ids, cm, grouped=grouped)
                 logp = token_logp(logits, ids, cfg.rollout.temperature) * cm
-                if a.entropy_coef > 0:  # the bonus needs entropy's gradient
-                    ent = token_entropy(logits, cfg.rollout.temperature)
-                else:  # a metric (and DHPO's mix weight) only: no graph, chunked to bound memory
-                    with torch.no_grad():
-                        ent = losses.entropy_from_logits(logits.detach().float() / cfg.rollout.temperature, chunk_size=1024)
+                # the entropy bonus needs its gradient; otherwise it is a metric (and DHPO's mix weight): no graph
+                with torch.set_grad_enabled(a.entropy_coef > 0):
+                    ent = losses.entropy_from_logits(logits / cfg.rollout.temperature, chunk_size=1024)
                 del logits
                 olp = old_logp[idx] if old_logp is not None else logp.detach()
                 advs = av["adv"][idx]
@@ -321,7 +313,7 @@ class Trainer:
                     loss = loss * float("nan")
                 _add(acc, "_loss_total", float(loss.detach()))
                 loss.backward()
-                w = float(cm[: len(idx)].sum())
+                w = float(cm.sum())
                 _add(acc, "loss/policy", float(ploss.detach()))
                 for k, v in pm.items():
                     _add(acc, f"_pm/{k}", v, weight=w)
@@ -365,7 +357,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ eval
     def evaluate(self) -> tuple[dict, list[dict]]:
-        t, cfg = self.cfg.trainer, self.cfg
+        t = self.cfg.trainer
         correct, lengths, samples = 0, 0.0, []
         for i in range(0, len(self.eval_prompts), t.eval_batch_size):
             chunk = self.eval_prompts[i:i + t.eval_batch_size]
@@ -383,7 +375,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ one step
     def step(self) -> dict:
-        cfg, a, t = self.cfg, self.cfg.algorithm, self.cfg.trainer
+        a, t = self.cfg.algorithm, self.cfg.trainer
         t_start = time.perf_counter()
         self.state["step"] += 1
         col = self.collect()
