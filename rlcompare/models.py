@@ -332,7 +332,15 @@ def load_policy(cfg: Any, splits, device: str, log=print) -> Policy:
         enable_gradient_checkpointing(model)
     if lora:
         model = apply_lora(model, m.lora)
-    elif m.kind == "hf" and dtype in (torch.bfloat16, torch.float16):
+    if m.kind == "hf":
+        from rlcompare.rollout import check_sampling_support
+
+        try:
+            check_sampling_support(model, tokenizer.bos_token_id if tokenizer.bos_token_id is not None
+                                   else tokenizer.pad_token_id)
+        except ValueError as e:
+            raise _config_error(f"model.name_or_path={path!r}: {e}") from None
+    if not lora and m.kind == "hf" and dtype in (torch.bfloat16, torch.float16):
         log(f"[rlcompare] note: full fine-tuning with {str(dtype).removeprefix('torch.')} weights: AdamW updates smaller "
             f"than the weights' resolution (about |w|/256) are rounded away, so a small trainer.lr may barely move "
             f"the model; model.dtype=float32 keeps fp32 weights (bf16 autocast on a GPU), or use model.lora.enabled=true")

@@ -116,6 +116,33 @@ def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
     return Completions(ids=ids, mask=cmask, logp=logp * cmask, truncated=truncated, lengths=cmask.sum(1))
 
 
+def check_sampling_support(model, token_id: int) -> None:
+    """Run, on a 2-token prompt, every cache operation the sampler and the grouped update use (prefill,
+    repeat per group, drop rows, one decode step); raise `ValueError` saying why a model cannot be sampled.
+
+    Attention models with a transformers KV cache pass; state-space and recurrent models (Mamba, RWKV,
+    hybrids such as Jamba) keep a state that cannot be copied per group or cut per row this way.
+    """
+    device = next(model.parameters()).device
+    ids = torch.full((1, 2), int(token_id), dtype=torch.long, device=device)
+    mask = torch.ones_like(ids)
+    try:
+        with torch.inference_mode():
+            out = model(input_ids=ids, attention_mask=mask, position_ids=torch.arange(2, device=device)[None],
+                        use_cache=True, logits_to_keep=1)
+            cache = _cache_of(out)
+            cache.batch_repeat_interleave(2)
+            cache.batch_select_indices(torch.tensor([1], device=device))
+            model(input_ids=ids[:, :1], attention_mask=torch.ones((1, 3), dtype=torch.long, device=device),
+                  position_ids=torch.full((1, 1), 2, device=device), use_cache=True, **{_cache_kwarg(model): cache})
+    except (AttributeError, TypeError, ValueError, NotImplementedError, RuntimeError) as e:
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        raise ValueError(f"{type(base).__name__} cannot be sampled by rlcompare ({type(e).__name__}: {str(e).rstrip('.')}); rlcompare "
+                         f"needs an attention model with a transformers KV cache (copied per group, cut per row); "
+                         f"state-space and recurrent models (Mamba, RWKV, Jamba-style hybrids) are not "
+                         f"supported") from None
+
+
 def _cache_kwarg(model) -> str:
     """transformers 5 renamed `past_key_values` to `cache`; accept both."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model

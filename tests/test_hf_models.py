@@ -303,3 +303,59 @@ def test_lora_target_modules_that_match_nothing_is_a_clear_error(compose, models
     with pytest.raises(ConfigError, match="model.lora.target_modules"):
         _trainer(compose, tmp_path, *_overrides(models["llama"], "gsm8k", "model.lora.enabled=true",
                                                 "model.lora.target_modules=[no_such_proj]"))
+
+
+# Other architectures, built from their transformers configs: the sampler's log-probs (KV cache, prompt
+# prefilled once per group, rows dropped as they end) must equal those of one full forward per sequence, left
+# padding and all, for rotary, ALiBi, learned-position and sliding-window models alike.
+OTHER_ARCHES = {
+    "gpt_neox": {}, "opt": {}, "bloom": {}, "phi3": {}, "mixtral": {"num_local_experts": 2, "num_experts_per_tok": 1},
+    "gemma2": {"head_dim": 8, "sliding_window": 4},  # window shorter than prompt + completion
+}
+
+
+def _save_arch(folder: Path, arch: str) -> str:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    tok = _tokenizer(chat=False)
+    cfg = AutoConfig.for_model(arch, vocab_size=len(tok), pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                               eos_token_id=tok.eos_token_id, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                               num_key_value_heads=2, intermediate_size=64, max_position_embeddings=CTX,
+                               **OTHER_ARCHES.get(arch, {}))
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.parametrize("arch", sorted(OTHER_ARCHES))
+def test_other_architectures_sample_and_score_the_same_log_probs(tmp_path, arch):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = _save_arch(tmp_path / arch, arch)
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    tok = AutoTokenizer.from_pretrained(path)
+    seqs = [[tok.bos_token_id] + [10 + i, 11, 12] * (1 + i % 3) for i in range(3)]  # 4, 7, 10 tokens: left padding
+    pi, pm = left_pad(seqs, tok.pad_token_id, "cpu")
+    comp = sample(model, pi, pm, max_new_tokens=8, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, repeats=3,
+                  generator=torch.Generator().manual_seed(0))
+    rows = comp.mask.bool()
+    assert rows.sum() > 20
+    with torch.no_grad():
+        for i in range(comp.ids.shape[0]):  # each sequence alone, no padding, no cache
+            p, n = seqs[i // 3], int(comp.lengths[i])
+            logits = model(input_ids=torch.tensor([p + comp.ids[i, :n].tolist()])).logits[0, len(p) - 1:len(p) - 1 + n]
+            torch.testing.assert_close(token_logp(logits, comp.ids[i, :n]), comp.logp[i, :n], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("arch", ["mamba", "rwkv"])
+def test_a_model_without_an_attention_kv_cache_is_a_clear_error(compose, tmp_path, arch):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    tok = _tokenizer(chat=False)
+    cfg = AutoConfig.for_model(arch, vocab_size=len(tok), pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                               eos_token_id=tok.eos_token_id, hidden_size=32, num_hidden_layers=2)
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path / arch)
+    tok.save_pretrained(tmp_path / arch)
+    with pytest.raises(ConfigError, match=r"model.name_or_path=.*cannot be sampled by rlcompare.*attention model"):
+        _trainer(compose, tmp_path, *_overrides(str(tmp_path / arch)))
