@@ -212,6 +212,7 @@ class TrainerConfig:
 class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
+    kv_cache: str = "auto"  # auto: preallocated cache for Llama/Qwen2/Qwen3/Mistral; dynamic: transformers' cache
 
 
 @dataclass
@@ -370,6 +371,9 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
         raise ConfigError(f"rollout.temperature={c.rollout.temperature} must be > 0 (sampling needs a positive temperature)")
     if not 0 < c.rollout.top_p <= 1:
         raise ConfigError(f"rollout.top_p={c.rollout.top_p} must be in (0, 1]")
+    if c.rollout.kv_cache not in ("auto", "dynamic"):
+        raise ConfigError(f"rollout.kv_cache={c.rollout.kv_cache!r} must be auto (a preallocated cache where the "
+                          f"architecture allows) or dynamic (transformers' cache)")
 
     _at_least("budget.max_new_tokens", b.max_new_tokens, 1)
     _at_least("budget.max_prompt_tokens", b.max_prompt_tokens, 1)

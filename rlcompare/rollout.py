@@ -51,12 +51,15 @@ def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, **kw) -> 
 
 def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int, eos_id,
            pad_id: int, temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False,
-           generator: torch.Generator | None = None, autocast_dtype=None, repeats: int = 1) -> Completions:
+           generator: torch.Generator | None = None, autocast_dtype=None, repeats: int = 1,
+           kv_cache: str = "auto") -> Completions:
     """Sample `repeats` completions for each left-padded prompt `[n,P]`; returns right-padded `[n*repeats, T]`
     completions, the `repeats` completions of a prompt contiguous.
 
     Each prompt is prefilled once and its KV cache copied to its group. Rows that emitted EOS are dropped
     from the decode batch (once they are a quarter of it), so long stragglers do not pay for finished rows.
+    kv_cache: "auto" decodes Llama-family models with a preallocated cache (`static_decode`), others with
+    transformers' cache; "dynamic" always uses transformers' cache.
     """
     n = prompt_ids.shape[0]
     B = n * repeats
@@ -64,16 +67,10 @@ def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
     eos = torch.as_tensor(eos_id, device=device).reshape(-1)  # one id or several (generation_config)
     ctx = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype is not None else _nullctx()
     pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+    decoder = make_decoder(model, prompt_ids.shape[1] + max_new_tokens, kv_cache)
     with ctx:
-        out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos, use_cache=True, logits_to_keep=1)
-    cache = _cache_of(out)
-    logits = out.logits[:, -1].float()
-    mask, next_pos = prompt_mask, pos[:, -1:] + 1
-    if repeats > 1:
-        cache.batch_repeat_interleave(repeats)
-        logits, mask, next_pos = (x.repeat_interleave(repeats, 0) for x in (logits, mask, next_pos))
-    can_compact = hasattr(cache, "batch_select_indices")
-    cache_kw = _cache_kwarg(model)
+        logits = decoder.prefill(prompt_ids, prompt_mask, pos, repeats).float()
+    next_pos = pos[:, -1:].repeat_interleave(repeats, 0) + 1
     ids = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
     logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)
     rows = torch.arange(B, device=device)  # full-batch row of each cache row
@@ -95,16 +92,12 @@ def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
         live = live & ~torch.isin(tok, eos)
         if t == max_new_tokens - 1 or not bool(live.any()):
             break
-        if can_compact and int((~live).sum()) * 4 >= live.numel():
+        if decoder.can_select and int((~live).sum()) * 4 >= live.numel():
             keep = live.nonzero().squeeze(-1)
-            cache.batch_select_indices(keep)
-            rows, mask, next_pos, tok, live = rows[keep], mask[keep], next_pos[keep], tok[keep], live[keep]
-        mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype, device=device)], dim=1)
+            decoder.select(keep)
+            rows, next_pos, tok, live = rows[keep], next_pos[keep], tok[keep], live[keep]
         with ctx:
-            out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos,
-                        use_cache=True, **{cache_kw: cache})
-        cache = _cache_of(out)
-        logits = out.logits[:, -1].float()
+            logits = decoder.step(tok, next_pos).float()
         next_pos = next_pos + 1
     ids, logp = ids[:, :steps], logp[:, :steps]
     is_eos = torch.isin(ids, eos)
@@ -114,6 +107,47 @@ def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
     truncated = ~is_eos.any(1)
     ids = ids.masked_fill(cmask == 0, pad_id)
     return Completions(ids=ids, mask=cmask, logp=logp * cmask, truncated=truncated, lengths=cmask.sum(1))
+
+
+def make_decoder(model, capacity: int, kv_cache: str = "auto"):
+    """The decoder `_sample` drives: `prefill(ids, mask, pos, repeats)`, `step(tokens, pos)`, `select(rows)`."""
+    from rlcompare import static_decode
+
+    if kv_cache == "auto" and static_decode.supports(model, capacity) is None:
+        return static_decode.StaticDecoder(model, capacity)
+    return CacheDecoder(model)
+
+
+class CacheDecoder:
+    """Decoding through the model's own forward and transformers' KV cache (any architecture it supports)."""
+
+    def __init__(self, model):
+        self.model = model
+        self.cache_kw = _cache_kwarg(model)
+        self.cache = None
+        self.mask = None
+        self.can_select = False
+
+    def prefill(self, ids, mask, pos, repeats: int = 1):
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+        self.cache, self.mask = _cache_of(out), mask
+        logits = out.logits[:, -1]
+        if repeats > 1:
+            self.cache.batch_repeat_interleave(repeats)
+            logits, self.mask = logits.repeat_interleave(repeats, 0), mask.repeat_interleave(repeats, 0)
+        self.can_select = hasattr(self.cache, "batch_select_indices")
+        return logits
+
+    def step(self, tokens, pos):
+        self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=1)
+        out = self.model(input_ids=tokens[:, None], attention_mask=self.mask, position_ids=pos, use_cache=True,
+                         **{self.cache_kw: self.cache})
+        self.cache = _cache_of(out)
+        return out.logits[:, -1]
+
+    def select(self, rows):
+        self.cache.batch_select_indices(rows)
+        self.mask = self.mask[rows]
 
 
 def check_sampling_support(model, token_id: int) -> None:

@@ -73,7 +73,8 @@ def fingerprint(cfg: DictConfig, tr) -> dict:
         "prompts": prompts,
         "verifier": c["verifier"],
         "budget": c["budget"],
-        "sampling": {**c["rollout"], "group_size": c["trainer"]["group_size"],
+        # kv_cache is how decoding is computed, not what is sampled: runs that differ only there compare
+        "sampling": {**{k: v for k, v in c["rollout"].items() if k != "kv_cache"}, "group_size": c["trainer"]["group_size"],
                      "prompts_per_step": c["trainer"]["prompts_per_step"],
                      "dynamic_sampling": c["algorithm"]["dynamic_sampling"]},
     }

@@ -147,7 +147,7 @@ class Trainer:
         comp = sample(self.policy.model, pi, pm, max_new_tokens=self.cfg.budget.max_new_tokens,
                       eos_id=self.eos_ids, pad_id=self.pad_id, temperature=self.cfg.rollout.temperature,
                       top_p=self.cfg.rollout.top_p, greedy=greedy, generator=self.gen, autocast_dtype=self.autocast,
-                      repeats=repeat)
+                      repeats=repeat, kv_cache=self.cfg.rollout.kv_cache)
         if repeat > 1:  # the update needs every completion's prompt
             pi, pm = pi.repeat_interleave(repeat, 0), pm.repeat_interleave(repeat, 0)
         return pi, pm, comp

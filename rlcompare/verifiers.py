@@ -56,14 +56,22 @@ DEFAULT_MAX_CHARS = 10_000
 VERIFIERS = ("exact_match", "math_verify", "countdown", "format", "weighted")
 
 # ----------------------------------------------------------------------------- text helpers
-_NUMBER = re.compile(r"[-+]?[0-9][0-9,]*(?:\.[0-9]+)?")  # ASCII digits only: '١٢٣' / '１２３' are not numbers
+# ASCII digits only: '١٢٣' / '１２３' are not numbers. Commas count only as thousands separators (groups of
+# exactly 3: '1,000,000'); the former `[0-9][0-9,]*` read the list '1,2,3' as 123. (Groups of 2, as in
+# '10,00,000', are not read: allowing them made the search quadratic on '12,12,12,...'.) The sign may be the
+# math minus U+2212 ('−5'): without it '−5' read as 5 and scored correct against the answer 5. A number may
+# start with its decimal point ('.5'; before, it read as 5), but not right after a digit ('1.2.3').
+_DIGITS = r"(?:[0-9]{1,3}(?:,[0-9]{3})+(?![0-9])|[0-9]+)(?:\.[0-9]+)?|(?<![0-9])\.[0-9]+"
+_NUMBER = re.compile(rf"[-+\u2212]?(?:{_DIGITS})")
+_PLAIN_NUMBER = re.compile(rf"[-+]?(?:{_DIGITS})")
 
 
 def normalize_number(text: str) -> str | None:
     """'1,000', '1000.0', '+1000' -> '1000'; None when not a plain decimal number (ASCII digits)."""
-    t = text.strip().replace(",", "")
-    if len(t) > 100 or not re.fullmatch(r"[-+]?[0-9]+(?:\.[0-9]+)?", t):
+    t = text.strip().replace("\u2212", "-")  # '−5' (U+2212 MINUS SIGN) is -5
+    if len(t) > 100 or not _PLAIN_NUMBER.fullmatch(t):
         return None
+    t = t.replace(",", "")
     neg = t.startswith("-")
     t = t.lstrip("+-")
     if "." in t:
@@ -73,12 +81,16 @@ def normalize_number(text: str) -> str | None:
 
 
 def last_tag(text: str, tag: str = "answer") -> str | None:
-    """Content of the last `<tag>...</tag>` (linear time), or None."""
+    """Content of the last `<tag>...</tag>` (linear time), or None; with nested tags the innermost
+    (`<answer><answer>5</answer></answer>` -> '5', not '5</answer>')."""
     close = text.rfind(f"</{tag}>")
     if close < 0:
         return None
     start = text.rfind(f"<{tag}>", 0, close)
-    return None if start < 0 else text[start + len(tag) + 2 : close]
+    if start < 0:
+        return None
+    start += len(tag) + 2
+    return text[start : text.find(f"</{tag}>", start)]  # the first close after the last open (found: <= close)
 
 
 def last_boxed(text: str) -> str | None:
@@ -215,7 +227,8 @@ class MathVerify(Verifier):
     The prediction is the last `<answer>...</answer>` content when present, else the last `max_chars`
     characters (math-verify then prefers the last `\\boxed{}`). The reference is parsed as LaTeX
     (`$answer$`, then as given, then `\\boxed{answer}`). Not bounded by construction (sympy): score_batch
-    runs it in worker processes.
+    runs it in worker processes; a call in the main thread outside a worker (direct, `isolation: inline`) has
+    one SIGALRM deadline of `timeout_s` and reports a timeout as `error`.
     """
 
     name = "math_verify"
@@ -228,7 +241,7 @@ class MathVerify(Verifier):
         except ImportError as e:
             raise ValueError("verifier.name=math_verify needs the math-verify package: pip install 'math-verify[antlr4_13_2]'") from e
         self.max_chars, self.strict, self.float_rounding = int(max_chars), bool(strict), int(float_rounding)
-        self.timeout_s = timeout_s  # math-verify's own signal timeouts, used only inline in the main thread
+        self.timeout_s = timeout_s  # one SIGALRM deadline per call, used only inline in the main thread
 
     def warm(self) -> None:
         """Import math-verify (and sympy) up front, e.g. in a fresh worker before it reports ready."""
@@ -236,12 +249,15 @@ class MathVerify(Verifier):
 
         verify(parse("$1$"), parse("$1$"), timeout_seconds=None)
 
-    def _own_timeout(self) -> int | None:
-        if _IN_WORKER or threading.current_thread() is not threading.main_thread() or not self.timeout_s:
-            return None  # the worker's SIGALRM / the caller bounds time instead
-        return max(1, math.ceil(self.timeout_s))
+    def _own_timeout(self) -> float | None:
+        import signal
 
-    def _gold(self, answer: str, t):
+        if (_IN_WORKER or threading.current_thread() is not threading.main_thread() or not self.timeout_s
+                or not hasattr(signal, "setitimer")):
+            return None  # the worker's SIGALRM / the caller bounds time instead
+        return float(self.timeout_s)
+
+    def _gold(self, answer: str):
         from math_verify import parse
 
         cache = self.__dict__.setdefault("_gold_cache", {})
@@ -250,7 +266,7 @@ class MathVerify(Verifier):
         forms = [answer] if ("$" in answer or "\\boxed" in answer) else [f"${answer}$", answer, f"\\boxed{{{answer}}}"]
         gold = []
         for f in forms:
-            gold = parse(f, parsing_timeout=t)
+            gold = parse(f, parsing_timeout=None)
             if gold:
                 break
         if not gold:
@@ -261,17 +277,46 @@ class MathVerify(Verifier):
         return gold
 
     def score(self, completion: str, answer: str) -> Score:
+        """Inline in the main thread (a direct call, `isolation: inline`): ONE deadline of `timeout_s` for the
+        whole call, and a timeout is `error=True` (counted in verifier/errors). math-verify's own timeouts were
+        per parse/verify call (up to 6 x timeout_s in all) and turned a timeout into a plain wrong answer."""
+        import signal
+
+        t = self._own_timeout()
+        if t is None:
+            return self._score(completion, answer)
+
+        def on_alarm(signum, frame):
+            raise _ItemTimeout()
+
+        old_handler = signal.getsignal(signal.SIGALRM)
+        old_delay, old_interval = signal.getitimer(signal.ITIMER_REAL)  # a caller's own timer: never pushed back
+        start = time.monotonic()
+        try:
+            try:
+                signal.signal(signal.SIGALRM, on_alarm)
+                signal.setitimer(signal.ITIMER_REAL, min(t, old_delay) if old_delay > 0 else t)
+                return self._score(completion, answer)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except _ItemTimeout:
+            return ERROR
+        finally:
+            signal.signal(signal.SIGALRM, old_handler if old_handler is not None else signal.SIG_DFL)
+            if old_delay > 0:  # give back a caller's own timer, less the time spent here
+                signal.setitimer(signal.ITIMER_REAL, max(1e-3, old_delay - (time.monotonic() - start)), old_interval)
+
+    def _score(self, completion: str, answer: str) -> Score:
         from math_verify import parse, verify
 
-        _quiet_math_verify()
-        t = self._own_timeout()
-        gold = self._gold(str(answer).strip(), t)
+        _quiet_math_verify()  # math-verify's own timeouts stay off (None): its signal.alarm would reset ours
+        gold = self._gold(str(answer).strip())
         tail = _tail(completion, self.max_chars)
         tagged = last_tag(tail)
-        pred = parse(tagged if tagged is not None else tail, parsing_timeout=t)
+        pred = parse(tagged if tagged is not None else tail, parsing_timeout=None)
         if not pred and tagged is not None and tagged.strip():
-            pred = parse(f"${tagged.strip()}$", parsing_timeout=t)
-        ok = bool(pred) and bool(verify(gold, pred, float_rounding=self.float_rounding, strict=self.strict, timeout_seconds=t))
+            pred = parse(f"${tagged.strip()}$", parsing_timeout=None)
+        ok = bool(pred) and bool(verify(gold, pred, float_rounding=self.float_rounding, strict=self.strict, timeout_seconds=None))
         return Score(1.0 if ok else 0.0, ok)
 
 
@@ -287,7 +332,8 @@ class Countdown(Verifier):
 
     The expression is the last `<answer>...</answer>` content, else the last line with a digit. `$`, `\\(`
     `\\)`, `\\[` `\\]` and a trailing `.` are dropped; with `=` the first side holding an operator is the
-    expression (`3*5+7 = 22` and `22 = 3*5+7` both read `3*5+7`). The reference is the JSON string
+    expression (`3*5+7 = 22` and `22 = 3*5+7` both read `3*5+7`), and every other side must be a valid
+    expression of the same value (`3*5+7 = 23` scores 0: a false equation). The reference is the JSON string
     `{"nums": [...], "target": N}` (`countdown_expr.encode_countdown`). An invalid expression scores 0
     without `error` (error is for verifier faults).
     """
@@ -298,6 +344,11 @@ class Countdown(Verifier):
         self.require_all, self.max_chars = bool(require_all), int(max_chars)
 
     def extract(self, completion: str) -> str | None:
+        sides = self._sides(completion)
+        return None if sides is None else sides[0]
+
+    def _sides(self, completion: str) -> list[str] | None:
+        """The expression, then the other sides of its equation (if any)."""
         tail = _tail(completion, self.max_chars)
         text = last_tag(tail)
         if text is None:
@@ -311,27 +362,34 @@ class Countdown(Verifier):
         parts = [p.strip() for p in text.split("=") if p.strip()]
         if not parts:
             return None
-        for p in parts:
+        for k, p in enumerate(parts):
             if any(op in _normalize_ops(p) for op in "+-*/"):
-                return p
-        return parts[0]
+                return [p] + parts[:k] + parts[k + 1 :]
+        return parts
 
     def score(self, completion: str, answer: str) -> Score:
         nums, target = decode_countdown(answer)  # a bad reference raises -> error=True in score_batch
-        expr = self.extract(completion)
-        if expr is None:
+        sides = self._sides(completion)
+        if sides is None:
             return Score(0.0, False)
         try:
-            ev = evaluate(expr)
+            ev = evaluate(sides[0])
+            # The other sides must hold too: '3*5+7 = 23' (or '= 3*5+8') states a false equation and scored 1
+            # when only the first side was read. Each is a checked expression (<= 512 chars), so this stays cheap.
+            if any(evaluate(p).value != ev.value for p in sides[1:]):
+                return Score(0.0, False)
         except ExprError:
             return Score(0.0, False)
         ok = uses_numbers(ev.numbers, nums, require_all=self.require_all) and ev.value == target
         return Score(1.0 if ok else 0.0, ok)
 
 
-R1_FORMAT = r"^\s*(?:<think>)?(?:(?!</think>).)*</think>\s*<answer>(?:(?!</answer>).)*</answer>\s*\Z"
-# The opening <think> is optional because the r1 prompt template ends with "<think>".
-# Tempered tokens ((?!x).)* keep the match linear in the input length.
+R1_FORMAT = r"^(?:(?!</think>).)*</think>\s*<answer>(?:(?!</answer>).)*</answer>\s*\Z"
+# The opening <think> is optional because the r1 prompt template ends with "<think>": the first tempered token
+# ((?!x).)* takes leading whitespace and an opening <think> too. Tempered tokens keep the match linear in the
+# input length. A former leading `\s*(?:<think>)?` matched the same texts but overlapped the tempered token on
+# whitespace, so a completion of n leading blanks (no </think>) backtracked O(n^2): ~1 s at 10_000 characters,
+# inline, outside any timeout.
 
 
 class FormatCheck(Verifier):

@@ -46,6 +46,7 @@ CASES = [
     (["rollout.top_p=1.5"], r"rollout\.top_p=1\.5 must be in \(0, 1\]"),
     (["rollout.top_p=0"], r"rollout\.top_p=0(\.0)? must be in \(0, 1\]"),
     (["rollout.temperature=0"], r"rollout\.temperature=0(\.0)? must be > 0"),
+    (["rollout.kv_cache=static"], r"rollout\.kv_cache=.static. must be auto .* or dynamic"),
     (["verifier.timeout_s=0"], r"verifier\.timeout_s=0(\.0)? must be > 0"),
     # budget
     (["budget.max_steps=null", "budget.total_tokens=null"], r"budget needs budget\.total_tokens .* or budget\.max_steps"),

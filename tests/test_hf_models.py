@@ -158,7 +158,8 @@ def test_sampling_with_lora_uses_the_kv_cache_without_deprecated_arguments(compo
     pi, pm = left_pad([p.ids for p in tr.train_prompts[:2]], tr.pad_id, "cpu")
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*past_key_values.*")  # "`past_key_values` is deprecated ..."
-        comp = sample(model.eval(), pi, pm, max_new_tokens=5, eos_id=tr.eos_ids, pad_id=tr.pad_id, greedy=True)
+        comp = sample(model.eval(), pi, pm, max_new_tokens=5, eos_id=tr.eos_ids, pad_id=tr.pad_id, greedy=True,
+                      kv_cache="dynamic")  # transformers' cache through the peft wrapper
     hook.remove()
     assert lengths[0] == pi.shape[1] and set(lengths[1:]) == {1}  # one token per step: the cache is used
     with torch.no_grad():
@@ -264,12 +265,15 @@ def test_gradient_checkpointing_keeps_the_sampling_cache_and_trains(compose, mod
     lengths = []
     hook = base.register_forward_pre_hook(lambda mod, args, kw: lengths.append(kw["input_ids"].shape[1]), with_kwargs=True)
     pi, pm = left_pad([p.ids for p in tr.train_prompts[:2]], tr.pad_id, "cpu")
-    comp = sample(model.eval(), pi, pm, max_new_tokens=5, eos_id=tr.eos_ids, pad_id=tr.pad_id, greedy=True)
+    comp = sample(model.eval(), pi, pm, max_new_tokens=5, eos_id=tr.eos_ids, pad_id=tr.pad_id, greedy=True,
+                  kv_cache="dynamic")
     hook.remove()
     assert lengths[0] == pi.shape[1] and set(lengths[1:]) == {1}
     with torch.no_grad():
         full = token_logp(sequence_logits(model, pi, pm, comp.ids, comp.mask), comp.ids) * comp.mask
     assert torch.allclose(full, comp.logp, atol=1e-4)
+    static = sample(model, pi, pm, max_new_tokens=5, eos_id=tr.eos_ids, pad_id=tr.pad_id, greedy=True)  # own cache
+    assert torch.equal(static.ids, comp.ids) and torch.allclose(static.logp, comp.logp, atol=1e-4)
     # in training the layers run again in the backward pass (that is the checkpointing)
     calls = []
     hook = base.model.layers[0].self_attn.register_forward_hook(lambda *a: calls.append(torch.is_grad_enabled()))

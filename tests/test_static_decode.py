@@ -1,0 +1,155 @@
+"""The preallocated-cache decoder (`rlcompare.static_decode`) computes what the model's own forward computes.
+
+The reference in every test is transformers: one full forward of each whole sequence (no cache, no padding),
+or the sampler driven through transformers' DynamicCache (`kv_cache="dynamic"`) with the same generator.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlcompare import static_decode
+from rlcompare.models import build_char_tokenizer
+from rlcompare.rollout import CacheDecoder, left_pad, make_decoder, sample, token_logp
+
+TOK = build_char_tokenizer()
+IDS = dict(vocab_size=len(TOK), pad_token_id=TOK.pad_token_id, bos_token_id=TOK.bos_token_id, eos_token_id=TOK.eos_token_id)
+
+
+def _model(arch: str, **extra):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    kw = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+              max_position_embeddings=128, **IDS)
+    kw.update(extra)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(arch, **kw)).eval()
+    with torch.no_grad():  # non-trivial biases and norm weights, so a dropped bias or norm shows
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+# 4, 7 and 10 tokens: left padding of 6, 3 and 0
+PROMPTS = [[TOK.bos_token_id] + [10 + i, 11, 12] * (1 + i) for i in range(3)]
+CASES = {
+    "llama-mha": ("llama", {"num_key_value_heads": 4}),
+    "llama-gqa": ("llama", {}),
+    "qwen2-bias": ("qwen2", {}),
+    "qwen3-qk-norm": ("qwen3", {"head_dim": 8}),
+    "mistral": ("mistral", {"sliding_window": None}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_step_equals_a_full_forward_of_the_whole_sequence(case):
+    arch, extra = CASES[case]
+    model = _model(arch, **extra)
+    pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
+    pos = (pm.cumsum(-1) - 1).clamp(min=0)
+    dec = make_decoder(model, pi.shape[1] + 6)
+    assert isinstance(dec, static_decode.StaticDecoder)
+    g = torch.Generator().manual_seed(1)
+    seqs = [list(p) for p in PROMPTS]
+    with torch.inference_mode():
+        logits = dec.prefill(pi, pm, pos)
+        next_pos = pos[:, -1:] + 1
+        for _ in range(6):
+            for i, s in enumerate(seqs):  # reference: the whole sequence alone, no padding, no cache
+                want = model(input_ids=torch.tensor([s])).logits[0, -1]
+                torch.testing.assert_close(logits[i], want, atol=2e-5, rtol=0)
+            tok = torch.randint(5, 80, (3,), generator=g)
+            for s, t in zip(seqs, tok.tolist()):
+                s.append(t)
+            logits = dec.step(tok, next_pos)
+            next_pos = next_pos + 1
+
+
+@pytest.mark.parametrize("case", ["llama-gqa", "qwen2-bias"])
+def test_sampling_matches_the_transformers_cache_token_for_token(case):
+    arch, extra = CASES[case]
+    model = _model(arch, **extra)
+    pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
+    kw = dict(max_new_tokens=24, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id, repeats=8)
+    fast = sample(model, pi, pm, generator=torch.Generator().manual_seed(0), kv_cache="auto", **kw)
+    ref = sample(model, pi, pm, generator=torch.Generator().manual_seed(0), kv_cache="dynamic", **kw)
+    assert torch.equal(fast.ids, ref.ids) and torch.equal(fast.mask, ref.mask)
+    torch.testing.assert_close(fast.logp, ref.logp, atol=2e-5, rtol=0)
+    # some rows ended early, so rows were dropped from the cache on the way
+    assert 0 < int((~fast.truncated).sum()) and int(fast.truncated.sum()) > 0
+
+
+def test_dropping_rows_keeps_the_remaining_rows_exact():
+    model = _model("llama")
+    pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
+    pos = (pm.cumsum(-1) - 1).clamp(min=0)
+    tok = torch.tensor([20, 21, 22])
+    with torch.inference_mode():
+        full = make_decoder(model, 16)
+        full.prefill(pi, pm, pos)
+        want = full.step(tok, pos[:, -1:] + 1)
+        cut = make_decoder(model, 16)
+        cut.prefill(pi, pm, pos)
+        cut.select(torch.tensor([2, 0]))
+        got = cut.step(tok[[2, 0]], (pos[:, -1:] + 1)[[2, 0]])
+    torch.testing.assert_close(got, want[[2, 0]], atol=1e-6, rtol=0)
+
+
+def test_bf16_autocast_stays_close_to_the_model_under_the_same_autocast():
+    model = _model("llama")
+    pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
+    kw = dict(max_new_tokens=8, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id, autocast_dtype=torch.bfloat16)
+    fast = sample(model, pi, pm, generator=torch.Generator().manual_seed(0), kv_cache="auto", **kw)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        for i, p in enumerate(PROMPTS):
+            n = int(fast.lengths[i])
+            logits = model(input_ids=torch.tensor([p + fast.ids[i, :n].tolist()])).logits[0, len(p) - 1:len(p) - 1 + n]
+            # bf16 keeps ~3 significant digits; log-probs of ~-4.4 agree to a few hundredths
+            torch.testing.assert_close(token_logp(logits, fast.ids[i, :n]), fast.logp[i, :n], atol=5e-2, rtol=0)
+
+
+def test_lora_adapters_are_applied_through_their_modules():
+    from peft import LoraConfig, get_peft_model
+
+    model = _model("llama")
+    lora = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"))
+    with torch.no_grad():  # B starts at zero (adapter = identity); make the adapters matter
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
+    kw = dict(max_new_tokens=8, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id, repeats=2)
+    assert isinstance(make_decoder(lora, 20), static_decode.StaticDecoder)
+    fast = sample(lora, pi, pm, generator=torch.Generator().manual_seed(0), kv_cache="auto", **kw)
+    ref = sample(lora, pi, pm, generator=torch.Generator().manual_seed(0), kv_cache="dynamic", **kw)
+    assert torch.equal(fast.ids, ref.ids)
+    torch.testing.assert_close(fast.logp, ref.logp, atol=2e-5, rtol=0)
+    with lora.disable_adapter():  # the reference model (adapters off) is a different function
+        base = sample(lora, pi, pm, generator=torch.Generator().manual_seed(0), kv_cache="auto", **kw)
+    assert not torch.allclose(base.logp, fast.logp)
+
+
+@pytest.mark.parametrize("arch,extra,reason", [
+    ("mistral", {"sliding_window": 8}, "sliding window 8 < 20"),
+    ("qwen2", {"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 0}, "sliding window 8 < 20"),
+    ("gemma", {"head_dim": 8}, "GemmaForCausalLM is not one of"),
+])
+def test_unsupported_models_keep_the_transformers_cache(arch, extra, reason):
+    model = _model(arch, **extra)
+    assert reason in static_decode.supports(model, 20)
+    assert isinstance(make_decoder(model, 20), CacheDecoder)
+    assert isinstance(make_decoder(_model("llama"), 20, kv_cache="dynamic"), CacheDecoder)
+
+
+def test_a_full_cache_is_an_error_not_a_silent_overwrite():
+    model = _model("llama")
+    pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
+    pos = (pm.cumsum(-1) - 1).clamp(min=0)
+    dec = make_decoder(model, pi.shape[1] + 1)
+    with torch.inference_mode():
+        dec.prefill(pi, pm, pos)
+        dec.step(torch.tensor([20, 21, 22]), pos[:, -1:] + 1)
+        with pytest.raises(ValueError, match="cache of 11 positions is full"):
+            dec.step(torch.tensor([20, 21, 22]), pos[:, -1:] + 2)
