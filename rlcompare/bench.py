@@ -220,7 +220,29 @@ class FlopCounter:
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         body = getattr(base, base.base_model_prefix, base)
         self._handle = body.register_forward_pre_hook(self._hook, with_kwargs=True)
+        self._count_static_decoding(body)
         return self
+
+    def _count_static_decoding(self, body) -> None:
+        """rlcompare's preallocated-cache decoder (`static_decode`) runs the body's layers without calling the
+        body, so the hook above does not see it: wrap its forward (in this benchmark process only) to count
+        its rows, new tokens and context (positions written so far) by the same formula."""
+        import torch
+
+        from rlcompare import static_decode
+
+        inner = static_decode.StaticDecoder._forward
+        if getattr(inner, "_counted_by", None) is not None:
+            inner = inner._counted_by
+        counter = self
+
+        def counted(dec, ids, pos, start):
+            if dec.body is body:
+                counter.record(int(ids.shape[0]), int(ids.shape[1]), start + int(ids.shape[1]), torch.is_grad_enabled())
+            return inner(dec, ids, pos, start)
+
+        counted._counted_by = inner
+        static_decode.StaticDecoder._forward = counted
 
     def snapshot(self) -> float:
         return self.flops

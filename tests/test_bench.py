@@ -48,6 +48,30 @@ def test_flop_counter_hook_on_a_real_llama():
     assert c.snapshot() == 4 * bench.forward_flops(n, 1, 32, 3, 5, 5)
 
 
+def test_flop_counter_counts_static_and_transformers_decoding_alike():
+    torch = pytest.importorskip("torch")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rlcompare.rollout import sample
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=16, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                      intermediate_size=64, max_position_embeddings=32, tie_word_embeddings=True)
+    model = LlamaForCausalLM(cfg).eval()
+    n = sum(p.numel() for p in model.parameters())
+    ids, mask = torch.randint(1, 16, (2, 4)), torch.ones((2, 4), dtype=torch.long)
+    counted = {}
+    for kv in ("auto", "dynamic"):
+        c = bench.FlopCounter(n, 1, 32).attach(model)
+        sample(model, ids, mask, max_new_tokens=3, eos_id=99, pad_id=0, repeats=2, kv_cache=kv)
+        c._handle.remove()
+        counted[kv] = (c.calls, c.tokens_no_grad, c.snapshot())
+    # prefill of 2 prompts x 4 tokens, then 2 decode steps of 4 rows x 1 token at contexts 5 and 6
+    want = (bench.forward_flops(n, 1, 32, 2, 4, 4) + bench.forward_flops(n, 1, 32, 4, 1, 5)
+            + bench.forward_flops(n, 1, 32, 4, 1, 6))
+    assert counted["auto"] == counted["dynamic"] == (3, 16, want)
+
+
 def test_model_specs_and_param_counts():
     spec = bench.model_spec("0.5M")
     assert spec["hidden_size"] == 128 and spec["num_layers"] == 2 and spec["num_heads"] == 4
