@@ -10,6 +10,32 @@ PY=${PY:-python3}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
 
+echo "== 0. preallocated-cache decoding on CUDA (bf16 weights + autocast) against transformers' cache"
+$PY - <<'PY'
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+from rlcompare.models import build_char_tokenizer
+from rlcompare.rollout import left_pad, sample, sequence_logits, token_logp
+tok = build_char_tokenizer()
+for arch in ("llama", "qwen2", "qwen3"):
+    cfg = AutoConfig.for_model(arch, vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                               hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2,
+                               intermediate_size=512, max_position_embeddings=256)
+    torch.manual_seed(0)
+    m = AutoModelForCausalLM.from_config(cfg).to("cuda", torch.bfloat16).eval()
+    pi, pm = left_pad([[tok.bos_token_id] + list(range(10, 10 + n)) for n in (3, 9, 17)], tok.pad_token_id, "cuda")
+    kw = dict(max_new_tokens=64, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, repeats=4, greedy=True,
+              autocast_dtype=torch.bfloat16)
+    P, PM = pi.repeat_interleave(4, 0), pm.repeat_interleave(4, 0)
+    gaps = {}
+    for kv in ("auto", "dynamic"):  # each decoder's log-probs against one full forward of its own tokens
+        c = sample(m, pi, pm, kv_cache=kv, **kw)
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+            full = token_logp(sequence_logits(m, P, PM, c.ids, c.mask), c.ids)
+        gaps[kv] = f"{((full - c.logp) * c.mask).abs().max():.2e}"
+    print(arch, "max |sampler logp - full forward logp|: preallocated", gaps["auto"], "transformers", gaps["dynamic"])
+PY
+
 echo "== 1. embedded default on CUDA"
 /usr/bin/time -f "wall %e s, max RSS %M KB" $PY -m rlcompare.cli train device=cuda logger=none results_dir="$OUT/results" \
   experiment=gpu trainer.progress=false 2>&1 | grep -E "held-out|wall|Error|error" 
