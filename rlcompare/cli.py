@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import sys
@@ -30,6 +31,19 @@ def conf_dir() -> str:
 
 
 _NAME_CACHE: dict[tuple, str] = {}
+MAX_NAME = 120  # characters of a derived run name (a folder name: long ones are unreadable in listings)
+
+
+def _short_values(overrides: str) -> str:
+    """A path-valued override names the run by its last component: `model.name_or_path=/data/ckpt/qwen-sft`
+    -> `model.name_or_path=qwen-sft` (the full path is in the run's config.yaml)."""
+    items = []
+    for item in overrides.split("__"):
+        key, sep, value = item.partition("=")
+        if sep and "/" in value.rstrip("/"):
+            value = value.rstrip("/").rsplit("/", 1)[-1]
+        items.append(key + sep + value)
+    return "__".join(items)
 
 
 def run_name(algorithm: str, seed, overrides: str, explicit=None, results_dir=None, experiment=None, resume=None) -> str:
@@ -40,8 +54,11 @@ def run_name(algorithm: str, seed, overrides: str, explicit=None, results_dir=No
     key = (algorithm, str(seed), overrides or "", str(results_dir), str(experiment), str(resume))
     if key in _NAME_CACHE:  # Hydra resolves the run dir more than once: answer the same each time
         return _NAME_CACHE[key]
-    parts = [algorithm] + ([overrides] if overrides else []) + [f"s{seed}"]
-    name = re.sub(r"[^A-Za-z0-9._=,+\-]+", "_", "__".join(parts))[:180]
+    parts = [algorithm] + ([_short_values(overrides)] if overrides else []) + [f"s{seed}"]
+    name = re.sub(r"[^A-Za-z0-9._=,+\-]+", "_", "__".join(parts))
+    if len(name) > MAX_NAME:  # cut, and keep names of different override sets apart with a hash of them all
+        digest = hashlib.sha1("__".join([algorithm, overrides or "", str(seed)]).encode()).hexdigest()[:8]
+        name = f"{name[:MAX_NAME - 9]}~{digest}"
     resuming = str(resume).lower() not in ("false", "none", "0", "")
     if results_dir is not None and not resuming:
         base, n = name, 1

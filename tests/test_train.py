@@ -127,3 +127,16 @@ def test_cli_config_error_is_one_clear_line(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert "algorithm.clip.eps_low=-1" in out.stderr and "negative" in out.stderr
+
+
+def test_derived_run_names_are_short_readable_and_distinct():
+    from rlcompare.cli import MAX_NAME, run_name
+
+    assert run_name("grpo", 0, "trainer.lr=1e-3") == "grpo__trainer.lr=1e-3__s0"
+    # a path names the run by its last component
+    assert run_name("ppo", 1, "model.name_or_path=/data/ckpt/qwen-sft/__model=hf") == "ppo__model.name_or_path=qwen-sft__model=hf__s1"
+    # long override sets are cut to MAX_NAME characters, and two that differ only past the cut stay apart
+    base = "__".join(f"trainer.knob_{i}=value_{i}" for i in range(12))
+    a, b = run_name("dapo", 0, base + "__rollout.top_p=0.9"), run_name("dapo", 0, base + "__rollout.top_p=0.8")
+    assert len(a) == len(b) == MAX_NAME and a != b and a[:MAX_NAME - 9] == b[:MAX_NAME - 9]
+    assert a.startswith("dapo__trainer.knob_0=value_0__")
