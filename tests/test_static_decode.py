@@ -38,7 +38,7 @@ CASES = {
     "llama-mha": ("llama", {"num_key_value_heads": 4}),
     "llama-gqa": ("llama", {}),
     "qwen2-bias": ("qwen2", {}),
-    "qwen3-qk-norm": ("qwen3", {"head_dim": 8}),
+    "qwen3-qk-norm": ("qwen3", {"head_dim": 16}),  # head_dim != hidden / heads, as in Qwen3-0.6B (128 vs 64)
     "mistral": ("mistral", {"sliding_window": None}),
 }
 
