@@ -74,13 +74,12 @@ def test_exact_match_last_number_option():
     assert ok(v, "3 + 4 = 7", "7") and not ok(v, "7 minus 4 is 3", "7")
 
 
-def test_exact_match_batch_is_fast():
+def test_exact_match_batch_is_scored_inline_without_worker_processes():
+    # linear-time by construction, so no worker pool and no inter-process round trip per batch
     v = build_verifier(OmegaConf.create({"name": "exact_match", "timeout_s": 2.0}))
     comps, answers = [str(i % 37) for i in range(128)], [str(i % 41) for i in range(128)]
-    score_batch(v, comps, answers, timeout_s=2.0)
-    t0 = time.perf_counter()
     out = score_batch(v, comps, answers, timeout_s=2.0)
-    assert time.perf_counter() - t0 < 0.05  # inline, no worker: well under a millisecond per item
+    assert v.bounded and getattr(v, "_pool", None) is None
     assert [s.correct for s in out] == [c == a for c, a in zip(comps, answers)]
 
 

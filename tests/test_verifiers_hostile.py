@@ -113,7 +113,7 @@ def test_countdown_many_equals_signs_stay_cheap():
     t0 = time.perf_counter()
     assert correct(v, "<answer>3*5+7" + "=22" * 2000 + "</answer>", CD)     # 2001 sides, all 22 (6022 chars)
     assert not correct(v, "<answer>3*5+7" + "=22" * 1999 + "=21</answer>", CD)
-    assert time.perf_counter() - t0 < 1.0
+    assert time.perf_counter() - t0 < 3.0  # a bound against runaway cost (measured: milliseconds), not a speed test
 
 
 def test_countdown_hostile_references_are_errors_not_crashes():
@@ -135,7 +135,7 @@ def test_r1_format_leading_whitespace_is_linear():
     assert not correct(v, " " * 39_000 + "</think>" + " " * 900, "")
     assert correct(v, " \n" * 19_000 + "<think>a</think> <answer>b</answer>", "")
     assert correct(v, "\t" * 39_000 + "a</think><answer>b</answer>\n", "")
-    assert time.perf_counter() - t0 < 1.0
+    assert time.perf_counter() - t0 < 5.0  # quadratic took ~15 s here; linear takes milliseconds
 
 
 @pytest.mark.parametrize("completion, expected", [
@@ -153,7 +153,7 @@ def test_default_weighted_batch_of_blank_completions_is_fast():
     v = build_verifier({"name": "weighted", "components": [{"name": "countdown", "weight": 1.0}, {"name": "format", "weight": 0.1}]})
     t0 = time.perf_counter()
     out = score_batch(v, [" \n" * 5000] * 16, [CD] * 16, timeout_s=0.5)
-    assert time.perf_counter() - t0 < 1.0  # inline: 16 items used to take ~15 s
+    assert time.perf_counter() - t0 < 5.0  # inline: 16 items used to take ~15 s; now milliseconds
     assert out == [Score(0.0, False, False)] * 16
 
 
@@ -166,7 +166,7 @@ def test_math_verify_inline_call_has_one_deadline_and_counts_the_timeout():
     assert v.score("\\boxed{1}", "1") == Score(1.0, True, False)  # imports done outside the timed part
     t0 = time.perf_counter()
     s = v.score(SLOW, "1")
-    assert time.perf_counter() - t0 < 1.5
+    assert time.perf_counter() - t0 < 2.5  # one 0.5 s deadline (before: up to 6 one-second ones)
     assert s == Score(0.0, False, True)  # a timeout is an error (before: reward 0 with error=False)
     assert score_batch(build_verifier({"name": "math_verify", "timeout_s": 0.5, "isolation": "inline"}),
                        [SLOW, "\\boxed{1}"], ["1", "1"], timeout_s=0.5) == [Score(0.0, False, True), Score(1.0, True, False)]
