@@ -68,6 +68,10 @@ Metrics
   = that / the matrix-multiply peak measured in the same run (best of several fp32 `torch.mm` of 2048^2 on
   the same thread count; bf16 4096^2 on CUDA).
 
+`--rlcompare-set KEY=VALUE` (repeatable) adds a config override to rlcompare's side only, e.g.
+`--rlcompare-set trainer.skip_zero_advantage=true` (no forward/backward for groups whose advantages are all
+zero: the same gradient, less work); the JSON lines record it as `rlcompare_overrides`.
+
 `--profile` additionally runs rlcompare's measured steps under `torch.profiler` and prints the top operators
 (and writes a Chrome trace to `<out>/profile_<size>.json`); those steps carry the profiler's overhead, so
 take speed figures from a run without it.
@@ -331,7 +335,7 @@ def _worker_rlcompare(a) -> dict:
     if a.threads:
         torch.set_num_threads(a.threads)
     cfg = compose_config(rlcompare_overrides(a.weights, max_new_tokens=spec["max_new_tokens"], device=a.device,
-                                             threads=a.threads, out=a.out))
+                                             threads=a.threads, out=a.out) + list(a.rlcompare_set))
     cfg = validate(cfg)
     trainer = Trainer(cfg, Path(a.out) / "bench_runs" / f"rlcompare_{a.size}")
     model = trainer.policy.model
@@ -553,6 +557,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="run each tool this many times (alternating order) and keep its fastest repeat; helps on a shared machine")
     p.add_argument("--tools", default="rlcompare,trl", help="which tools to run (comma-separated)")
     p.add_argument("--profile", action="store_true", help="profile rlcompare's measured steps (torch.profiler; slows them, so not for timing)")
+    p.add_argument("--rlcompare-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="an extra rlcompare config override (repeatable), e.g. trainer.skip_zero_advantage=true; "
+                        "recorded in each JSON line as rlcompare_overrides")
     # internal: one tool in this process
     p.add_argument("--worker", choices=("rlcompare", "trl"), help=argparse.SUPPRESS)
     p.add_argument("--size", help=argparse.SUPPRESS)
@@ -573,6 +580,9 @@ def _run_worker(tool: str, a: argparse.Namespace, size: str, weights: Path, log)
         cmd += ["--threads", str(a.threads)]
     if a.profile and tool == "rlcompare":
         cmd.append("--profile")
+    if tool == "rlcompare":
+        for ov in a.rlcompare_set:
+            cmd += ["--rlcompare-set", ov]
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", WANDB_MODE="disabled", HF_HUB_OFFLINE="1",
                TRANSFORMERS_VERBOSITY="error", PYTHONWARNINGS="ignore")
     log(f"[bench] {size}: running {tool} ({a.warmup} warm-up + {a.steps} measured steps) ...")
@@ -641,6 +651,8 @@ def _bench_main(a: argparse.Namespace) -> int:
                          peak_gflops=peak, rlc=rlc, trl_res=res.get("trl"), weights=str(weights.resolve()))
         if a.repeats > 1:
             row.update({f"{t}_repeat_s_per_step": medians[t] for t in tools})
+        if a.rlcompare_set:
+            row["rlcompare_overrides"] = list(a.rlcompare_set)
         rows.append(row)
     for r in rows:  # one peak for the whole run
         r["matmul_peak_gflops"] = _round(peak, 2)

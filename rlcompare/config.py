@@ -200,6 +200,7 @@ class TrainerConfig:
     n_samples_logged: int = 4
     sample_max_chars: int = 400
     recompute_old_logp: bool = False  # false: reuse the sampler's log-probs (same weights) as old_logp
+    skip_zero_advantage: bool = False  # true: no forward/backward for groups whose advantages are all 0 (when exact)
     checkpoint_every: int = 0
     keep_checkpoints: int = 2
     max_bad_steps: int = 5

@@ -271,12 +271,26 @@ class Trainer:
         skipped, nonfinite = 0, None
         model = self.policy.model
         model.train()
+        idle = self._idle_rows(av, G if grouped else 1)  # rows whose loss is exactly 0 (skip_zero_advantage)
+        n_idle = int(idle.sum()) if idle is not None else 0
         for mb_i, mb in enumerate(minibatches):
             mb = mb.to(self.device)
             self.opt.zero_grad(set_to_none=True)
             if self.critic_opt is not None:
                 self.critic_opt.zero_grad(set_to_none=True)
-            micro = [mb] if not micro_rows else list(torch.split(mb, micro_rows))
+            if idle is not None:
+                idle_mb = mb[idle[mb]]
+                mb = mb[~idle[mb]]  # whole groups go (idle is a group property when grouped)
+                if len(idle_mb):  # their objective is exactly 0: count their tokens in the token means
+                    w0 = float(comp.mask[idle_mb].sum())
+                    for k in ("objective_per_token", "objective_per_response"):
+                        _add(acc, f"_pm/{k}", 0.0, weight=w0)
+                if not len(mb):
+                    # nothing to compute, but AdamW must still step on zero gradients (its moments move) as it
+                    # would have without the skip
+                    for p_ in self.params:
+                        p_.grad = torch.zeros_like(p_)
+            micro = [] if not len(mb) else ([mb] if not micro_rows else list(torch.split(mb, micro_rows)))
             for idx in micro:
                 ids, cm = comp.ids[idx], comp.mask[idx]
                 lm = loss_mask[idx]
@@ -322,7 +336,7 @@ class Trainer:
             cnorm = None
             if self.critic is not None:
                 cnorm = torch.nn.utils.clip_grad_norm_(self.critic.parameters(), t.max_grad_norm if t.max_grad_norm else float("inf"))
-            bad = _nonfinite(acc["_loss_total"][-len(micro):], gnorm, cnorm)
+            bad = _nonfinite(acc["_loss_total"][-len(micro):] if micro else [], gnorm, cnorm)
             if bad:
                 skipped += 1  # a NaN/inf loss or gradient: skip this update (policy and critic)
                 nonfinite = nonfinite or bad
@@ -350,10 +364,22 @@ class Trainer:
             else:
                 tw = sum(w for _, w in vals)
                 out[k] = sum(v * w for v, w in vals) / tw if tw else float("nan")
+        out["update/idle_rows_frac"] = n_idle / B
         out["_skipped"] = skipped
         out["_nonfinite"] = nonfinite  # which quantity made an update skip: "loss" | "gradient norm" | None
         out["_n_updates"] = len(minibatches)
         return out
+
+    def _idle_rows(self, av: dict, unit: int) -> torch.Tensor | None:
+        """With trainer.skip_zero_advantage: a [B] bool mask of rows whose policy loss is exactly 0 (every
+        advantage 0, in whole groups of `unit` rows), or None when skipping them would change the update:
+        a KL term in the loss, an entropy bonus or a critic make every row count."""
+        a, t = self.cfg.algorithm, self.cfg.trainer
+        if not t.skip_zero_advantage or self.ref is not None or a.entropy_coef > 0 or self.critic is not None:
+            return None
+        adv = av["adv"]
+        zero = (adv.reshape(adv.shape[0], -1) == 0).all(1).to(self.device)
+        return zero.view(-1, unit).all(1).repeat_interleave(unit) if unit > 1 else zero
 
     # ------------------------------------------------------------------ eval
     def evaluate(self) -> tuple[dict, list[dict]]:
@@ -426,6 +452,7 @@ class Trainer:
                         "ratio/min": up.get("ratio_min"), "ratio/max": up.get("ratio_max"),
                         "kl/rollout": up.get("approx_kl"), "kl/ref": up.get("kl/ref"),
                         "policy/entropy": up.get("policy/entropy"), "loss/policy": up.get("loss/policy"),
+                        "update/idle_rows_frac": up.get("update/idle_rows_frac"),
                         "loss/value": up.get("loss/value"), "optim/grad_norm": up.get("optim/grad_norm"),
                         "optim/lr": self.sched.get_last_lr()[0]})
         return self._finish_row(row, col, t_start, t_up)
