@@ -221,7 +221,9 @@ class FlopCounter:
         return None
 
     def attach(self, model) -> "FlopCounter":
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        from rlcompare.models import base_model_of
+
+        base = base_model_of(model)
         body = getattr(base, base.base_model_prefix, base)
         self._handle = body.register_forward_pre_hook(self._hook, with_kwargs=True)
         self._count_static_decoding(body)

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
+from rlcompare import static_decode
+from rlcompare.models import base_model_of
+
 
 @dataclass
 class Completions:
@@ -111,8 +114,6 @@ def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
 
 def make_decoder(model, capacity: int, kv_cache: str = "auto"):
     """The decoder `_sample` drives: `prefill(ids, mask, pos, repeats)`, `step(tokens, pos)`, `select(rows)`."""
-    from rlcompare import static_decode
-
     if kv_cache == "auto" and static_decode.supports(model, capacity) is None:
         return static_decode.StaticDecoder(model, capacity)
     return CacheDecoder(model)
@@ -159,19 +160,14 @@ def check_sampling_support(model, token_id: int) -> None:
     """
     device = next(model.parameters()).device
     ids = torch.full((1, 2), int(token_id), dtype=torch.long, device=device)
-    mask = torch.ones_like(ids)
     try:
         with torch.inference_mode():
-            out = model(input_ids=ids, attention_mask=mask, position_ids=torch.arange(2, device=device)[None],
-                        use_cache=True, logits_to_keep=1)
-            cache = _cache_of(out)
-            cache.batch_repeat_interleave(2)
-            cache.batch_select_indices(torch.tensor([1], device=device))
-            model(input_ids=ids[:, :1], attention_mask=torch.ones((1, 3), dtype=torch.long, device=device),
-                  position_ids=torch.full((1, 1), 2, device=device), use_cache=True, **{_cache_kwarg(model): cache})
+            decoder = CacheDecoder(model)
+            decoder.prefill(ids, torch.ones_like(ids), torch.arange(2, device=device)[None], repeats=2)
+            decoder.select(torch.tensor([1], device=device))
+            decoder.step(ids[:1, 0], torch.full((1, 1), 2, device=device))
     except (AttributeError, TypeError, ValueError, NotImplementedError, RuntimeError) as e:
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        raise ValueError(f"{type(base).__name__} cannot be sampled by rlcompare ({type(e).__name__}: {str(e).rstrip('.')}); rlcompare "
+        raise ValueError(f"{type(base_model_of(model)).__name__} cannot be sampled by rlcompare ({type(e).__name__}: {str(e).rstrip('.')}); rlcompare "
                          f"needs an attention model with a transformers KV cache (copied per group, cut per row); "
                          f"state-space and recurrent models (Mamba, RWKV, Jamba-style hybrids) are not "
                          f"supported") from None
@@ -179,8 +175,7 @@ def check_sampling_support(model, token_id: int) -> None:
 
 def _cache_kwarg(model) -> str:
     """transformers 5 renamed `past_key_values` to `cache`; accept both."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return _cache_kwarg_of(type(base))
+    return _cache_kwarg_of(type(base_model_of(model)))
 
 
 @functools.lru_cache(maxsize=None)

@@ -19,16 +19,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rlcompare.models import base_model_of
+
 _ARCHES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM")
-
-
-def _base(model) -> nn.Module:
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def supports(model, capacity: int) -> str | None:
     """None when `model` can decode here with `capacity` cache positions, else why not."""
-    base = _base(model)
+    base = base_model_of(model)
     name = type(base).__name__
     if name not in _ARCHES:
         return f"{name} is not one of {', '.join(_ARCHES)}"
@@ -85,7 +83,7 @@ class StaticDecoder:
     """
 
     def __init__(self, model, capacity: int):
-        self.base = _base(model)
+        self.base = base_model_of(model)
         self.body = self.base.model
         self.nh, self.kvh, self.hd = _dims(self.base.config)
         self.capacity = capacity

@@ -354,12 +354,6 @@ def test_other_architectures_sample_and_score_the_same_log_probs(tmp_path, arch)
 
 @pytest.mark.parametrize("arch", ["mamba", "rwkv"])
 def test_a_model_without_an_attention_kv_cache_is_a_clear_error(compose, tmp_path, arch):
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    tok = _tokenizer(chat=False)
-    cfg = AutoConfig.for_model(arch, vocab_size=len(tok), pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-                               eos_token_id=tok.eos_token_id, hidden_size=32, num_hidden_layers=2)
-    AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path / arch)
-    tok.save_pretrained(tmp_path / arch)
+    path = _save_arch(tmp_path / arch, arch)
     with pytest.raises(ConfigError, match=r"model.name_or_path=.*cannot be sampled by rlcompare.*attention model"):
-        _trainer(compose, tmp_path, *_overrides(str(tmp_path / arch)))
+        _trainer(compose, tmp_path, *_overrides(path))
