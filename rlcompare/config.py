@@ -201,6 +201,7 @@ class TrainerConfig:
     sample_max_chars: int = 400
     recompute_old_logp: bool = False  # false: reuse the sampler's log-probs (same weights) as old_logp
     skip_zero_advantage: bool = False  # true: no forward/backward for groups whose advantages are all 0 (when exact)
+    update_from_rollout: bool = True  # the first update on a batch reuses the sampler's projections (rlcompare.replay)
     checkpoint_every: int = 0
     keep_checkpoints: int = 2
     max_bad_steps: int = 5

@@ -24,6 +24,9 @@ class Completions:
     logp: torch.Tensor  # [B,T] log-prob of each chosen token under the sampling weights (temperature applied)
     truncated: torch.Tensor  # [B] bool: no EOS within the budget
     lengths: torch.Tensor  # [B] real tokens
+    # every projection output of the sampler (`sample(record=True)` on a model `static_decode` covers), for the
+    # update to reuse (`rlcompare.replay`); None otherwise
+    record: static_decode.ProjectionRecord | None = None
 
 
 def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,17 +48,31 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
-def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, **kw) -> Completions:
-    """Sample completions (see `_sample`); the tensors returned are ordinary tensors, usable under autograd."""
+def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *,
+           record: bool | static_decode.ProjectionRecord = False, **kw) -> Completions:
+    """Sample completions (see `_sample`); the tensors returned are ordinary tensors, usable under autograd.
+
+    record: keep every projection output in `Completions.record` when the preallocated-cache decoder runs
+    (Llama family, `kv_cache="auto"`), so that the first update can skip its forward matmuls (`rlcompare.replay`);
+    a `ProjectionRecord` from an earlier call whose batch is no longer needed is reused when its shapes match.
+    """
+    rec = None
+    if record and kw.get("kv_cache", "auto") == "auto":
+        n, P = prompt_ids.shape
+        T = kw["max_new_tokens"]
+        if static_decode.supports(model, P + T) is None:
+            dtype = next(model.parameters()).dtype
+            old = record if isinstance(record, static_decode.ProjectionRecord) else None
+            rec = static_decode.ProjectionRecord.reuse(old, model, n, P, kw.get("repeats", 1), T, prompt_ids.device, dtype)
     with torch.inference_mode():
-        c = _sample(model, prompt_ids, prompt_mask, **kw)
-    return Completions(*(x.clone() for x in (c.ids, c.mask, c.logp, c.truncated, c.lengths)))
+        c = _sample(model, prompt_ids, prompt_mask, recorder=rec, **kw)
+    return Completions(*(x.clone() for x in (c.ids, c.mask, c.logp, c.truncated, c.lengths)), record=rec)
 
 
 def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int, eos_id,
            pad_id: int, temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False,
            generator: torch.Generator | None = None, autocast_dtype=None, repeats: int = 1,
-           kv_cache: str = "auto") -> Completions:
+           kv_cache: str = "auto", recorder: static_decode.ProjectionRecord | None = None) -> Completions:
     """Sample `repeats` completions for each left-padded prompt `[n,P]`; returns right-padded `[n*repeats, T]`
     completions, the `repeats` completions of a prompt contiguous.
 
@@ -71,6 +88,8 @@ def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
     ctx = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype is not None else _nullctx()
     pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
     decoder = make_decoder(model, prompt_ids.shape[1] + max_new_tokens, kv_cache)
+    if recorder is not None:
+        decoder.record = recorder
     with ctx:
         logits = decoder.prefill(prompt_ids, prompt_mask, pos, repeats).float()
     next_pos = pos[:, -1:].repeat_interleave(repeats, 0) + 1

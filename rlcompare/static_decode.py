@@ -56,24 +56,31 @@ def _rotate_half(x):
 
 
 class _Projection:
-    """Several projections of one input as one matmul when they are plain `nn.Linear` (weights concatenated
-    once: they do not change while sampling), else each module called on its own."""
+    """The projections of one input (q/k/v, gate/up, or a single one) as one matmul when they are plain
+    `nn.Linear` (weights concatenated once: they do not change while sampling), else each module called on its
+    own (LoRA). `pieces` splits the output back into one view per module."""
 
     def __init__(self, mods):
         self.mods = mods
-        if all(type(m) is nn.Linear for m in mods):
+        self.sizes = [m.weight.shape[0] if type(m) is nn.Linear else m.out_features for m in mods]
+        self.weight = self.bias = None
+        if len(mods) == 1 and type(mods[0]) is nn.Linear:
+            self.weight, self.bias = mods[0].weight, mods[0].bias
+        elif all(type(m) is nn.Linear for m in mods):
             self.weight = torch.cat([m.weight for m in mods], 0)
-            self.bias = None
             if any(m.bias is not None for m in mods):  # Qwen2: q/k/v biases
                 self.bias = torch.cat([m.bias if m.bias is not None else m.weight.new_zeros(m.out_features)
                                        for m in mods], 0)
-        else:
-            self.weight = None
 
     def __call__(self, x):
         if self.weight is not None:
             return F.linear(x, self.weight, self.bias)
+        if len(self.mods) == 1:
+            return self.mods[0](x)
         return torch.cat([m(x) for m in self.mods], -1)
+
+    def pieces(self, y):
+        return y.split(self.sizes, -1) if len(self.mods) > 1 else (y,)
 
 
 class StaticDecoder:
@@ -89,13 +96,13 @@ class StaticDecoder:
         self.capacity = capacity
         self.layers = []
         for layer in self.body.layers:
-            a, m = layer.self_attn, layer.mlp
-            self.layers.append((layer, _Projection((a.q_proj, a.k_proj, a.v_proj)), _Projection((m.gate_proj, m.up_proj))))
+            self.layers.append((layer, tuple(_Projection(mods) for mods in projection_modules(layer))))
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self.key_mask: torch.Tensor | None = None  # [rows, capacity] True on real keys
         self.length = 0
         self.can_select = True
+        self.record: ProjectionRecord | None = None  # set by the sampler to keep every projection output
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, repeats: int = 1) -> torch.Tensor:
         """Left-padded prompts `[n,P]` -> next-token logits `[n*repeats, V]`; the cache holds n*repeats rows."""
@@ -128,13 +135,14 @@ class StaticDecoder:
         self.keys = [k.index_select(0, rows) for k in self.keys]
         self.values = [v.index_select(0, rows) for v in self.values]
         self.key_mask = self.key_mask.index_select(0, rows)
+        if self.record is not None:
+            self.record.select(rows, self.length)
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, start: int) -> torch.Tensor:
         B, T = ids.shape
-        nh, kvh, hd = self.nh, self.kvh, self.hd
+        nh, kvh, hd = dims = self.nh, self.kvh, self.hd
         x = self.body.embed_tokens(ids)
-        cos, sin = self.body.rotary_emb(x, pos)
-        cos, sin = cos[:, None].to(x.dtype), sin[:, None].to(x.dtype)  # [B,1,T,hd]
+        cos, sin = rope(self.body, x, pos)
         # key j visible from query i: written, real, and not in the future (a query always sees itself, so
         # a padding row never takes a softmax over nothing)
         q_at = torch.arange(start, start + T, device=ids.device)[:, None]
@@ -142,15 +150,17 @@ class StaticDecoder:
         allowed = (self.key_mask[:, None, :] & (k_at <= q_at)[None]) | (k_at == q_at)[None]  # [B,T,capacity]
         allowed = allowed[:, None]
         first = not self.keys
-        for li, (layer, qkv_proj, gate_up) in enumerate(self.layers):
+        for li, (layer, projections) in enumerate(self.layers):
             attn = layer.self_attn
-            h = layer.input_layernorm(x)
-            q, k, v = qkv_proj(h).split((nh * hd, kvh * hd, kvh * hd), -1)
-            q, k, v = (t.view(B, T, -1, hd).transpose(1, 2) for t in (q, k, v))
-            if hasattr(attn, "q_norm"):  # Qwen3: RMSNorm per head before rope
-                q, k = attn.q_norm(q), attn.k_norm(k)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+            rec = self.record
+
+            def project(slot, inp, li=li, projections=projections):
+                y = projections[slot](inp)
+                if rec is not None:
+                    rec.write(li, slot, y, start)
+                return projections[slot].pieces(y)
+
+            q, k, v = attention_inputs(layer, x, cos, sin, dims, project)
             if first:
                 # zeros, not empty: a masked key still enters the weighted sum with weight exactly 0
                 self.keys.append(torch.zeros((B, kvh, self.capacity, hd), dtype=k.dtype, device=k.device))
@@ -168,8 +178,101 @@ class StaticDecoder:
                 a = F.scaled_dot_product_attention(q, K.to(q.dtype), V.to(q.dtype), attn_mask=allowed,
                                                    scale=attn.scaling, enable_gqa=kvh != nh)
                 a = a.transpose(1, 2).reshape(B, T, nh * hd)
-            x = x + attn.o_proj(a)
-            h = layer.post_attention_layernorm(x)
-            gate, up = gate_up(h).chunk(2, -1)
-            x = x + layer.mlp.down_proj(F.silu(gate) * up)
+            x = layer_output(layer, x, a, project)
         return self.base.lm_head(self.body.norm(x[:, -1]))
+
+
+# ----------------------------------------------------------------------------- one layer, shared with the replay
+QKV, O, GATE_UP, DOWN = range(4)  # the four projections of a layer, in the order they run
+
+
+def rope(body, x: torch.Tensor, pos: torch.Tensor):
+    """The model's rotary cos/sin for positions `pos` [B,T], shaped [B,1,T,hd] to broadcast over heads."""
+    cos, sin = body.rotary_emb(x, pos)
+    return cos[:, None].to(x.dtype), sin[:, None].to(x.dtype)
+
+
+def attention_inputs(layer, x, cos, sin, dims, project):
+    """Queries, keys and values `[B, heads, T, hd]` (rope applied) of one layer for its input `x` [B,T,H].
+    `project(slot, input)` returns the outputs of the modules of projection `slot` (QKV: q, k, v)."""
+    nh, kvh, hd = dims
+    B, T = x.shape[:2]
+    h = layer.input_layernorm(x)
+    q, k, v = project(QKV, h)
+    q, k, v = (t.reshape(B, T, -1, hd).transpose(1, 2) for t in (q, k, v))
+    attn = layer.self_attn
+    if hasattr(attn, "q_norm"):  # Qwen3: RMSNorm per head before rope
+        q, k = attn.q_norm(q), attn.k_norm(k)
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
+
+
+def layer_output(layer, x, a, project):
+    """The rest of the layer after attention: output projection and residual, then the gated MLP and residual."""
+    x = x + project(O, a)[0]
+    h = layer.post_attention_layernorm(x)
+    gate, up = project(GATE_UP, h)
+    return x + project(DOWN, F.silu(gate) * up)[0]
+
+
+def projection_modules(layer) -> tuple[tuple[nn.Module, ...], ...]:
+    """The modules behind each projection slot of a layer (QKV: q, k, v; GATE_UP: gate, up)."""
+    a, m = layer.self_attn, layer.mlp
+    return (a.q_proj, a.k_proj, a.v_proj), (a.o_proj,), (m.gate_proj, m.up_proj), (m.down_proj,)
+
+
+def projection_widths(config) -> tuple[int, int, int, int]:
+    nh, kvh, hd = _dims(config)
+    return nh * hd + 2 * kvh * hd, config.hidden_size, 2 * config.intermediate_size, config.hidden_size
+
+
+class ProjectionRecord:
+    """Every projection output the sampler computed, kept for the update (`rlcompare.replay`).
+
+    prompt[layer][slot]: `[n, P, width]`, one row per prompt (before the copies per group);
+    completion[layer][slot]: `[B, max_new_tokens - 1, width]`, position j = completion token j, fed at decode
+    step j + 1 (the last token is never fed). Positions a row never fed (it was dropped after its EOS) are zero.
+    Allocate it outside `torch.inference_mode()` (the sampler writes into it there) so that the update can use
+    it under autograd.
+    """
+
+    def __init__(self, model, n: int, P: int, repeats: int, max_new_tokens: int, device, dtype):
+        base = base_model_of(model)
+        widths = projection_widths(base.config)
+        B, T1 = n * repeats, max(0, max_new_tokens - 1)
+        self.P, self.repeats, self.n_rows = P, repeats, B
+        self.key = (n, P, repeats, max_new_tokens, str(device), dtype)
+        self.prompt = [[torch.empty((n, P, w), device=device, dtype=dtype) for w in widths] for _ in base.model.layers]
+        self.completion = [[torch.empty((B, T1, w), device=device, dtype=dtype) for w in widths] for _ in base.model.layers]
+        self.rows: torch.Tensor | None = None  # batch row of each decoder row; None while they are the identity
+
+    @classmethod
+    def reuse(cls, old: "ProjectionRecord | None", model, n: int, P: int, repeats: int, max_new_tokens: int, device,
+              dtype) -> "ProjectionRecord":
+        """`old` itself when it has the same shapes (its buffers are overwritten; fresh pages would cost a page
+        fault per 4 KiB at every rollout), else a new record."""
+        if old is not None and old.key == (n, P, repeats, max_new_tokens, str(device), dtype):
+            old.rows = None
+            return old
+        return cls(model, n, P, repeats, max_new_tokens, device, dtype)
+
+    def write(self, layer: int, slot: int, y: torch.Tensor, start: int) -> None:
+        if start == 0:
+            self.prompt[layer][slot].copy_(y)
+            return
+        buf, j = self.completion[layer][slot], start - self.P
+        if self.rows is None:
+            buf[:, j] = y[:, 0]
+        else:
+            buf[self.rows, j] = y[:, 0]
+
+    def select(self, keep: torch.Tensor, next_position: int) -> None:
+        """The decoder keeps only rows `keep`; the others are never written again from `next_position` on."""
+        rows = torch.arange(self.n_rows, device=keep.device) if self.rows is None else self.rows
+        dropped = torch.ones(len(rows), dtype=torch.bool, device=keep.device)
+        dropped[keep] = False
+        gone = rows[dropped]
+        j = next_position - self.P
+        for layer in self.completion:
+            for buf in layer:
+                buf[gone, j:] = 0
+        self.rows = rows[keep]

@@ -24,6 +24,7 @@ from rlcompare.batch_stats import length_stats, weight_shares
 from rlcompare.config import ConfigError
 from rlcompare.models import Policy, ReferenceModel, ValueModel, load_policy
 from rlcompare.prompts import Example, PromptStream, build_prompts
+from rlcompare.replay import can_replay, replay_logits
 from rlcompare.rollout import grouped_sequence_logits, left_pad, sample, sequence_logits, token_logp
 from rlcompare.verifiers import build_verifier, score_batch
 
@@ -122,6 +123,11 @@ class Trainer:
         self.autocast = (torch.bfloat16 if self.device == "cuda" and torch.cuda.is_bf16_supported()
                          and next(model.parameters()).dtype == torch.float32 else None)
         self.params = [p for p in model.parameters() if p.requires_grad]
+        # the first update on a batch reuses the sampler's projections (rlcompare.replay) where that is exact
+        self._last_record = None
+        self.replay_off = ("trainer.update_from_rollout=false" if not t.update_from_rollout else
+                           can_replay(model, cfg.budget.max_prompt_tokens + cfg.budget.max_new_tokens, autocast_dtype=self.autocast,
+                                      gradient_checkpointing=bool(cfg.model.gradient_checkpointing)))
         self.opt = _adamw(self.params, lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / max(1, t.warmup_steps)))
         self.ref = ReferenceModel(self.policy) if a.kl.coef > 0 else None
@@ -141,13 +147,20 @@ class Trainer:
     def log(self, msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    def _sample(self, prompts: list[EncodedPrompt], *, repeat: int, greedy: bool):
+    def _sample(self, prompts: list[EncodedPrompt], *, repeat: int, greedy: bool, reuse_record: bool = False):
+        """reuse_record: the last rollout's batch is done with, so its `ProjectionRecord` buffers may be rewritten."""
         pi, pm = left_pad([p.ids for p in prompts], self.pad_id, self.device)
+        record = not greedy and self.replay_off is None and repeat > 1
+        if record and reuse_record and self._last_record is not None:
+            record = self._last_record
         self.policy.model.eval()
         comp = sample(self.policy.model, pi, pm, max_new_tokens=self.cfg.budget.max_new_tokens,
                       eos_id=self.eos_ids, pad_id=self.pad_id, temperature=self.cfg.rollout.temperature,
                       top_p=self.cfg.rollout.top_p, greedy=greedy, generator=self.gen, autocast_dtype=self.autocast,
-                      repeats=repeat, kv_cache=self.cfg.rollout.kv_cache)
+                      repeats=repeat, kv_cache=self.cfg.rollout.kv_cache,
+                      record=record)
+        if comp.record is not None:
+            self._last_record = comp.record
         if repeat > 1:  # the update needs every completion's prompt
             pi, pm = pi.repeat_interleave(repeat, 0), pm.repeat_interleave(repeat, 0)
         return pi, pm, comp
@@ -172,7 +185,7 @@ class Trainer:
         while need > 0:
             prompts = self.stream.take(need)
             t0 = time.perf_counter()
-            pi, pm, comp = self._sample(prompts, repeat=G, greedy=False)
+            pi, pm, comp = self._sample(prompts, repeat=G, greedy=False, reuse_record=rounds == 0)
             t1 = time.perf_counter()
             texts, raw_rewards, correct, errors = self._score(prompts, comp, G)
             self.state["verifier_errors"] += errors
@@ -186,7 +199,7 @@ class Trainer:
                 rewards = rewards + losses.overlong_penalty(comp.lengths.cpu(), max_len=cfg.budget.max_new_tokens,
                                                             cache_len=a.overlong.cache_len, factor=a.overlong.factor)
             part = dict(pi=pi, pm=pm, comp=comp, texts=texts, rewards=rewards, raw=raw_rewards, correct=correct,
-                        prompts=prompts)
+                        prompts=prompts, record_rows=torch.arange(len(rewards)))
             if a.dynamic_sampling.enabled:
                 info = adv_lib.informative_groups(rewards, G)
                 dropped += int((~info).sum())
@@ -272,6 +285,7 @@ class Trainer:
         model = self.policy.model
         model.train()
         idle = self._idle_rows(av, G if grouped else 1)  # rows whose loss is exactly 0 (skip_zero_advantage)
+        replay = grouped and comp.record is not None
         n_idle = int(idle.sum()) if idle is not None else 0
         for mb_i, mb in enumerate(minibatches):
             mb = mb.to(self.device)
@@ -294,7 +308,11 @@ class Trainer:
             for idx in micro:
                 ids, cm = comp.ids[idx], comp.mask[idx]
                 lm = loss_mask[idx]
-                logits = self._logits(model, b["pi"][idx], b["pm"][idx], ids, cm, grouped=grouped)
+                if replay and mb_i == 0:  # the sampling weights: rebuild the forward from the sampler's projections
+                    logits = replay_logits(model, comp.record, b["record_rows"][idx.cpu()].to(self.device), b["pi"][idx],
+                                           b["pm"][idx], ids, group_size=G)
+                else:
+                    logits = self._logits(model, b["pi"][idx], b["pm"][idx], ids, cm, grouped=grouped)
                 logp = token_logp(logits, ids, cfg.rollout.temperature) * cm
                 # the entropy bonus needs its gradient; otherwise it is a metric (and DHPO's mix weight): no graph
                 with torch.set_grad_enabled(a.entropy_coef > 0):
@@ -514,7 +532,9 @@ def _select(part: dict, rows: torch.Tensor, G: int) -> dict:
 
     groups = rows.view(-1, G)[:, 0].tolist()
     return dict(pi=part["pi"][rows_d], pm=part["pm"][rows_d],
-                comp=Completions(comp.ids[rows_d], comp.mask[rows_d], comp.logp[rows_d], comp.truncated[rows_d], comp.lengths[rows_d]),
+                comp=Completions(comp.ids[rows_d], comp.mask[rows_d], comp.logp[rows_d], comp.truncated[rows_d], comp.lengths[rows_d],
+                                 record=comp.record),
+                record_rows=part["record_rows"][rows],
                 texts=[x for x, r in zip(part["texts"], rows.tolist()) if r], rewards=part["rewards"][rows],
                 raw=part["raw"][rows], correct=part["correct"][rows],
                 prompts=[p for p, g in zip(part["prompts"], groups) if g])
@@ -540,6 +560,7 @@ def _concat(parts: list[dict], pad_id: int) -> dict:
     return dict(pi=cat("pi", _pad_left, P, pad_id), pm=cat("pm", _pad_left, P, 0),
                 comp=Completions(cc("ids", pad_id), cc("mask", 0), cc("logp", 0.0),
                                  torch.cat([p["comp"].truncated for p in parts]), torch.cat([p["comp"].lengths for p in parts])),
+                record_rows=torch.arange(sum(len(p["rewards"]) for p in parts)),  # no record: several rollouts
                 texts=sum((p["texts"] for p in parts), []), rewards=torch.cat([p["rewards"] for p in parts]),
                 raw=torch.cat([p["raw"] for p in parts]), correct=torch.cat([p["correct"] for p in parts]),
                 prompts=sum((p["prompts"] for p in parts), []))

@@ -1,0 +1,200 @@
+"""The first update on a rollout batch, without its forward matrix multiplies.
+
+With one optimizer step per rollout batch (or on the first mini-batch of several), the update differentiates
+the very weights that sampled the batch, so every projection it would compute (q/k/v, o, gate/up, down, for
+every prompt and completion position) was already computed by the sampler. `static_decode` keeps those outputs
+(`ProjectionRecord`); `replay_logits` rebuilds the forward graph from them: norms, rope, attention, SiLU and
+the LM head are recomputed (cheap), while each projection is a `SavedLinear` that returns the sampler's output
+and, in the backward pass, computes dX = dY W and dW = dY^T X as usual. The forward's projection FLOPs (a third
+of the update's) are skipped; the gradient is the one of the ordinary forward, up to float rounding (the
+sampler's one-token steps and a whole-sequence forward sum in different orders, ~1e-6 relative).
+
+The backward also skips token rows whose incoming gradient is exactly zero: padding after EOS, and whole groups
+whose advantages are all zero when nothing else (KL, entropy bonus) reaches them. Zero rows add nothing to dW
+and get a zero dX, so the result is exact; the update's diagnostics still cover every row (the forward is
+complete).
+
+Covers the models `static_decode` decodes (Llama, Qwen2, Qwen3, Mistral) with plain `nn.Linear` projections in
+float32 without autocast and without dropout; `can_replay` says why not otherwise, and the trainer then runs the
+ordinary forward (`trainer.update_from_rollout=false` always does).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rlcompare import static_decode
+from rlcompare.models import base_model_of
+
+# Optional FLOP accounting (the benchmark sets it): called with the FLOPs of every replay backward matmul and
+# with those of the recomputed attention and LM head. Not used in training.
+flop_listener: Callable[[float], None] | None = None
+
+
+def can_replay(model, capacity: int, *, autocast_dtype=None, gradient_checkpointing: bool = False) -> str | None:
+    """None when the update can be rebuilt from the sampler's projections, else why not."""
+    why = static_decode.supports(model, capacity)
+    if why is not None:
+        return why
+    base = base_model_of(model)
+    if autocast_dtype is not None:
+        return "autocast"
+    if gradient_checkpointing:
+        return "gradient checkpointing"
+    if float(getattr(base.config, "attention_dropout", 0.0) or 0.0) > 0:
+        return "attention dropout"
+    for layer in base.model.layers:
+        for mods in static_decode.projection_modules(layer):
+            for m in mods:
+                if type(m) is not nn.Linear:
+                    return f"{type(m).__name__} projections (e.g. LoRA)"
+                if m.weight.dtype != torch.float32:
+                    return f"{m.weight.dtype} weights"
+    return None
+
+
+class _LiveRows:
+    """Which token rows of a replay can receive a non-zero gradient, found from the gradient of the logits (a hook
+    on them runs before the backward reaches any layer). Position j of a completion influences only the logits of
+    its own row from index j + 1 on (causal attention, no mixing across rows), and a prompt position only its
+    group's rows, so a row of zeros there makes every gradient at that position exactly zero."""
+
+    def __init__(self):
+        self.at: dict[str, torch.Tensor | None] = {"prompt": None, "completion": None}
+        self.n = {"prompt": 0, "completion": 0}
+
+    def set(self, name: str, live: torch.Tensor) -> None:
+        flat = live.reshape(-1)
+        n = int(flat.sum())
+        self.n[name] = n
+        # gathering rows costs a copy; below ~10 % of dead rows a dense product is cheaper
+        self.at[name] = flat.nonzero().squeeze(1) if n < 0.9 * len(flat) else None
+
+
+class SavedProjection(torch.autograd.Function):
+    """The outputs `ys` of the modules (weights `params`) that project one input `x`, already computed by the
+    sampler with these weights: forward returns them; backward computes the gradients of x, the weights and the
+    biases, over the rows `live` says can be non-zero (the others are exactly zero)."""
+
+    @staticmethod
+    def forward(ctx, x, live: _LiveRows, segment: str, n_mods: int, has_bias: bool, *params_and_ys):
+        weights = params_and_ys[:n_mods]
+        ys = params_and_ys[(2 if has_bias else 1) * n_mods:]
+        ctx.live, ctx.segment, ctx.has_bias = live, segment, has_bias
+        ctx.save_for_backward(x, *weights)
+        return ys
+
+    @staticmethod
+    def backward(ctx, *dys):
+        x, *weights = ctx.saved_tensors
+        at = ctx.live.at[ctx.segment]
+        x2 = x.reshape(-1, x.shape[-1])
+        dy2 = [d.reshape(-1, d.shape[-1]) for d in dys]
+        rows = len(x2)
+        if at is not None:
+            x2 = x2.index_select(0, at)
+            dy2 = [d.index_select(0, at) for d in dy2]
+        dx = None
+        if ctx.needs_input_grad[0]:
+            dx_live = dy2[0] @ weights[0]
+            for d, w in zip(dy2[1:], weights[1:]):
+                dx_live.addmm_(d, w)
+            dx = dx_live if at is None else dx_live.new_zeros((rows, x2.shape[1])).index_copy_(0, at, dx_live)
+            dx = dx.reshape(x.shape)
+        dws = [d.t() @ x2 for d in dy2]
+        dbs = [d.sum(0) for d in dy2] if ctx.has_bias else []
+        if flop_listener is not None:
+            out = sum(w.shape[0] for w in weights)
+            flop_listener(2.0 * len(x2) * out * x2.shape[1] * (2 if dx is not None else 1))
+        return (dx, None, None, None, None, *dws, *dbs, *([None] * len(dys)))
+
+
+def _saved_projection(mods, x, y, live: _LiveRows, segment: str):
+    weights = [m.weight for m in mods]
+    biases = [m.bias for m in mods]
+    has_bias = any(b is not None for b in biases)
+    if has_bias:  # some biased, some not: zeros for the missing ones
+        biases = [b if b is not None else m.weight.new_zeros(m.weight.shape[0]) for b, m in zip(biases, mods)]
+    ys = y.split([w.shape[0] for w in weights], -1) if len(mods) > 1 else (y,)
+    return SavedProjection.apply(x, live, segment, len(mods), has_bias, *weights, *(biases if has_bias else []), *ys)
+
+
+def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: torch.Tensor, prompt_ids: torch.Tensor,
+                  prompt_mask: torch.Tensor, comp_ids: torch.Tensor, *, group_size: int) -> torch.Tensor:
+    """The completion logits `[b, T, V]` of `grouped_sequence_logits`, under autograd, from the sampler's record.
+
+    The `b` rows come in whole groups of `group_size` (one prompt each, `prompt_ids`/`prompt_mask` repeated per
+    row); `record_rows` [b] are their rows in `record`.
+    """
+    G = group_size
+    base = base_model_of(model)
+    body = base.model
+    dims = nh, kvh, hd = static_decode._dims(base.config)
+    b, T = comp_ids.shape
+    P = prompt_ids.shape[1]
+    if P != record.P or record.repeats != G or b % G:
+        raise ValueError("replay_logits: the rows are not whole groups of the recorded rollout")
+    groups = record_rows[::G] // G
+    g = len(groups)
+    all_groups = g * G == record.n_rows and bool((record_rows == torch.arange(record.n_rows, device=record_rows.device)).all())
+    Tc = T - 1  # tokens fed to the model: all but the last
+    pu, pmu = prompt_ids[::G], prompt_mask[::G].bool()
+    dev = comp_ids.device
+    pos_p = (prompt_mask[::G].cumsum(-1) - 1).clamp(min=0)
+    x_p = body.embed_tokens(pu)
+    cos_p, sin_p = static_decode.rope(body, x_p, pos_p)
+    ar_p = torch.arange(P, device=dev)
+    mask_p = ((pmu[:, None, :] & (ar_p[None, :] <= ar_p[:, None])[None]) | torch.eye(P, dtype=torch.bool, device=dev)[None])[:, None]
+    if Tc > 0:
+        fed = comp_ids[:, :Tc]
+        x_c = body.embed_tokens(fed)
+        pos_c = pos_p[:, -1:].repeat_interleave(G, 0) + 1 + torch.arange(Tc, device=dev)
+        cos_c, sin_c = static_decode.rope(body, x_c, pos_c)
+        ar_c = torch.arange(Tc, device=dev)
+        mask_c = torch.cat([pmu.repeat_interleave(G, 0)[:, None, :].expand(b, Tc, P),
+                            (ar_c[None, :] <= ar_c[:, None])[None].expand(b, Tc, Tc)], -1)[:, None]
+
+    live = _LiveRows()
+
+    def saved(layer_mods, bufs, pick, segment):
+        def project(slot, inp):
+            return _saved_projection(layer_mods[slot], inp, pick(bufs[slot]), live, segment)
+        return project
+
+    pick_p = (lambda t: t) if all_groups else (lambda t: t.index_select(0, groups))
+    pick_c = ((lambda t: t[:, :Tc]) if all_groups else (lambda t: t.index_select(0, record_rows)[:, :Tc]))
+    attn_pairs = 0.0
+    for li, layer in enumerate(body.layers):
+        mods = static_decode.projection_modules(layer)
+        scale = layer.self_attn.scaling
+        proj_p = saved(mods, record.prompt[li], pick_p, "prompt")
+        q_p, k_p, v_p = static_decode.attention_inputs(layer, x_p, cos_p, sin_p, dims, proj_p)
+        a_p = F.scaled_dot_product_attention(q_p, k_p, v_p, attn_mask=mask_p, scale=scale, enable_gqa=kvh != nh)
+        x_p_next = static_decode.layer_output(layer, x_p, a_p.transpose(1, 2).reshape(g, P, nh * hd), proj_p)
+        if Tc > 0:
+            proj_c = saved(mods, record.completion[li], pick_c, "completion")
+            q_c, k_c, v_c = static_decode.attention_inputs(layer, x_c, cos_c, sin_c, dims, proj_c)
+            K = torch.cat([k_p.repeat_interleave(G, 0), k_c], 2)
+            V = torch.cat([v_p.repeat_interleave(G, 0), v_c], 2)
+            a_c = F.scaled_dot_product_attention(q_c, K, V, attn_mask=mask_c, scale=scale, enable_gqa=kvh != nh)
+            x_c = static_decode.layer_output(layer, x_c, a_c.transpose(1, 2).reshape(b, Tc, nh * hd), proj_c)
+            attn_pairs += b * (Tc * P + Tc * (Tc + 1) / 2)
+        attn_pairs += g * P * (P + 1) / 2
+        x_p = x_p_next
+    first = base.lm_head(body.norm(x_p[:, -1:])).repeat_interleave(G, 0)
+    if flop_listener is not None:  # attention forward + backward (3x), LM head forward + backward (3x)
+        H, V_ = base.config.hidden_size, base.lm_head.out_features
+        flop_listener(3.0 * 4 * H * attn_pairs + 3.0 * 2 * H * V_ * (g + b * Tc))
+    logits = first if Tc == 0 else torch.cat([first, base.lm_head(body.norm(x_c))], 1)
+    if logits.requires_grad:
+        def find_live(grad):
+            nz = (grad != 0).any(-1)  # [b, T]: logits index t has a gradient
+            live.set("prompt", nz.reshape(g, -1).any(1)[:, None] & pmu)  # a group with any gradient; real tokens
+            if Tc > 0:  # fed position j reaches logits j+1 .. T-1 of its row
+                live.set("completion", nz.flip(1).cummax(1).values.flip(1)[:, 1:])
+        logits.register_hook(find_live)
+    return logits

@@ -1,0 +1,186 @@
+"""The update rebuilt from the sampler's projections (`rlcompare.replay`) gives the gradient of the ordinary
+forward, skips exactly the rows that carry no gradient, and is used only where it is exact.
+
+The reference in every test is the ordinary update path: `grouped_sequence_logits` (transformers' forward)
+differentiated by autograd.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlcompare import replay, static_decode
+from rlcompare.config import validate
+from rlcompare.replay import can_replay, replay_logits
+from rlcompare.rollout import grouped_sequence_logits, left_pad, sample, token_logp
+from rlcompare.trainer import Trainer
+from test_static_decode import CASES, PROMPTS, TOK, _model
+
+G = 8
+KW = dict(max_new_tokens=24, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id, repeats=G)
+
+
+def _eos_model(arch="llama", **extra):
+    """A tiny model whose LM head has a bias making EOS likely (~4 % a token): rows end early and leave the decoder."""
+    model = _model(arch, **{**CASES.get(arch, (arch, {}))[1], **extra})
+    head = torch.nn.Linear(model.lm_head.in_features, model.lm_head.out_features, bias=True)
+    with torch.no_grad():
+        head.weight.copy_(model.lm_head.weight)
+        head.bias.zero_()
+        head.bias[TOK.eos_token_id] = 1.5
+    model.lm_head = head
+    return model
+
+
+def _rollout(model, seed=0, record=True):
+    pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
+    comp = sample(model, pi, pm, generator=torch.Generator().manual_seed(seed), record=record, **KW)
+    return pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0), comp
+
+
+def _loss(logits, comp, adv):
+    """GRPO-style token-mean loss on the sampled tokens (any function of the logits would do)."""
+    lp = token_logp(logits, comp.ids) * comp.mask
+    return -(adv[:, None] * lp).sum() / comp.mask.sum()
+
+
+def _grads(model, logits_fn, comp, adv):
+    model.zero_grad(set_to_none=True)
+    logits = logits_fn()
+    _loss(logits, comp, adv).backward()
+    return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_replay_gives_the_gradient_of_the_ordinary_forward(case):
+    arch, extra = CASES[case]
+    model = _eos_model(arch, **extra)
+    pi, pm, comp = _rollout(model)
+    rec = comp.record
+    assert isinstance(rec, static_decode.ProjectionRecord)
+    assert rec.rows is not None and 0 < len(rec.rows) < 3 * G  # some rows ended early and left the decoder
+    adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(1))
+    adv[G:2 * G] = 0.0  # one group without gradient: its rows are skipped in the backward
+    model.train()
+    want_logits, want = _grads(model, lambda: grouped_sequence_logits(model, pi, pm, comp.ids, comp.mask, group_size=G), comp, adv)
+    got_logits, got = _grads(model, lambda: replay_logits(model, rec, torch.arange(3 * G), pi, pm, comp.ids, group_size=G), comp, adv)
+    m = comp.mask.bool()
+    torch.testing.assert_close(got_logits[m], want_logits[m], atol=1e-5, rtol=0)
+    for name, g in want.items():
+        scale = float(g.abs().max())
+        assert scale > 0, name  # every parameter takes part
+        torch.testing.assert_close(got[name], g, atol=1e-5 * scale, rtol=0, msg=lambda s: f"{name}: {s}")
+
+
+def test_a_subset_of_groups_in_any_order_replays_its_own_rows():
+    model = _eos_model()
+    pi, pm, comp = _rollout(model)
+    rows = torch.cat([torch.arange(2 * G, 3 * G), torch.arange(0, G)])  # groups 2 and 0, in that order
+    adv = torch.randn(2 * G, generator=torch.Generator().manual_seed(2))
+    sub = type(comp)(comp.ids[rows], comp.mask[rows], comp.logp[rows], comp.truncated[rows], comp.lengths[rows])
+    model.train()
+    _, want = _grads(model, lambda: grouped_sequence_logits(model, pi[rows], pm[rows], sub.ids, sub.mask, group_size=G), sub, adv)
+    _, got = _grads(model, lambda: replay_logits(model, comp.record, rows, pi[rows], pm[rows], sub.ids, group_size=G), sub, adv)
+    for name, g in want.items():
+        torch.testing.assert_close(got[name], g, atol=1e-5 * float(g.abs().max()), rtol=0)
+
+
+def test_the_backward_computes_only_rows_with_a_gradient():
+    """Projection-backward FLOPs, counted by hand: 2 (dX) + 2 (dW) FLOPs per weight per live token row. Live: the
+    real prompt tokens of the groups with a gradient, and, in their completions, every fed token that precedes a
+    real token (a completion of n tokens feeds n - 1 of them)."""
+    model = _eos_model("qwen2")  # biases too
+    pi, pm, comp = _rollout(model)
+    adv = torch.zeros(3 * G)
+    adv[2 * G:] = torch.linspace(-1, 1, G)  # only group 2 has a gradient
+    flops = []
+    replay.flop_listener = flops.append
+    try:
+        model.train()
+        logits = replay_logits(model, comp.record, torch.arange(3 * G), pi, pm, comp.ids, group_size=G)
+        n_forward = len(flops)  # attention and LM head, counted when the forward is built
+        _loss(logits, comp, adv).backward()
+    finally:
+        replay.flop_listener = None
+    weights = sum(m.weight.numel() for layer in model.model.layers for mods in static_decode.projection_modules(layer) for m in mods)
+    prompt_tokens = len(PROMPTS[2])
+    completion_tokens = int((comp.lengths[2 * G:] - 1).clamp(min=0).sum())
+    assert sum(flops[n_forward:]) == 4.0 * weights * (prompt_tokens + completion_tokens)
+
+
+def test_the_first_update_runs_no_forward_projection_and_moves_the_weights_the_same(compose, tmp_path):
+    """Trainer level: one update per batch. With the replay the policy's projections are never called during the
+    update (the sampler computed them); the gradient AdamW receives is the ordinary one."""
+
+    def run(name, *extra):
+        tr = Trainer(validate(compose("trainer.updates_per_rollout=1", *extra)), tmp_path / name)
+        b = tr.collect()["batch"]
+        b["rewards"] = torch.linspace(0, 1, len(b["rewards"]))  # every group informative
+        calls = []
+        hooks = [m.register_forward_hook(lambda *a: calls.append(1)) for m in tr.policy.model.modules()
+                 if isinstance(m, torch.nn.Linear) and m is not tr.policy.model.lm_head]
+        grads = []
+        step = tr.opt.step
+
+        def recording_step(*a, **kw):
+            grads.append([p.grad.detach().clone() for p in tr.params])
+            return step(*a, **kw)
+
+        tr.opt.step = recording_step
+        up = tr.update(b, tr.advantages(b), None)
+        for h in hooks:
+            h.remove()
+        return tr, b, up, len(calls), grads[0]
+
+    ref, b_ref, up_ref, calls_ref, g_ref = run("ordinary", "trainer.update_from_rollout=false")
+    fast, b_fast, up_fast, calls_fast, g_fast = run("replay")
+    assert ref.replay_off == "trainer.update_from_rollout=false" and fast.replay_off is None
+    assert b_ref["comp"].record is None and b_fast["comp"].record is not None
+    assert torch.equal(b_ref["comp"].ids, b_fast["comp"].ids)  # same seed, same batch
+    assert calls_ref > 0 and calls_fast == 0
+    for g, h in zip(g_ref, g_fast):
+        torch.testing.assert_close(h, g, atol=1e-5 * float(g.abs().max()) + 1e-12, rtol=0)
+    for k in ("loss/policy", "policy/entropy", "objective_per_token", "clip_frac_low", "ratio_mean"):
+        assert abs(up_fast[k] - up_ref[k]) < 1e-5, k
+
+
+def test_a_record_is_reused_when_its_shapes_match():
+    model = _eos_model()
+    _, _, first = _rollout(model, seed=0)
+    for buf in [t for layer in first.record.prompt + first.record.completion for t in layer]:
+        buf.fill_(float("nan"))  # stale values must never reach the update: NaN would show
+    pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
+    second = sample(model, pi, pm, generator=torch.Generator().manual_seed(5), record=first.record, **KW)
+    assert second.record is first.record and not torch.equal(second.ids, first.ids)
+    rec = second.record
+    assert rec.rows is not None and len(rec.rows) < 3 * G  # rows left the decoder: their later positions unwritten
+    fed = second.ids.shape[1] - 1
+    for buf in [t for layer in rec.prompt for t in layer] + [t[:, :fed] for layer in rec.completion for t in layer]:
+        assert bool(torch.isfinite(buf).all())  # written by this rollout, or zeroed when the row left
+    pir, pmr = pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0)
+    adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(3))
+    model.train()
+    _, want = _grads(model, lambda: grouped_sequence_logits(model, pir, pmr, second.ids, second.mask, group_size=G), second, adv)
+    _, got = _grads(model, lambda: replay_logits(model, second.record, torch.arange(3 * G), pir, pmr, second.ids, group_size=G), second, adv)
+    for name, g in want.items():
+        torch.testing.assert_close(got[name], g, atol=1e-5 * float(g.abs().max()), rtol=0)
+    longer = sample(model, pi, pm, generator=torch.Generator().manual_seed(5), record=first.record,
+                    **{**KW, "max_new_tokens": 30})
+    assert longer.record is not first.record  # other shapes: a new record
+
+
+def test_replay_is_off_where_it_would_not_be_exact():
+    from peft import LoraConfig, get_peft_model
+
+    assert can_replay(_model("llama"), 40) is None
+    assert "GPT2LMHeadModel" in can_replay(_model("gpt2", n_embd=32, n_layer=1, n_head=2), 40)
+    assert can_replay(_model("llama"), 40, autocast_dtype=torch.bfloat16) == "autocast"
+    assert can_replay(_model("llama"), 40, gradient_checkpointing=True) == "gradient checkpointing"
+    assert can_replay(_model("llama", attention_dropout=0.1), 40) == "attention dropout"
+    assert "bfloat16" in can_replay(_model("llama").to(torch.bfloat16), 40)
+    lora = get_peft_model(_model("llama"), LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM"))
+    assert "LoRA" in can_replay(lora, 40)
+    # and the sampler keeps no record where the decoder is transformers' own
+    pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
+    assert sample(_model("llama"), pi, pm, record=True, kv_cache="dynamic", **{**KW, "max_new_tokens": 4}).record is None
