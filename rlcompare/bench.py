@@ -27,11 +27,13 @@ What is identical between the two tools
 * Optimizer: AdamW lr 1e-4, betas (0.9, 0.99), no weight decay, grad-norm clip 1.0, constant LR, fp32 on the
   CPU. (TRL keeps its own default AdamW implementation, the fused one; the step is a negligible share.)
 * Reward: ONE reward function for both, rlcompare's `weighted` verifier built from the same config:
-  exact match (1.0) + 0.1 when the completion starts with a digit (`format` with pattern `^[0-9]`, scored
-  inline). A from-scratch model never answers right, so exact match alone would give all-zero advantages;
-  with the digit term about 12 % of random completions earn 0.1 and roughly two thirds of the groups of 8
-  are informative (non-zero advantages), printed as `informative`. (rlcompare does not skip backward on
-  zero-advantage batches anyway; the varying reward keeps both tools' gradients non-trivial.)
+  exact match (1.0) + 0.1 when the completion starts with a digit (`format`, pattern `^[0-9]`) + 0.05 when
+  one of its first four characters is a digit (`^.?.?.?[0-9]`), scored inline. A from-scratch model never
+  answers right, so exact match alone would give all-zero advantages; with the two digit terms (about 12 %
+  and 40 % of random completions) a group of 8 is flat only when all eight agree on both, and about 98 % of
+  the groups are informative (non-zero advantages), printed as `informative`. This matters because
+  rlcompare's update skips the backward rows that have no gradient (`rlcompare.replay`): with mostly
+  informative groups the figure is that of real training, not of a batch it can skip.
 * TRL does no extra work we don't: no vLLM, `gradient_checkpointing=False` (TRL's default is True),
   `bf16=False` and `use_cpu=True` on the CPU, `report_to="none"`, no logging steps, no completion logging,
   no eval, no saving, no progress bar.
@@ -61,7 +63,10 @@ Metrics
   QK^T and AV over causal pairs). A forward under grad (the update) counts 3x (forward + backward = 2x
   forward). So sampling counts 2N per prompt token (prefill) and per fed token per decode step (rows that
   already ended still ride along, as in both samplers), the update 6N per prompt+completion position, and a
-  log-prob forward, if a tool ran one, 2N per position. Padding positions are counted (they are computed);
+  log-prob forward, if a tool ran one, 2N per position. rlcompare's update from the rollout (`rlcompare.replay`:
+  the forward's projections are the sampler's, not recomputed) counts what it computes: 4 FLOPs per weight per
+  token row in the projections' backward (dX and dW; rows with no gradient are skipped, so not counted), and
+  the recomputed attention and LM head forward + backward. Padding positions are otherwise counted (computed);
   with an 82-token vocabulary the LM head is ~1-2 % of N, so counting it on every position is a small
   over-count for both. Achieved FLOP/s = mean counted FLOPs per measured step / median s/step (tokens/s
   likewise), and `*_peak_frac`
@@ -106,8 +111,8 @@ MAX_PROMPT_TOKENS = 16
 CONTEXT = 64
 ADV_EPS = 1e-4  # TRL's constant in (r - mean) / (std + 1e-4)
 WEIGHT_SEED = 0
-DIGIT_PATTERN = "^[0-9]"
-DIGIT_WEIGHT = 0.1
+# shaping terms of the benchmark's reward: (regex searched from the completion's start, weight)
+DIGIT_TERMS = (("^[0-9]", 0.1), ("^.?.?.?[0-9]", 0.05))
 SPEC_VERSION = 1
 
 
@@ -227,7 +232,19 @@ class FlopCounter:
         body = getattr(base, base.base_model_prefix, base)
         self._handle = body.register_forward_pre_hook(self._hook, with_kwargs=True)
         self._count_static_decoding(body)
+        self._count_replay()
         return self
+
+    def _count_replay(self) -> None:
+        """rlcompare's update from the rollout (`replay`) skips the forward projections and calls no body
+        forward: it reports the FLOPs it does compute (each backward matmul over the token rows it keeps, and
+        the recomputed attention and LM head, forward + backward)."""
+        from rlcompare import replay
+
+        def add(flops: float) -> None:
+            self.flops += flops
+
+        replay.flop_listener = add
 
     def _count_static_decoding(self, body) -> None:
         """rlcompare's preallocated-cache decoder (`static_decode`) runs the body's layers without calling the
@@ -295,7 +312,8 @@ def rlcompare_overrides(weights: str, *, max_new_tokens: int, device: str, threa
         "prompts=arithmetic",
         "algorithm=grpo", "algorithm.kl.coef=0", "algorithm.aggregation=token-mean", f"algorithm.advantage.eps={ADV_EPS}",
         "verifier=weighted",
-        f"verifier.components=[{{name:exact_match,weight:1.0}},{{name:format,weight:{DIGIT_WEIGHT},pattern:'{DIGIT_PATTERN}'}}]",
+        "verifier.components=[{name:exact_match,weight:1.0}," + ",".join(
+            f"{{name:format,weight:{w},pattern:'{pat}'}}" for pat, w in DIGIT_TERMS) + "]",
         "+verifier.isolation=inline",
         f"budget.max_new_tokens={max_new_tokens}", f"budget.max_prompt_tokens={MAX_PROMPT_TOKENS}",
         "budget.total_tokens=null", "budget.max_steps=1000000",

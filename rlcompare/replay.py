@@ -66,13 +66,22 @@ class _LiveRows:
     def __init__(self):
         self.at: dict[str, torch.Tensor | None] = {"prompt": None, "completion": None}
         self.n = {"prompt": 0, "completion": 0}
+        self.rows = {"prompt": 0, "completion": 0}
 
     def set(self, name: str, live: torch.Tensor) -> None:
         flat = live.reshape(-1)
-        n = int(flat.sum())
-        self.n[name] = n
-        # gathering rows costs a copy; below ~10 % of dead rows a dense product is cheaper
-        self.at[name] = flat.nonzero().squeeze(1) if n < 0.9 * len(flat) else None
+        self.rows[name], self.n[name] = len(flat), int(flat.sum())
+        self.at[name] = flat.nonzero().squeeze(1) if self.n[name] < len(flat) else None
+
+    def pick(self, name: str, d_in: int, d_out: int, flop_per_byte: float):
+        """The live row indices when gathering them pays: the matmul work saved on dead rows (4 d_in d_out
+        FLOPs each) must exceed the copying (about 8 (d_in + d_out) bytes per live row: gather dY and X,
+        scatter dX) at the device's FLOP-per-byte rate. Small widths with few dead rows stay dense."""
+        at = self.at[name]
+        if at is None:
+            return None
+        dead, live = self.rows[name] - self.n[name], self.n[name]
+        return at if dead * 4 * d_in * d_out > flop_per_byte * live * 8 * (d_in + d_out) else None
 
 
 class SavedProjection(torch.autograd.Function):
@@ -91,7 +100,8 @@ class SavedProjection(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *dys):
         x, *weights = ctx.saved_tensors
-        at = ctx.live.at[ctx.segment]
+        d_out = sum(w.shape[0] for w in weights)
+        at = ctx.live.pick(ctx.segment, x.shape[-1], d_out, _FLOP_PER_BYTE.get(x.device.type, 15.0))
         x2 = x.reshape(-1, x.shape[-1])
         dy2 = [d.reshape(-1, d.shape[-1]) for d in dys]
         rows = len(x2)
@@ -108,8 +118,7 @@ class SavedProjection(torch.autograd.Function):
         dws = [d.t() @ x2 for d in dy2]
         dbs = [d.sum(0) for d in dy2] if ctx.has_bias else []
         if flop_listener is not None:
-            out = sum(w.shape[0] for w in weights)
-            flop_listener(2.0 * len(x2) * out * x2.shape[1] * (2 if dx is not None else 1))
+            flop_listener(2.0 * len(x2) * d_out * x2.shape[1] * (2 if dx is not None else 1))
         return (dx, None, None, None, None, *dws, *dbs, *([None] * len(dys)))
 
 
@@ -121,6 +130,29 @@ def _saved_projection(mods, x, y, live: _LiveRows, segment: str):
         biases = [b if b is not None else m.weight.new_zeros(m.weight.shape[0]) for b, m in zip(biases, mods)]
     ys = y.split([w.shape[0] for w in weights], -1) if len(mods) > 1 else (y,)
     return SavedProjection.apply(x, live, segment, len(mods), has_bias, *weights, *(biases if has_bias else []), *ys)
+
+
+# matmul FLOPs per byte copied, roughly (fp32 matmul peak / memory copy rate): 2 CPU cores ~200 GFLOP/s over
+# ~10 GB/s; a data-centre GPU ~1000 TFLOP/s (bf16) over ~5 TB/s. Decides when skipping dead rows pays.
+_FLOP_PER_BYTE = {"cpu": 15.0, "cuda": 200.0}
+
+# attention scores up to this size are computed as plain matmuls; above, by the fused kernel
+_EXPLICIT_ATTENTION_BYTES = 64 * 2**20
+
+
+def _attention(q, k, v, mask, scale):
+    """softmax(q k^T * scale, masked) v for q `[B, nh, T, hd]`, k/v `[B, kvh, S, hd]`, mask `[B, 1, T, S]` (every
+    query sees at least itself). For the short rows of RL completions, explicit matmuls run forward and backward
+    2-3x faster on the CPU than `scaled_dot_product_attention`'s flash kernel; long rows use the kernel, which
+    never holds the `[B, nh, T, S]` scores."""
+    B, nh, T, _ = q.shape
+    kvh, S = k.shape[1], k.shape[2]
+    if B * nh * T * S * q.element_size() > _EXPLICIT_ATTENTION_BYTES:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=kvh != nh)
+    if kvh != nh:  # query head i reads key/value head i // (nh // kvh), as transformers' repeat_kv
+        k, v = k.repeat_interleave(nh // kvh, 1), v.repeat_interleave(nh // kvh, 1)
+    scores = (q @ k.transpose(-1, -2)) * scale
+    return scores.masked_fill(~mask, float("-inf")).softmax(-1) @ v
 
 
 def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: torch.Tensor, prompt_ids: torch.Tensor,
@@ -173,14 +205,14 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
         scale = layer.self_attn.scaling
         proj_p = saved(mods, record.prompt[li], pick_p, "prompt")
         q_p, k_p, v_p = static_decode.attention_inputs(layer, x_p, cos_p, sin_p, dims, proj_p)
-        a_p = F.scaled_dot_product_attention(q_p, k_p, v_p, attn_mask=mask_p, scale=scale, enable_gqa=kvh != nh)
+        a_p = _attention(q_p, k_p, v_p, mask_p, scale)
         x_p_next = static_decode.layer_output(layer, x_p, a_p.transpose(1, 2).reshape(g, P, nh * hd), proj_p)
         if Tc > 0:
             proj_c = saved(mods, record.completion[li], pick_c, "completion")
             q_c, k_c, v_c = static_decode.attention_inputs(layer, x_c, cos_c, sin_c, dims, proj_c)
             K = torch.cat([k_p.repeat_interleave(G, 0), k_c], 2)
             V = torch.cat([v_p.repeat_interleave(G, 0), v_c], 2)
-            a_c = F.scaled_dot_product_attention(q_c, K, V, attn_mask=mask_c, scale=scale, enable_gqa=kvh != nh)
+            a_c = _attention(q_c, K, V, mask_c, scale)
             x_c = static_decode.layer_output(layer, x_c, a_c.transpose(1, 2).reshape(b, Tc, nh * hd), proj_c)
             attn_pairs += b * (Tc * P + Tc * (Tc + 1) / 2)
         attn_pairs += g * P * (P + 1) / 2

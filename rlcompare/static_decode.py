@@ -144,11 +144,14 @@ class StaticDecoder:
         x = self.body.embed_tokens(ids)
         cos, sin = rope(self.body, x, pos)
         # key j visible from query i: written, real, and not in the future (a query always sees itself, so
-        # a padding row never takes a softmax over nothing)
-        q_at = torch.arange(start, start + T, device=ids.device)[:, None]
-        k_at = torch.arange(self.capacity, device=ids.device)[None, :]
-        allowed = (self.key_mask[:, None, :] & (k_at <= q_at)[None]) | (k_at == q_at)[None]  # [B,T,capacity]
-        allowed = allowed[:, None]
+        # a padding row never takes a softmax over nothing). One new token: the keys written so far, itself
+        # included (`step` marked it).
+        if T == 1:
+            allowed = self.key_mask[:, None, None, :]
+        else:
+            q_at = torch.arange(start, start + T, device=ids.device)[:, None]
+            k_at = torch.arange(self.capacity, device=ids.device)[None, :]
+            allowed = ((self.key_mask[:, None, :] & (k_at <= q_at)[None]) | (k_at == q_at)[None])[:, None]
         first = not self.keys
         for li, (layer, projections) in enumerate(self.layers):
             attn = layer.self_attn
@@ -169,11 +172,12 @@ class StaticDecoder:
             K[:, :, start:start + T] = k
             V[:, :, start:start + T] = v
             if T == 1:
-                # one query: grouped heads as a batched matmul over the whole buffer (no copy of the cache)
+                # one query: grouped heads as a batched matmul over the keys written so far (a view, no copy)
+                n = start + 1
                 qg = q.reshape(B, kvh, nh // kvh, hd)
-                scores = torch.matmul(qg, K.transpose(-1, -2).to(qg.dtype)) * attn.scaling
-                scores = scores.float().masked_fill(~allowed, float("-inf"))
-                a = torch.matmul(scores.softmax(-1).to(V.dtype), V).reshape(B, 1, nh * hd)
+                scores = torch.matmul(qg, K[:, :, :n].transpose(-1, -2).to(qg.dtype)) * attn.scaling
+                scores = scores.float().masked_fill(~allowed[..., :n], float("-inf"))
+                a = torch.matmul(scores.softmax(-1).to(V.dtype), V[:, :, :n]).reshape(B, 1, nh * hd)
             else:
                 a = F.scaled_dot_product_attention(q, K.to(q.dtype), V.to(q.dtype), attn_mask=allowed,
                                                    scale=attn.scaling, enable_gqa=kvh != nh)

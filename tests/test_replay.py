@@ -86,10 +86,11 @@ def test_a_subset_of_groups_in_any_order_replays_its_own_rows():
         torch.testing.assert_close(got[name], g, atol=1e-5 * float(g.abs().max()), rtol=0)
 
 
-def test_the_backward_computes_only_rows_with_a_gradient():
+def test_the_backward_computes_only_rows_with_a_gradient(monkeypatch):
     """Projection-backward FLOPs, counted by hand: 2 (dX) + 2 (dW) FLOPs per weight per live token row. Live: the
     real prompt tokens of the groups with a gradient, and, in their completions, every fed token that precedes a
     real token (a completion of n tokens feeds n - 1 of them)."""
+    monkeypatch.setattr(replay, "_FLOP_PER_BYTE", {"cpu": 0.0})  # skip dead rows however few (see the next test)
     model = _eos_model("qwen2")  # biases too
     pi, pm, comp = _rollout(model)
     adv = torch.zeros(3 * G)
@@ -107,6 +108,19 @@ def test_the_backward_computes_only_rows_with_a_gradient():
     prompt_tokens = len(PROMPTS[2])
     completion_tokens = int((comp.lengths[2 * G:] - 1).clamp(min=0).sum())
     assert sum(flops[n_forward:]) == 4.0 * weights * (prompt_tokens + completion_tokens)
+
+
+def test_dead_rows_are_skipped_only_when_that_saves_more_than_the_copies():
+    """100 rows, 128 -> 128 projection, 15 FLOP per byte: a dead row saves 4 * 128 * 128 = 65,536 FLOPs, a live
+    one costs 15 * 8 * 256 = 30,720 in copies. 10 dead rows: 655,360 < 90 * 30,720 -> dense. 50 dead:
+    3,276,800 > 50 * 30,720 = 1,536,000 -> gather."""
+    live = replay._LiveRows()
+    live.set("completion", torch.arange(100) < 90)
+    assert live.pick("completion", 128, 128, 15.0) is None
+    live.set("completion", torch.arange(100) % 2 == 0)
+    assert torch.equal(live.pick("completion", 128, 128, 15.0), torch.arange(0, 100, 2))
+    live.set("completion", torch.ones(100, dtype=torch.bool))
+    assert live.pick("completion", 4096, 4096, 0.0) is None  # nothing dead: nothing to skip
 
 
 def test_the_first_update_runs_no_forward_projection_and_moves_the_weights_the_same(compose, tmp_path):
