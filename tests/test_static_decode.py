@@ -40,6 +40,9 @@ CASES = {
     "qwen2-bias": ("qwen2", {}),
     "qwen3-qk-norm": ("qwen3", {"head_dim": 16}),  # head_dim != hidden / heads, as in Qwen3-0.6B (128 vs 64)
     "mistral": ("mistral", {"sliding_window": None}),
+    # 256 wide: the projections go through oneDNN with packed weights (rlcompare.onednn) where available
+    "llama-wide": ("llama", {"hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 4,
+                             "intermediate_size": 512, "num_hidden_layers": 1}),
 }
 
 
@@ -167,3 +170,18 @@ def test_bf16_weights_as_on_a_gpu_by_default_match_the_transformers_cache():
     assert (fast.ids == ref.ids).float().mean() > 0.9  # greedy ties may break differently in bf16
     same = (fast.ids == ref.ids).all(1)
     torch.testing.assert_close(fast.logp[same], ref.logp[same], atol=1e-2, rtol=0)  # measured: 1e-3
+
+
+def test_onednn_products_equal_torch_and_apply_only_where_they_pay():
+    from rlcompare import onednn
+
+    w = torch.randn(512, 256)
+    assert onednn.usable(w) == onednn.available()
+    assert not onednn.usable(torch.randn(384, 128))  # narrower than MIN_WIDTH: torch's product
+    assert not onednn.usable(w.to(torch.bfloat16))
+    if not onednn.available():
+        pytest.skip("this torch build has no oneDNN linear")
+    x, b = torch.randn(3, 7, 256), torch.randn(512)
+    want = torch.nn.functional.linear(x, w, b)
+    for weight in (w, onednn.pack(w, 21)):
+        torch.testing.assert_close(onednn.linear(x, weight, b), want, atol=1e-4, rtol=1e-5)
