@@ -94,18 +94,3 @@ def test_grouped_logits_equal_per_row_logits_in_value_and_gradient():
     for n in g_ref:
         assert torch.allclose(g_ref[n], g_got[n], atol=1e-5, rtol=1e-4), n
 
-
-def test_categorical_draws_follow_the_probabilities_and_never_a_zero():
-    """200,000 draws from p = (0.5, 0, 0.2, 0.3) (rows given unnormalized, x2): frequencies within 4 standard
-    errors (sqrt(p(1-p)/n) <= 0.0012), and the zero-probability entry never drawn."""
-    from rlcompare.rollout import categorical
-
-    n = 200_000
-    probs = torch.tensor([[1.0, 0.0, 0.4, 0.6]]).expand(n, 4)
-    draws = categorical(probs, torch.Generator().manual_seed(0))
-    freq = torch.bincount(draws, minlength=4).double() / n
-    assert int(freq[1] * n) == 0
-    for got, want in zip(freq.tolist(), [0.5, 0.0, 0.2, 0.3]):
-        assert abs(got - want) < 4 * 0.0012
-    # a distribution with all its mass on the last entry (zeros before): always that entry
-    assert set(categorical(torch.tensor([[0.0, 0.0, 1.0]]).expand(1000, 3)).tolist()) == {2}

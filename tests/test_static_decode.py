@@ -177,7 +177,7 @@ def test_onednn_products_equal_torch_and_apply_only_where_they_pay():
 
     w = torch.randn(512, 256)
     assert onednn.usable(w) == onednn.available()
-    assert not onednn.usable(torch.randn(384, 128))  # narrower than MIN_WIDTH: torch's product
+    assert not onednn.usable(torch.randn(384, 128))  # fewer than MIN_SIZE elements: torch's product
     assert not onednn.usable(w.to(torch.bfloat16))
     if not onednn.available():
         pytest.skip("this torch build has no oneDNN linear")
