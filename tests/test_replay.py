@@ -67,9 +67,11 @@ def test_replay_gives_the_gradient_of_the_ordinary_forward(case):
     got_logits, got = _grads(model, lambda: replay_logits(model, rec, torch.arange(3 * G), pi, pm, comp.ids, group_size=G), comp, adv)
     m = comp.mask.bool()
     torch.testing.assert_close(got_logits[m], want_logits[m], atol=1e-5, rtol=0)
+    top = max(float(g.abs().max()) for g in want.values())
     for name, g in want.items():
-        scale = float(g.abs().max())
-        assert scale > 0, name  # every parameter takes part
+        # each gradient to 1e-5 of its own scale; one that is zero in exact arithmetic (the key bias: softmax
+        # ignores a shift shared by all keys) is float noise, held to 1e-8 of the largest gradient
+        scale = max(float(g.abs().max()), 1e-3 * top)
         torch.testing.assert_close(got[name], g, atol=1e-5 * scale, rtol=0, msg=lambda s: f"{name}: {s}")
 
 
