@@ -125,12 +125,16 @@ def test_dead_rows_are_skipped_only_when_that_saves_more_than_the_copies():
     assert live.pick("completion", 4096, 4096, 0.0) is None  # nothing dead: nothing to skip
 
 
-def test_the_first_update_runs_no_forward_projection_and_moves_the_weights_the_same(compose, tmp_path):
-    """Trainer level: one update per batch. With the replay the policy's projections are never called during the
-    update (the sampler computed them); the gradient AdamW receives is the ordinary one."""
+@pytest.mark.parametrize("split", [["trainer.updates_per_rollout=1"],
+                                   ["trainer.updates_per_rollout=2", "trainer.micro_batch_size=4"]])
+def test_the_first_update_runs_no_forward_projection_and_moves_the_weights_the_same(compose, tmp_path, split):
+    """Trainer level. With the replay the policy's projections are never called during the first update (the
+    sampler computed them; with 2 mini-batches of 2 groups, in micro-batches of one group, the second mini-batch
+    runs the ordinary forward: 4 layers' worth of calls instead of 8); the first gradient AdamW receives is the
+    ordinary one."""
 
     def run(name, *extra):
-        tr = Trainer(validate(compose("trainer.updates_per_rollout=1", *extra)), tmp_path / name)
+        tr = Trainer(validate(compose(*split, *extra)), tmp_path / name)
         b = tr.collect()["batch"]
         b["rewards"] = torch.linspace(0, 1, len(b["rewards"]))  # every group informative
         calls = []
@@ -154,7 +158,7 @@ def test_the_first_update_runs_no_forward_projection_and_moves_the_weights_the_s
     assert ref.replay_off == "trainer.update_from_rollout=false" and fast.replay_off is None
     assert b_ref["comp"].record is None and b_fast["comp"].record is not None
     assert torch.equal(b_ref["comp"].ids, b_fast["comp"].ids)  # same seed, same batch
-    assert calls_ref > 0 and calls_fast == 0
+    assert calls_ref > 0 and calls_fast == (0 if split == ["trainer.updates_per_rollout=1"] else calls_ref // 2)
     for g, h in zip(g_ref, g_fast):
         torch.testing.assert_close(h, g, atol=1e-5 * float(g.abs().max()) + 1e-12, rtol=0)
     for k in ("loss/policy", "policy/entropy", "objective_per_token", "clip_frac_low", "ratio_mean"):
@@ -200,3 +204,17 @@ def test_replay_is_off_where_it_would_not_be_exact():
     # and the sampler keeps no record where the decoder is transformers' own
     pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
     assert sample(_model("llama"), pi, pm, record=True, kv_cache="dynamic", **{**KW, "max_new_tokens": 4}).record is None
+
+
+def test_a_single_new_token_replays_from_the_prompt_alone():
+    model = _eos_model()
+    pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
+    comp = sample(model, pi, pm, generator=torch.Generator().manual_seed(0), record=True, **{**KW, "max_new_tokens": 1})
+    assert comp.ids.shape[1] == 1 and comp.record.completion[0][0].shape[1] == 0  # no token is ever fed
+    pir, pmr = pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0)
+    adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(4))
+    model.train()
+    _, want = _grads(model, lambda: grouped_sequence_logits(model, pir, pmr, comp.ids, comp.mask, group_size=G), comp, adv)
+    _, got = _grads(model, lambda: replay_logits(model, comp.record, torch.arange(3 * G), pir, pmr, comp.ids, group_size=G), comp, adv)
+    for name, g in want.items():
+        torch.testing.assert_close(got[name], g, atol=1e-5 * float(g.abs().max()) + 1e-12, rtol=0)
