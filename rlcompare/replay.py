@@ -4,7 +4,7 @@ With one optimizer step per rollout batch (or on the first mini-batch of several
 the very weights that sampled the batch, so every projection it would compute (q/k/v, o, gate/up, down, for
 every prompt and completion position) was already computed by the sampler. `static_decode` keeps those outputs
 (`ProjectionRecord`); `replay_logits` rebuilds the forward graph from them: norms, rope, attention, SiLU and
-the LM head are recomputed (cheap), while each projection is a `SavedLinear` that returns the sampler's output
+the LM head are recomputed (cheap), while each projection is a `SavedProjection` that returns the sampler's output
 and, in the backward pass, computes dX = dY W and dW = dY^T X as usual. The forward's projection FLOPs (a third
 of the update's) are skipped; the gradient is the one of the ordinary forward, up to float rounding (the
 sampler's one-token steps and a whole-sequence forward sum in different orders, ~1e-6 relative).
@@ -124,12 +124,9 @@ class SavedProjection(torch.autograd.Function):
 
 def _saved_projection(mods, x, y, live: _LiveRows, segment: str):
     weights = [m.weight for m in mods]
-    biases = [m.bias for m in mods]
-    has_bias = any(b is not None for b in biases)
-    if has_bias:  # some biased, some not: zeros for the missing ones
-        biases = [b if b is not None else m.weight.new_zeros(m.weight.shape[0]) for b, m in zip(biases, mods)]
+    biases = static_decode.linear_biases(mods)
     ys = y.split([w.shape[0] for w in weights], -1) if len(mods) > 1 else (y,)
-    return SavedProjection.apply(x, live, segment, len(mods), has_bias, *weights, *(biases if has_bias else []), *ys)
+    return SavedProjection.apply(x, live, segment, len(mods), bool(biases), *weights, *biases, *ys)
 
 
 # matmul FLOPs per byte copied, roughly (fp32 matmul peak / memory copy rate): 2 CPU cores ~200 GFLOP/s over
@@ -165,7 +162,7 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
     G = group_size
     base = base_model_of(model)
     body = base.model
-    dims = nh, kvh, hd = static_decode._dims(base.config)
+    dims = nh, kvh, hd = static_decode.head_dims(base.config)
     b, T = comp_ids.shape
     P = prompt_ids.shape[1]
     if P != record.P or record.repeats != G or b % G:

@@ -44,7 +44,8 @@ def supports(model, capacity: int) -> str | None:
     return None
 
 
-def _dims(config):
+def head_dims(config) -> tuple[int, int, int]:
+    """(query heads, key/value heads, head dim)."""
     nh = config.num_attention_heads
     kvh = getattr(config, "num_key_value_heads", None) or nh
     hd = getattr(config, "head_dim", None) or config.hidden_size // nh
@@ -54,6 +55,14 @@ def _dims(config):
 def _rotate_half(x):
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
+
+
+def linear_biases(mods) -> list[torch.Tensor]:
+    """The biases of linear modules projecting one input (Qwen2: q/k/v), zeros for any without one; [] when none
+    has a bias."""
+    if all(m.bias is None for m in mods):
+        return []
+    return [m.bias if m.bias is not None else m.weight.new_zeros(m.weight.shape[0]) for m in mods]
 
 
 class _Projection:
@@ -69,9 +78,8 @@ class _Projection:
             self.weight, self.bias = mods[0].weight, mods[0].bias
         elif all(type(m) is nn.Linear for m in mods):
             self.weight = torch.cat([m.weight for m in mods], 0)
-            if any(m.bias is not None for m in mods):  # Qwen2: q/k/v biases
-                self.bias = torch.cat([m.bias if m.bias is not None else m.weight.new_zeros(m.out_features)
-                                       for m in mods], 0)
+            biases = linear_biases(mods)
+            self.bias = torch.cat(biases, 0) if biases else None
         self.dnn = self.weight is not None and onednn.usable(self.weight)
         self.packed = None
 
@@ -100,7 +108,7 @@ class StaticDecoder:
     def __init__(self, model, capacity: int):
         self.base = base_model_of(model)
         self.body = self.base.model
-        self.nh, self.kvh, self.hd = _dims(self.base.config)
+        self.nh, self.kvh, self.hd = head_dims(self.base.config)
         self.capacity = capacity
         self.layers = []
         for layer in self.body.layers:
@@ -233,7 +241,7 @@ def projection_modules(layer) -> tuple[tuple[nn.Module, ...], ...]:
 
 
 def projection_widths(config) -> tuple[int, int, int, int]:
-    nh, kvh, hd = _dims(config)
+    nh, kvh, hd = head_dims(config)
     return nh * hd + 2 * kvh * hd, config.hidden_size, 2 * config.intermediate_size, config.hidden_size
 
 

@@ -52,6 +52,22 @@ def _grads(model, logits_fn, comp, adv):
     return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
+def _ordinary_and_replay(model, record, rows, pi, pm, comp, adv):
+    """(logits, gradients) of the ordinary forward, then of the replay, for the rollout rows `rows`."""
+    model.train()
+    want = _grads(model, lambda: grouped_sequence_logits(model, pi, pm, comp.ids, comp.mask, group_size=G), comp, adv)
+    got = _grads(model, lambda: replay_logits(model, record, rows, pi, pm, comp.ids, group_size=G), comp, adv)
+    return want, got
+
+
+def _assert_same_grads(got, want, *, floor=0.0, eps=0.0):
+    """Each gradient to 1e-5 of its scale (raised to `floor` x the largest gradient's), plus `eps`."""
+    top = max(float(g.abs().max()) for g in want.values())
+    for name, g in want.items():
+        scale = max(float(g.abs().max()), floor * top)
+        torch.testing.assert_close(got[name], g, atol=1e-5 * scale + eps, rtol=0, msg=lambda s: f"{name}: {s}")
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_replay_gives_the_gradient_of_the_ordinary_forward(case):
     arch, extra = CASES[case]
@@ -62,17 +78,12 @@ def test_replay_gives_the_gradient_of_the_ordinary_forward(case):
     assert rec.rows is not None and 0 < len(rec.rows) < 3 * G  # some rows ended early and left the decoder
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(1))
     adv[G:2 * G] = 0.0  # one group without gradient: its rows are skipped in the backward
-    model.train()
-    want_logits, want = _grads(model, lambda: grouped_sequence_logits(model, pi, pm, comp.ids, comp.mask, group_size=G), comp, adv)
-    got_logits, got = _grads(model, lambda: replay_logits(model, rec, torch.arange(3 * G), pi, pm, comp.ids, group_size=G), comp, adv)
+    (want_logits, want), (got_logits, got) = _ordinary_and_replay(model, rec, torch.arange(3 * G), pi, pm, comp, adv)
     m = comp.mask.bool()
     torch.testing.assert_close(got_logits[m], want_logits[m], atol=1e-5, rtol=0)
-    top = max(float(g.abs().max()) for g in want.values())
-    for name, g in want.items():
-        # each gradient to 1e-5 of its own scale; one that is zero in exact arithmetic (the key bias: softmax
-        # ignores a shift shared by all keys) is float noise, held to 1e-8 of the largest gradient
-        scale = max(float(g.abs().max()), 1e-3 * top)
-        torch.testing.assert_close(got[name], g, atol=1e-5 * scale, rtol=0, msg=lambda s: f"{name}: {s}")
+    # a gradient that is zero in exact arithmetic (the key bias: softmax ignores a shift shared by all keys) is
+    # float noise, held to 1e-8 of the largest gradient
+    _assert_same_grads(got, want, floor=1e-3)
 
 
 def test_a_subset_of_groups_in_any_order_replays_its_own_rows():
@@ -81,11 +92,8 @@ def test_a_subset_of_groups_in_any_order_replays_its_own_rows():
     rows = torch.cat([torch.arange(2 * G, 3 * G), torch.arange(0, G)])  # groups 2 and 0, in that order
     adv = torch.randn(2 * G, generator=torch.Generator().manual_seed(2))
     sub = type(comp)(comp.ids[rows], comp.mask[rows], comp.logp[rows], comp.truncated[rows], comp.lengths[rows])
-    model.train()
-    _, want = _grads(model, lambda: grouped_sequence_logits(model, pi[rows], pm[rows], sub.ids, sub.mask, group_size=G), sub, adv)
-    _, got = _grads(model, lambda: replay_logits(model, comp.record, rows, pi[rows], pm[rows], sub.ids, group_size=G), sub, adv)
-    for name, g in want.items():
-        torch.testing.assert_close(got[name], g, atol=1e-5 * float(g.abs().max()), rtol=0)
+    (_, want), (_, got) = _ordinary_and_replay(model, comp.record, rows, pi[rows], pm[rows], sub, adv)
+    _assert_same_grads(got, want)
 
 
 def test_the_backward_computes_only_rows_with_a_gradient(monkeypatch):
@@ -180,11 +188,8 @@ def test_a_record_is_reused_when_its_shapes_match():
         assert bool(torch.isfinite(buf).all())  # written by this rollout, or zeroed when the row left
     pir, pmr = pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0)
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(3))
-    model.train()
-    _, want = _grads(model, lambda: grouped_sequence_logits(model, pir, pmr, second.ids, second.mask, group_size=G), second, adv)
-    _, got = _grads(model, lambda: replay_logits(model, second.record, torch.arange(3 * G), pir, pmr, second.ids, group_size=G), second, adv)
-    for name, g in want.items():
-        torch.testing.assert_close(got[name], g, atol=1e-5 * float(g.abs().max()), rtol=0)
+    (_, want), (_, got) = _ordinary_and_replay(model, rec, torch.arange(3 * G), pir, pmr, second, adv)
+    _assert_same_grads(got, want)
     longer = sample(model, pi, pm, generator=torch.Generator().manual_seed(5), record=first.record,
                     **{**KW, "max_new_tokens": 30})
     assert longer.record is not first.record  # other shapes: a new record
@@ -213,8 +218,5 @@ def test_a_single_new_token_replays_from_the_prompt_alone():
     assert comp.ids.shape[1] == 1 and comp.record.completion[0][0].shape[1] == 0  # no token is ever fed
     pir, pmr = pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0)
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(4))
-    model.train()
-    _, want = _grads(model, lambda: grouped_sequence_logits(model, pir, pmr, comp.ids, comp.mask, group_size=G), comp, adv)
-    _, got = _grads(model, lambda: replay_logits(model, comp.record, torch.arange(3 * G), pir, pmr, comp.ids, group_size=G), comp, adv)
-    for name, g in want.items():
-        torch.testing.assert_close(got[name], g, atol=1e-5 * float(g.abs().max()) + 1e-12, rtol=0)
+    (_, want), (_, got) = _ordinary_and_replay(model, comp.record, torch.arange(3 * G), pir, pmr, comp, adv)
+    _assert_same_grads(got, want, eps=1e-12)
