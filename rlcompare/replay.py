@@ -169,7 +169,14 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
         raise ValueError("replay_logits: the rows are not whole groups of the recorded rollout")
     groups = record_rows[::G] // G
     g = len(groups)
-    all_groups = g * G == record.n_rows and bool((record_rows == torch.arange(record.n_rows, device=record_rows.device)).all())
+    every_row = torch.arange(record.n_rows, device=record_rows.device)
+    all_groups = g * G == record.n_rows and bool((record_rows == every_row).all())
+    if not all_groups and g * G == record.n_rows and bool((record_rows.sort().values == every_row).all()):
+        # every recorded row, shuffled (one mini-batch): replay in the record's order, which reads the record in
+        # place instead of copying all of it, and put the logits in the batch's order
+        at = record_rows.argsort()
+        logits = replay_logits(model, record, every_row, prompt_ids[at], prompt_mask[at], comp_ids[at], group_size=G)
+        return logits.index_select(0, record_rows)
     Tc = T - 1  # tokens fed to the model: all but the last
     pu, pmu = prompt_ids[::G], prompt_mask[::G].bool()
     dev = comp_ids.device

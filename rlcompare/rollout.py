@@ -95,8 +95,9 @@ def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
     next_pos = pos[:, -1:].repeat_interleave(repeats, 0) + 1
     ids = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
     logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)
-    rows = torch.arange(B, device=device)  # full-batch row of each cache row
+    rows = None  # full-batch row of each cache row; None while they are the identity
     live = torch.ones(B, dtype=torch.bool, device=device)  # cache rows still decoding
+    all_live = True  # every cache row is live (the common case: plain writes, no masks)
     steps = 0
     for t in range(max_new_tokens):
         scaled = logits / temperature if temperature != 1.0 else logits
@@ -105,19 +106,29 @@ def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
         else:
             probs = (_top_p_filter(scaled, top_p) if top_p < 1.0 else scaled).softmax(-1)
             tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-        tok = torch.where(live, tok, torch.full_like(tok, pad_id))
+        if not all_live:
+            tok = torch.where(live, tok, torch.full_like(tok, pad_id))
         # log p of the chosen token: gather minus logsumexp, no [B,V] log-softmax
         lp = scaled.gather(-1, tok[:, None]).squeeze(-1) - torch.logsumexp(scaled, -1)
-        ids[rows[live], t] = tok[live]
-        logp[rows[live], t] = lp[live]
+        if all_live:
+            at = slice(None) if rows is None else rows
+            ids[at, t], logp[at, t] = tok, lp
+        else:
+            at = live.nonzero().squeeze(-1)
+            ids[at if rows is None else rows[at], t] = tok[at]
+            logp[at if rows is None else rows[at], t] = lp[at]
         steps = t + 1
-        live = live & ~torch.isin(tok, eos)
-        if t == max_new_tokens - 1 or not bool(live.any()):
+        ended = tok == eos[0] if len(eos) == 1 else torch.isin(tok, eos)
+        live = live & ~ended
+        n_live = int(live.sum())
+        if t == max_new_tokens - 1 or n_live == 0:
             break
-        if decoder.can_select and int((~live).sum()) * 4 >= live.numel():
+        all_live = n_live == len(live)
+        if decoder.can_select and (len(live) - n_live) * 4 >= len(live):
             keep = live.nonzero().squeeze(-1)
             decoder.select(keep)
-            rows, next_pos, tok, live = rows[keep], next_pos[keep], tok[keep], live[keep]
+            rows = keep if rows is None else rows[keep]
+            next_pos, tok, live, all_live = next_pos[keep], tok[keep], live[keep], True
         with ctx:
             logits = decoder.step(tok, next_pos).float()
         next_pos = next_pos + 1

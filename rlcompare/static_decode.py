@@ -119,6 +119,11 @@ class StaticDecoder:
         self.length = 0
         self.can_select = True
         self.record: ProjectionRecord | None = None  # set by the sampler to keep every projection output
+        # one-token steps: cos/sin of every cache position computed once (the per-step rotary call is a dozen
+        # small ops), and the prompt padding as an additive mask for the fused attention kernel
+        self.rope_table: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.add_mask: torch.Tensor | None = None
+        self.table_rope = getattr(self.body.rotary_emb, "rope_type", "default") not in _LENGTH_DEPENDENT_ROPE
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, repeats: int = 1) -> torch.Tensor:
         """Left-padded prompts `[n,P]` -> next-token logits `[n*repeats, V]`; the cache holds n*repeats rows."""
@@ -135,6 +140,7 @@ class StaticDecoder:
             self.values = [v.repeat_interleave(repeats, 0) for v in self.values]
             self.key_mask = self.key_mask.repeat_interleave(repeats, 0)
             logits = logits.repeat_interleave(repeats, 0)
+        self.rope_table = self.add_mask = None
         return logits
 
     def step(self, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
@@ -151,23 +157,23 @@ class StaticDecoder:
         self.keys = [k.index_select(0, rows) for k in self.keys]
         self.values = [v.index_select(0, rows) for v in self.values]
         self.key_mask = self.key_mask.index_select(0, rows)
+        if self.add_mask is not None:
+            self.add_mask = self.add_mask.index_select(0, rows)
         if self.record is not None:
             self.record.select(rows, self.length)
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, start: int) -> torch.Tensor:
         B, T = ids.shape
+        if T == 1:
+            return self._step_forward(ids, pos, start)
         nh, kvh, hd = dims = self.nh, self.kvh, self.hd
         x = self.body.embed_tokens(ids)
         cos, sin = rope(self.body, x, pos)
         # key j visible from query i: written, real, and not in the future (a query always sees itself, so
-        # a padding row never takes a softmax over nothing). One new token: the keys written so far, itself
-        # included (`step` marked it).
-        if T == 1:
-            allowed = self.key_mask[:, None, None, :]
-        else:
-            q_at = torch.arange(start, start + T, device=ids.device)[:, None]
-            k_at = torch.arange(self.capacity, device=ids.device)[None, :]
-            allowed = ((self.key_mask[:, None, :] & (k_at <= q_at)[None]) | (k_at == q_at)[None])[:, None]
+        # a padding row never takes a softmax over nothing)
+        q_at = torch.arange(start, start + T, device=ids.device)[:, None]
+        k_at = torch.arange(self.capacity, device=ids.device)[None, :]
+        allowed = ((self.key_mask[:, None, :] & (k_at <= q_at)[None]) | (k_at == q_at)[None])[:, None]
         first = not self.keys
         for li, (layer, projections) in enumerate(self.layers):
             attn = layer.self_attn
@@ -187,19 +193,59 @@ class StaticDecoder:
             K, V = self.keys[li], self.values[li]
             K[:, :, start:start + T] = k
             V[:, :, start:start + T] = v
-            if T == 1:
-                # one query: grouped heads as a batched matmul over the keys written so far (a view, no copy)
-                n = start + 1
-                qg = q.reshape(B, kvh, nh // kvh, hd)
-                scores = torch.matmul(qg, K[:, :, :n].transpose(-1, -2).to(qg.dtype)) * attn.scaling
-                scores = scores.float().masked_fill(~allowed[..., :n], float("-inf"))
-                a = torch.matmul(scores.softmax(-1).to(V.dtype), V[:, :, :n]).reshape(B, 1, nh * hd)
-            else:
-                a = F.scaled_dot_product_attention(q, K.to(q.dtype), V.to(q.dtype), attn_mask=allowed,
-                                                   scale=attn.scaling, enable_gqa=kvh != nh)
-                a = a.transpose(1, 2).reshape(B, T, nh * hd)
-            x = layer_output(layer, x, a, project)
+            a = F.scaled_dot_product_attention(q, K.to(q.dtype), V.to(q.dtype), attn_mask=allowed,
+                                               scale=attn.scaling, enable_gqa=kvh != nh)
+            x = layer_output(layer, x, a.transpose(1, 2).reshape(B, T, nh * hd), project)
         return self.base.lm_head(self.body.norm(x[:, -1]))
+
+    def _step_forward(self, ids: torch.Tensor, pos: torch.Tensor, start: int) -> torch.Tensor:
+        """One new token per row: the layers of `_forward` with fewer, larger operations (a decode step at the
+        benchmark's 0.5M size is mostly per-operation overhead): rope from a table, applied to the queries and
+        keys together, RMSNorm without the module call, and the fused attention kernel over the keys written
+        so far (grouped heads as queries of their key/value head; the prompt padding as an additive mask)."""
+        B = ids.shape[0]
+        nh, kvh, hd = dims = self.nh, self.kvh, self.hd
+        x = self.body.embed_tokens(ids)
+        if self.table_rope:
+            if self.rope_table is None:
+                self.rope_table = rope(self.body, x, torch.arange(self.capacity, device=ids.device)[None])
+            at = pos.reshape(-1)
+            cos, sin = (t[0, 0, at][:, None, None] for t in self.rope_table)  # [B,1,1,hd]
+        else:
+            cos, sin = rope(self.body, x, pos)
+        n = start + 1
+        for li, (layer, projections) in enumerate(self.layers):
+            attn = layer.self_attn
+            rec = self.record
+
+            def project(slot, inp, li=li, projections=projections):
+                y = projections[slot](inp)
+                if rec is not None:
+                    rec.write(li, slot, y, start)
+                return y
+
+            if hasattr(attn, "q_norm"):  # Qwen3: q and k are normed per head before rope, separately
+                q, k, v = attention_inputs(layer, x, cos, sin, dims,
+                                           lambda slot, inp: projections[slot].pieces(project(slot, inp)))
+            else:
+                y = project(QKV, rms_norm(layer.input_layernorm, x))
+                qk = _apply_rope(y[..., :(nh + kvh) * hd].reshape(B, nh + kvh, 1, hd), cos, sin)
+                q, k = qk[:, :nh], qk[:, nh:]
+                v = y[..., (nh + kvh) * hd:].reshape(B, kvh, 1, hd)
+            K, V = self.keys[li], self.values[li]
+            K[:, :, start:n] = k
+            V[:, :, start:n] = v
+            if self.add_mask is None or self.add_mask.dtype != q.dtype:
+                self.add_mask = torch.zeros(self.key_mask.shape, dtype=q.dtype, device=q.device).masked_fill_(
+                    ~self.key_mask, float("-inf"))[:, None, None, :]
+                self.add_mask[..., self.length:] = 0  # completion positions: real once written
+            a = F.scaled_dot_product_attention(q.reshape(B, kvh, nh // kvh, hd), K[:, :, :n].to(q.dtype),
+                                               V[:, :, :n].to(q.dtype), attn_mask=self.add_mask[..., :n],
+                                               scale=attn.scaling)
+            x = x + project(O, a.reshape(B, 1, nh * hd))
+            gate, up = projections[GATE_UP].pieces(project(GATE_UP, rms_norm(layer.post_attention_layernorm, x)))
+            x = x + project(DOWN, F.silu(gate) * up)
+        return self.base.lm_head(rms_norm(self.body.norm, x[:, -1]))
 
 
 # ----------------------------------------------------------------------------- one layer, shared with the replay
@@ -210,6 +256,26 @@ def rope(body, x: torch.Tensor, pos: torch.Tensor):
     """The model's rotary cos/sin for positions `pos` [B,T], shaped [B,1,T,hd] to broadcast over heads."""
     cos, sin = body.rotary_emb(x, pos)
     return cos[:, None].to(x.dtype), sin[:, None].to(x.dtype)
+
+
+# rope types whose frequencies depend on the longest position seen so far: no table computed ahead
+_LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")
+# the RMSNorm classes of the supported models, all `weight * (x * rsqrt(mean(x^2) + eps))` in float32
+_RMS_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "MistralRMSNorm")
+
+
+def _apply_rope(x, cos, sin):
+    return x * cos + _rotate_half(x) * sin
+
+
+def rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """`norm(x)` for the models' RMSNorm, the same operations without the module call and the casts a float32
+    input does not need; any other module (or one with hooks) is called."""
+    if type(norm).__name__ not in _RMS_NORMS or norm._forward_hooks or norm._forward_pre_hooks:
+        return norm(x)
+    h = x if x.dtype == torch.float32 else x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    return norm.weight * (h if x.dtype == torch.float32 else h.to(x.dtype))
 
 
 def attention_inputs(layer, x, cos, sin, dims, project):
@@ -223,7 +289,7 @@ def attention_inputs(layer, x, cos, sin, dims, project):
     attn = layer.self_attn
     if hasattr(attn, "q_norm"):  # Qwen3: RMSNorm per head before rope
         q, k = attn.q_norm(q), attn.k_norm(k)
-    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
+    return _apply_rope(q, cos, sin), _apply_rope(k, cos, sin), v
 
 
 def layer_output(layer, x, a, project):

@@ -86,11 +86,14 @@ def test_replay_gives_the_gradient_of_the_ordinary_forward(case):
     _assert_same_grads(got, want, floor=1e-3)
 
 
-def test_a_subset_of_groups_in_any_order_replays_its_own_rows():
+@pytest.mark.parametrize("groups", [(2, 0), (1, 2, 0)], ids=["subset", "all-shuffled"])
+def test_a_subset_of_groups_in_any_order_replays_its_own_rows(groups):
+    """A subset of the groups (the record is gathered) or all of them shuffled, as one mini-batch is (replayed
+    in the record's order, the logits put back in the batch's order)."""
     model = _eos_model()
     pi, pm, comp = _rollout(model)
-    rows = torch.cat([torch.arange(2 * G, 3 * G), torch.arange(0, G)])  # groups 2 and 0, in that order
-    adv = torch.randn(2 * G, generator=torch.Generator().manual_seed(2))
+    rows = torch.cat([torch.arange(i * G, (i + 1) * G) for i in groups])
+    adv = torch.randn(len(rows), generator=torch.Generator().manual_seed(2))
     sub = type(comp)(comp.ids[rows], comp.mask[rows], comp.logp[rows], comp.truncated[rows], comp.lengths[rows])
     (_, want), (_, got) = _ordinary_and_replay(model, comp.record, rows, pi[rows], pm[rows], sub, adv)
     _assert_same_grads(got, want)
