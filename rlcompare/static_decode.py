@@ -3,8 +3,11 @@
 Why: transformers' `DynamicCache` concatenates every layer's keys and values with the new token at each
 step, so a completion of T tokens copies O(T^2) cache memory; at the benchmark's 25M size those copies are
 a quarter of a decode step. Here the cache is allocated once (`[rows, kv_heads, capacity, head_dim]`),
-each step writes one position in place, and attention reads the whole buffer under a key mask (unwritten
-positions masked; they hold zeros so a masked weight never multiplies garbage).
+each step writes one position in place, and attention reads the positions written so far under a key mask
+(the prompt padding; masked positions hold zeros so a masked weight never multiplies garbage). A one-token
+step (`_step_forward`) runs the same math in fewer operations, since at small widths a step is mostly
+per-operation overhead: rope from a table of every cache position, queries and keys roped together, RMSNorm
+without the module call, the fused attention kernel.
 
 The layer math is the model's own, step for step: the model's embedding, RMSNorm modules, rotary module
 (every rope scaling type), projections (plain `nn.Linear` ones fused into one matmul per layer with weights

@@ -185,3 +185,21 @@ def test_onednn_products_equal_torch_and_apply_only_where_they_pay():
     want = torch.nn.functional.linear(x, w, b)
     for weight in (w, onednn.pack(w, 21)):
         torch.testing.assert_close(onednn.linear(x, weight, b), want, atol=1e-4, rtol=1e-5)
+
+
+def test_rms_norm_is_the_modules_own_result_and_calls_any_other_module():
+    """The decode step's RMSNorm without the module call: bit for bit the module's output in float32 and bf16;
+    a module with a hook, or of another class, is called instead (so the hook runs)."""
+    model = _model("llama")
+    norm = model.model.layers[0].input_layernorm
+    with torch.no_grad():
+        for dtype in (torch.float32, torch.bfloat16):
+            x = torch.randn(3, 1, norm.weight.shape[0]).to(dtype)
+            assert torch.equal(static_decode.rms_norm(norm, x), norm(x))
+        calls = []
+        handle = norm.register_forward_hook(lambda mod, inp, out: calls.append(1) or out * 2)
+        x = torch.randn(2, 1, norm.weight.shape[0])
+        assert torch.equal(static_decode.rms_norm(norm, x), norm(x)) and len(calls) == 2
+        handle.remove()
+        other = torch.nn.LayerNorm(norm.weight.shape[0])
+        assert torch.equal(static_decode.rms_norm(other, x), other(x))
