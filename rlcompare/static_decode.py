@@ -180,13 +180,10 @@ class StaticDecoder:
         first = not self.keys
         for li, (layer, projections) in enumerate(self.layers):
             attn = layer.self_attn
-            rec = self.record
+            recorded = self._recorded(li, projections, start)
 
-            def project(slot, inp, li=li, projections=projections):
-                y = projections[slot](inp)
-                if rec is not None:
-                    rec.write(li, slot, y, start)
-                return projections[slot].pieces(y)
+            def project(slot, inp, projections=projections, recorded=recorded):
+                return projections[slot].pieces(recorded(slot, inp))
 
             q, k, v = attention_inputs(layer, x, cos, sin, dims, project)
             if first:
@@ -200,6 +197,18 @@ class StaticDecoder:
                                                scale=attn.scaling, enable_gqa=kvh != nh)
             x = layer_output(layer, x, a.transpose(1, 2).reshape(B, T, nh * hd), project)
         return self.base.lm_head(self.body.norm(x[:, -1]))
+
+    def _recorded(self, li: int, projections, start: int):
+        """`project(slot, input)`: the whole output of projection `slot` of layer `li`, kept in the record when
+        there is one."""
+        rec = self.record
+
+        def project(slot, inp):
+            y = projections[slot](inp)
+            if rec is not None:
+                rec.write(li, slot, y, start)
+            return y
+        return project
 
     def _step_forward(self, ids: torch.Tensor, pos: torch.Tensor, start: int) -> torch.Tensor:
         """One new token per row: the layers of `_forward` with fewer, larger operations (a decode step at the
@@ -219,14 +228,7 @@ class StaticDecoder:
         n = start + 1
         for li, (layer, projections) in enumerate(self.layers):
             attn = layer.self_attn
-            rec = self.record
-
-            def project(slot, inp, li=li, projections=projections):
-                y = projections[slot](inp)
-                if rec is not None:
-                    rec.write(li, slot, y, start)
-                return y
-
+            project = self._recorded(li, projections, start)
             if hasattr(attn, "q_norm"):  # Qwen3: q and k are normed per head before rope, separately
                 q, k, v = attention_inputs(layer, x, cos, sin, dims,
                                            lambda slot, inp: projections[slot].pieces(project(slot, inp)))
