@@ -115,8 +115,8 @@ def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
             ids[at, t], logp[at, t] = tok, lp
         else:
             at = live.nonzero().squeeze(-1)
-            ids[at if rows is None else rows[at], t] = tok[at]
-            logp[at if rows is None else rows[at], t] = lp[at]
+            dst = at if rows is None else rows[at]
+            ids[dst, t], logp[dst, t] = tok[at], lp[at]
         steps = t + 1
         ended = tok == eos[0] if len(eos) == 1 else torch.isin(tok, eos)
         live = live & ~ended
