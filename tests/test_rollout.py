@@ -6,7 +6,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from rlcompare.models import build_char_tokenizer
-from rlcompare.rollout import left_pad, sample, sequence_logits, token_logp
+import pytest
+
+from rlcompare.rollout import _top_p_filter, gumbel_max, left_pad, sample, sequence_logits, token_logp
 
 
 def _model(seed=0):
@@ -25,6 +27,29 @@ def _model(seed=0):
 
 def _prompts(tok, texts):
     return left_pad([[tok.bos_token_id] + tok(t).input_ids for t in texts], tok.pad_token_id, "cpu")
+
+
+@pytest.mark.parametrize("probs", [[0.5, 0.3, 0.15, 0.05, 0.0], [0.01, 0.01, 0.97, 0.01, 0.0]])
+def test_gumbel_max_draws_each_token_with_its_softmax_probability(probs):
+    # 200,000 draws: the standard error of a frequency is at most sqrt(0.25 / 2e5) = 0.0011; 0.006 is > 5 of them.
+    # A token of probability 0 (logit -inf) is never drawn.
+    p = torch.tensor(probs)
+    logits = p.log().expand(200_000, -1)
+    tok = gumbel_max(logits, torch.Generator().manual_seed(0))
+    freq = torch.bincount(tok, minlength=len(probs)).float() / len(tok)
+    assert torch.allclose(freq, p, atol=0.006), freq
+    assert freq[-1] == 0
+
+
+def test_gumbel_max_is_reproducible_from_its_generator_and_honours_a_top_p_filter():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]]).expand(50_000, -1)  # softmax 0.644, 0.237, 0.087, 0.032
+    a = gumbel_max(logits, torch.Generator().manual_seed(3))
+    assert torch.equal(a, gumbel_max(logits, torch.Generator().manual_seed(3)))
+    assert not torch.equal(a, gumbel_max(logits, torch.Generator().manual_seed(4)))
+    # top_p = 0.85 keeps the two most likely tokens (0.644 + 0.237 >= 0.85), renormalised: 0.731, 0.269
+    tok = gumbel_max(_top_p_filter(logits, 0.85), torch.Generator().manual_seed(5))
+    freq = torch.bincount(tok, minlength=4).float() / len(tok)
+    assert torch.allclose(freq, torch.tensor([0.731, 0.269, 0.0, 0.0]), atol=0.01), freq
 
 
 def test_sampler_logp_equals_full_forward_logp_with_shared_prefill_and_compaction():

@@ -50,9 +50,10 @@ def test_each_preset_trains_end_to_end(compose, preset):
 
 def test_off_policy_updates_clip_tokens(compose):
     """With several optimizer steps per rollout batch, ratios leave 1 and some tokens are clipped."""
-    # a reward that varies within groups even for a barely trained model: one-character answers
+    # a reward that varies within most groups even for a barely trained model: answers starting with 0-4
+    # (every step clipped some tokens at seeds 0-3 except one or two steps per seed)
     s = train(compose("algorithm=grpo", "trainer.updates_per_rollout=4", "trainer.lr=3e-3", "run_name=offpolicy",
-                      "verifier=format", "verifier.pattern='^[0-9]$'"))
+                      "verifier=format", "verifier.pattern='^[0-4]'"))
     rows = read_jsonl(Path(s["run_dir"]) / "metrics.jsonl")
     assert max(r["ratio/max"] for r in rows) > 1.0 + 1e-4
     assert any(r["clip/frac_low"] + r["clip/frac_high"] > 0 for r in rows)
