@@ -138,18 +138,29 @@ _EXPLICIT_ATTENTION_BYTES = 64 * 2**20
 
 
 def _attention(q, k, v, mask, scale):
-    """softmax(q k^T * scale, masked) v for q `[B, nh, T, hd]`, k/v `[B, kvh, S, hd]`, mask `[B, 1, T, S]` (every
-    query sees at least itself). For the short rows of RL completions, explicit matmuls run forward and backward
-    2-3x faster on the CPU than `scaled_dot_product_attention`'s flash kernel; long rows use the kernel, which
-    never holds the `[B, nh, T, S]` scores."""
-    B, nh, T, _ = q.shape
+    """softmax(q k^T * scale, masked) v for q `[B, nh, T, hd]`, k/v `[B, kvh, S, hd]` and `mask` from
+    `_attention_mask` (every query sees at least itself). For the short rows of RL completions, explicit matmuls
+    run forward and backward 2-3x faster on the CPU than `scaled_dot_product_attention`'s flash kernel; the mask,
+    additive, enters the first one (`baddbmm`), so there is no separate scale or mask pass, forward or backward.
+    Long rows (a boolean mask) use the kernel, which never holds the `[B, nh, T, S]` scores."""
+    B, nh, T, hd = q.shape
     kvh, S = k.shape[1], k.shape[2]
-    if B * nh * T * S * q.element_size() > _EXPLICIT_ATTENTION_BYTES:
+    if mask.dtype == torch.bool:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=kvh != nh)
     if kvh != nh:  # query head i reads key/value head i // (nh // kvh), as transformers' repeat_kv
         k, v = k.repeat_interleave(nh // kvh, 1), v.repeat_interleave(nh // kvh, 1)
-    scores = (q @ k.transpose(-1, -2)) * scale
-    return scores.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+    scores = torch.baddbmm(mask.reshape(B * nh, T, S), q.reshape(B * nh, T, hd), k.reshape(B * nh, S, hd).transpose(1, 2),
+                           alpha=scale)
+    return torch.bmm(scores.softmax(-1), v.reshape(B * nh, S, hd)).view(B, nh, T, hd)
+
+
+def _attention_mask(allowed: torch.Tensor, heads: int, dtype) -> torch.Tensor:
+    """The mask `_attention` takes for the boolean `allowed` `[B, 1, T, S]`: itself when the scores are long
+    enough for the fused kernel, else 0 / -inf `[B, heads, T, S]`, built once for every layer."""
+    B, _, T, S = allowed.shape
+    if B * heads * T * S * torch.finfo(dtype).bits // 8 > _EXPLICIT_ATTENTION_BYTES:
+        return allowed
+    return torch.zeros((B, heads, T, S), dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
 
 
 def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: torch.Tensor, prompt_ids: torch.Tensor,
@@ -184,15 +195,16 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
     x_p = body.embed_tokens(pu)
     cos_p, sin_p = static_decode.rope(body, x_p, pos_p)
     ar_p = torch.arange(P, device=dev)
-    mask_p = ((pmu[:, None, :] & (ar_p[None, :] <= ar_p[:, None])[None]) | torch.eye(P, dtype=torch.bool, device=dev)[None])[:, None]
+    mask_p = _attention_mask(((pmu[:, None, :] & (ar_p[None, :] <= ar_p[:, None])[None]) | torch.eye(P, dtype=torch.bool, device=dev)[None])[:, None],
+                   nh, x_p.dtype)
     if Tc > 0:
         fed = comp_ids[:, :Tc]
         x_c = body.embed_tokens(fed)
         pos_c = pos_p[:, -1:].repeat_interleave(G, 0) + 1 + torch.arange(Tc, device=dev)
         cos_c, sin_c = static_decode.rope(body, x_c, pos_c)
         ar_c = torch.arange(Tc, device=dev)
-        mask_c = torch.cat([pmu.repeat_interleave(G, 0)[:, None, :].expand(b, Tc, P),
-                            (ar_c[None, :] <= ar_c[:, None])[None].expand(b, Tc, Tc)], -1)[:, None]
+        mask_c = _attention_mask(torch.cat([pmu.repeat_interleave(G, 0)[:, None, :].expand(b, Tc, P),
+                                  (ar_c[None, :] <= ar_c[:, None])[None].expand(b, Tc, Tc)], -1)[:, None], nh, x_c.dtype)
 
     live = _LiveRows()
 

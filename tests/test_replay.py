@@ -86,6 +86,27 @@ def test_replay_gives_the_gradient_of_the_ordinary_forward(case):
     _assert_same_grads(got, want, floor=1e-3)
 
 
+def test_long_rows_take_the_fused_attention_kernel_with_the_same_gradient(monkeypatch):
+    """Scores above `_EXPLICIT_ATTENTION_BYTES` go to `scaled_dot_product_attention` with the boolean mask (no
+    `[B, heads, T, S]` additive mask is built); the gradient is the ordinary forward's there too."""
+    monkeypatch.setattr(replay, "_EXPLICIT_ATTENTION_BYTES", 0)
+    calls = []
+    sdpa = replay.F.scaled_dot_product_attention
+    monkeypatch.setattr(replay.F, "scaled_dot_product_attention",
+                        lambda *a, **k: calls.append(k["attn_mask"].dtype) or sdpa(*a, **k))
+    model = _eos_model()  # Llama with grouped key/value heads (4 query heads, 2 key/value heads)
+    pi, pm, comp = _rollout(model)
+    calls.clear()  # the sampler's own calls
+    adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(1))
+    model.train()
+    want = _grads(model, lambda: grouped_sequence_logits(model, pi, pm, comp.ids, comp.mask, group_size=G), comp, adv)[1]
+    calls.clear()
+    got = _grads(model, lambda: replay_logits(model, comp.record, torch.arange(3 * G), pi, pm, comp.ids, group_size=G),
+                 comp, adv)[1]
+    assert calls and set(calls) == {torch.bool}
+    _assert_same_grads(got, want, floor=1e-3)
+
+
 @pytest.mark.parametrize("groups", [(2, 0), (1, 2, 0)], ids=["subset", "all-shuffled"])
 def test_a_subset_of_groups_in_any_order_replays_its_own_rows(groups):
     """A subset of the groups (the record is gathered) or all of them shuffled, as one mini-batch is (replayed
