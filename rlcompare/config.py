@@ -206,6 +206,7 @@ class TrainerConfig:
     keep_checkpoints: int = 2
     max_bad_steps: int = 5
     threads: Optional[int] = None
+    keep_freed_memory: bool = True  # CPU: malloc keeps freed memory (rlcompare.allocator)
     progress: bool = True
     inject_nan_at_step: Optional[int] = None  # testing hook: makes that step's loss NaN
 

@@ -44,7 +44,7 @@ SIGTERM_ERROR = "terminated (SIGTERM)"
 SIGTERM_EXIT = 143  # 128 + SIGTERM, what a shell reports for a process killed by SIGTERM
 
 # Keys that may differ between a run and its resumption: how it runs, not what it computes.
-RESUME_IGNORED = {"resume", "results_dir", "device", "trainer.threads", "trainer.progress", "trainer.inject_nan_at_step",
+RESUME_IGNORED = {"resume", "results_dir", "device", "trainer.threads", "trainer.keep_freed_memory", "trainer.progress", "trainer.inject_nan_at_step",
                   "trainer.checkpoint_every", "trainer.keep_checkpoints", "trainer.max_bad_steps", "logger.mode"}
 
 

@@ -65,7 +65,7 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
 # keys that never count as a change: names, bookkeeping, where results go, how the run is shown or placed
 IGNORED_KEYS: tuple[str, ...] = (
     "algorithm.name", "algorithm.paper", "seed", "run_name", "experiment", "results_dir", "sweep", "logger",
-    "trainer.progress", "device", "resume", "trainer.threads",
+    "trainer.progress", "device", "resume", "trainer.threads", "trainer.keep_freed_memory",
 )
 
 # set by the sweep for every member; a sweep file (or the command line) may not set them

@@ -19,6 +19,7 @@ import torch
 from omegaconf import DictConfig
 
 from rlcompare import advantages as adv_lib
+from rlcompare import allocator
 from rlcompare import losses
 from rlcompare.batch_stats import length_stats, weight_shares
 from rlcompare.config import ConfigError
@@ -105,6 +106,8 @@ class Trainer:
         self.device = pick_device(cfg.device)
         if t.threads:
             torch.set_num_threads(int(t.threads))
+        if t.keep_freed_memory and self.device == "cpu":
+            allocator.keep_freed_memory()
         _seed_everything(cfg.seed)
         self.splits = splits if splits is not None else build_prompts(cfg.prompts)
         self.verifier = verifier if verifier is not None else build_verifier(cfg.verifier)
