@@ -9,8 +9,11 @@ Measured on this project's 2-core AVX-512 machine (torch 2.13, interleaved repea
 | decode projection, 128 rows x 2048 -> 512 (packed) | 142-158 | 210-214 |
 
 In the sampler (`static_decode`) that made a 25M-parameter model's rollout 1.72 s instead of 2.51 s and a
-4.2M one's 0.20 s instead of 0.23 s. Small weights gain little or lose (128 rows x 128 -> 128: 34 us vs
-27 us; 128 -> 1024: 171 us vs 226 us), so weights under `MIN_SIZE` elements keep torch's product. The ops are `torch.ops.mkldnn._linear_pointwise`
+4.2M one's 0.20 s instead of 0.23 s. A weight is packed once per rollout (120-240 us), so small weights do
+not pay: at 128 rows, 128 -> 128 runs in 34 us vs torch's 27 us, and 512 -> 128 (the 0.5M model's MLP output,
+65,536 elements) in 92 us vs 94 us, which 15 decode steps do not turn into a packing's worth. 128 -> 1024 (the
+0.5M model's gate/up, 131,072) gains 56 us a step (167 vs 223 us). Weights under `MIN_SIZE` elements keep
+torch's product. The ops are `torch.ops.mkldnn._linear_pointwise`
 and `_reorder_linear_weight`, the ones torch's own compiler emits for CPU linears; they are internal, so
 `available()` probes them once (present, and equal to `F.linear` on a small case) and every caller falls
 back to plain torch when they are not.
@@ -37,7 +40,7 @@ def available() -> bool:
         return False
 
 
-MIN_SIZE = 2**16
+MIN_SIZE = 2**17
 
 
 def usable(weight: torch.Tensor) -> bool:

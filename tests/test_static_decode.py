@@ -178,6 +178,8 @@ def test_onednn_products_equal_torch_and_apply_only_where_they_pay():
     w = torch.randn(512, 256)
     assert onednn.usable(w) == onednn.available()
     assert not onednn.usable(torch.randn(384, 128))  # fewer than MIN_SIZE elements: torch's product
+    assert not onednn.usable(torch.randn(128, 512))  # 512 -> 128: 2 us a step faster, less than its packing
+    assert onednn.usable(torch.randn(1024, 128)) == onednn.available()  # 128 -> 1024: 56 us a step faster
     assert not onednn.usable(w.to(torch.bfloat16))
     if not onednn.available():
         pytest.skip("this torch build has no oneDNN linear")
