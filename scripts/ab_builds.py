@@ -5,8 +5,8 @@ in turn, see the same disturbances, so their per-step ratio is what a change is 
 
     python scripts/ab_builds.py REV [--size 0.5M] [--pairs 20] [-- extra.override=value ...]
 
-REV (any git revision) is exported to a temporary folder and imported as `rlcompare_<rev>` next to the working
-tree's `rlcompare`. Both train from the benchmark's saved initial weights (`results/bench/weights_<size>`,
+REV (any git revision) is exported to a temporary folder, with its own `conf/`, and imported as `rlcompare_<rev>`
+next to the working tree's `rlcompare`. Both train from the benchmark's saved initial weights (`results/bench/weights_<size>`,
 written by `rlcompare bench` or on first use here). Prints the median seconds per step, rollout and update of
 each build and the median of the per-pair ratio REV / working tree (above 1: the working tree is faster).
 """
@@ -31,9 +31,10 @@ def export_build(rev: str, into: Path) -> str:
     """Export `rev`'s package as `rlcompare_<sha>` under `into`; returns the module name."""
     sha = subprocess.check_output(["git", "-C", str(ROOT), "rev-parse", "--short", rev], text=True).strip()
     name = f"rlcompare_{sha}"
-    archive = subprocess.check_output(["git", "-C", str(ROOT), "archive", sha, "rlcompare"])
+    archive = subprocess.check_output(["git", "-C", str(ROOT), "archive", sha, "rlcompare", "conf"])
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     (into / "rlcompare").rename(into / name)
+    (into / "conf").rename(into / name / "conf")  # its own config tree, found next to its modules (cli.conf_dir)
     for f in (into / name).glob("*.py"):  # its own modules import each other under the new name
         src = f.read_text()
         src = re.sub(r"\brlcompare\.", f"{name}.", src)
@@ -62,7 +63,7 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("overrides", nargs="*", help="extra rlcompare overrides for both builds")
     a = p.parse_args()
-    os.environ.setdefault("RLCOMPARE_CONF", str(ROOT / "conf"))  # one config tree for both builds
+    os.environ.pop("RLCOMPARE_CONF", None)  # each build reads its own config tree (keys may differ between them)
     sys.path.insert(0, str(ROOT))
     with tempfile.TemporaryDirectory() as tmp:
         sys.path.insert(0, tmp)
