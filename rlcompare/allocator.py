@@ -4,12 +4,11 @@ glibc serves a block above its mmap threshold (128 KiB at start, raised up to 32
 with a fresh `mmap` and unmaps it on free, and it returns the top of the heap to the system once more than its
 trim threshold is free there. An RL step allocates and frees the same activations every time, so on the CPU
 they come back as fresh pages, each 4 KiB page a fault the kernel zero-fills: 1,000-7,000 faults a step at
-the benchmark's 0.5M size, and its update's element-wise passes over `[128, 15, 512]` activations ran several
-times slower in place than on warm memory. With the settings below the heap keeps what it had at its peak:
-a handful of faults a step (`tests/test_allocator.py`); the update took 57 ms instead of 60-66 ms, and
-`rlcompare bench --sizes 0.5M --tools rlcompare` with `--rlcompare-set trainer.keep_freed_memory=false` read
-0.121 s a step against 0.124 (medians of three alternated runs). PyTorch's CPU tuning guide gets the same
-effect by preloading jemalloc or tcmalloc; this needs neither.
+the benchmark's 0.5M size. With the settings below the heap keeps what it had at its peak: a handful of faults
+a step (`tests/test_allocator.py`). Process against process, `rlcompare bench --sizes 0.5M --tools rlcompare`
+with `--rlcompare-set trainer.keep_freed_memory=false` against the default: 1.03x faster with the setting at
+0.5M (median of four alternated pairs), nothing measurable at 4.2M, the same peak memory. PyTorch's CPU
+tuning guide gets the same effect by preloading jemalloc or tcmalloc; this needs neither.
 
 The cost is that resident memory stays at the run's peak instead of shrinking between steps.
 """

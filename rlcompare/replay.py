@@ -195,16 +195,17 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
     x_p = body.embed_tokens(pu)
     cos_p, sin_p = static_decode.rope(body, x_p, pos_p)
     ar_p = torch.arange(P, device=dev)
-    mask_p = _attention_mask(((pmu[:, None, :] & (ar_p[None, :] <= ar_p[:, None])[None]) | torch.eye(P, dtype=torch.bool, device=dev)[None])[:, None],
-                   nh, x_p.dtype)
+    allowed_p = (pmu[:, None, :] & (ar_p[None, :] <= ar_p[:, None])[None]) | torch.eye(P, dtype=torch.bool, device=dev)[None]
+    mask_p = _attention_mask(allowed_p[:, None], nh, x_p.dtype)
     if Tc > 0:
         fed = comp_ids[:, :Tc]
         x_c = body.embed_tokens(fed)
         pos_c = pos_p[:, -1:].repeat_interleave(G, 0) + 1 + torch.arange(Tc, device=dev)
         cos_c, sin_c = static_decode.rope(body, x_c, pos_c)
         ar_c = torch.arange(Tc, device=dev)
-        mask_c = _attention_mask(torch.cat([pmu.repeat_interleave(G, 0)[:, None, :].expand(b, Tc, P),
-                                  (ar_c[None, :] <= ar_c[:, None])[None].expand(b, Tc, Tc)], -1)[:, None], nh, x_c.dtype)
+        allowed_c = torch.cat([pmu.repeat_interleave(G, 0)[:, None, :].expand(b, Tc, P),
+                               (ar_c[None, :] <= ar_c[:, None])[None].expand(b, Tc, Tc)], -1)
+        mask_c = _attention_mask(allowed_c[:, None], nh, x_c.dtype)
 
     live = _LiveRows()
 
