@@ -169,7 +169,9 @@ class Trainer:
         return pi, pm, comp
 
     def _score(self, prompts: list[EncodedPrompt], comp, repeat: int):
-        texts = self.policy.tokenizer.batch_decode(comp.ids.masked_fill(comp.mask == 0, self.pad_id).tolist(), skip_special_tokens=True)
+        # the tensor itself, not .tolist(): transformers converts a tensor in one call but type-checks every element
+        # of nested lists (0.5 vs 0.74 ms for 128 x 16 ids)
+        texts = self.policy.tokenizer.batch_decode(comp.ids.masked_fill(comp.mask == 0, self.pad_id), skip_special_tokens=True)
         answers = [p.example.answer for p in prompts for _ in range(repeat)]
         scores = score_batch(self.verifier, texts, answers, timeout_s=self.cfg.verifier.timeout_s)
         rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)
