@@ -10,6 +10,7 @@ machine): its activations come from fresh mmaps or from heap memory that was giv
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -41,7 +42,7 @@ print(sorted(faults)[2])
 
 def _median_faults_per_step(keep: bool, tmp_path, threads: int = 2) -> float:
     out = subprocess.run([sys.executable, "-c", WORKLOAD, str(keep).lower(), str(tmp_path), str(threads)], capture_output=True,
-                         text=True, env={"PATH": "", "HF_HUB_OFFLINE": "1"})
+                         text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert out.returncode == 0, out.stderr[-3000:]
     return float(out.stdout.split()[-1])
 
