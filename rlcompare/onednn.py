@@ -58,4 +58,3 @@ def pack(weight: torch.Tensor, rows: int) -> torch.Tensor:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """`F.linear(x, weight, bias)` (weight [out, in], packed or not); no autograd."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
-

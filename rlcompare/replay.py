@@ -160,7 +160,7 @@ def _attention_mask(allowed: torch.Tensor, heads: int, dtype) -> torch.Tensor:
     B, _, T, S = allowed.shape
     if B * heads * T * S * torch.finfo(dtype).bits // 8 > _EXPLICIT_ATTENTION_BYTES:
         return allowed
-    return torch.zeros((B, heads, T, S), dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
+    return static_decode.additive_mask(allowed.expand(B, heads, T, S), dtype)
 
 
 def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: torch.Tensor, prompt_ids: torch.Tensor,

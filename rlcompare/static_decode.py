@@ -180,11 +180,7 @@ class StaticDecoder:
         first = not self.keys
         for li, (layer, projections) in enumerate(self.layers):
             attn = layer.self_attn
-            recorded = self._recorded(li, projections, start)
-
-            def project(slot, inp, projections=projections, recorded=recorded):
-                return projections[slot].pieces(recorded(slot, inp))
-
+            project = _per_module(projections, self._recorded(li, projections, start))
             q, k, v = attention_inputs(layer, x, cos, sin, dims, project)
             if first:
                 # zeros, not empty: a masked key still enters the weighted sum with weight exactly 0
@@ -230,8 +226,7 @@ class StaticDecoder:
             attn = layer.self_attn
             project = self._recorded(li, projections, start)
             if hasattr(attn, "q_norm"):  # Qwen3: q and k are normed per head before rope, separately
-                q, k, v = attention_inputs(layer, x, cos, sin, dims,
-                                           lambda slot, inp: projections[slot].pieces(project(slot, inp)))
+                q, k, v = attention_inputs(layer, x, cos, sin, dims, _per_module(projections, project))
             else:
                 y = project(QKV, rms_norm(layer.input_layernorm, x))
                 qk = _apply_rope(y[..., :(nh + kvh) * hd].reshape(B, nh + kvh, 1, hd), cos, sin)
@@ -241,8 +236,7 @@ class StaticDecoder:
             K[:, :, start:n] = k
             V[:, :, start:n] = v
             if self.add_mask is None or self.add_mask.dtype != q.dtype:
-                self.add_mask = torch.zeros(self.key_mask.shape, dtype=q.dtype, device=q.device).masked_fill_(
-                    ~self.key_mask, float("-inf"))[:, None, None, :]
+                self.add_mask = additive_mask(self.key_mask, q.dtype)[:, None, None, :]
                 self.add_mask[..., self.length:] = 0  # completion positions: real once written
             a = F.scaled_dot_product_attention(q.reshape(B, kvh, nh // kvh, hd), K[:, :, :n].to(q.dtype),
                                                V[:, :, :n].to(q.dtype), attn_mask=self.add_mask[..., :n],
@@ -253,8 +247,19 @@ class StaticDecoder:
         return self.base.lm_head(rms_norm(self.body.norm, x[:, -1]))
 
 
+def _per_module(projections, project):
+    """`project(slot, input)` returning the whole output of projection `slot`, as one returning one output per
+    module (q, k, v; gate, up), the form `attention_inputs` and `layer_output` take."""
+    return lambda slot, inp: projections[slot].pieces(project(slot, inp))
+
+
 # ----------------------------------------------------------------------------- one layer, shared with the replay
 QKV, O, GATE_UP, DOWN = range(4)  # the four projections of a layer, in the order they run
+
+
+def additive_mask(allowed: torch.Tensor, dtype) -> torch.Tensor:
+    """0 where `allowed` is True, -inf elsewhere: a boolean attention mask as a term added to the scores."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
 
 
 def rope(body, x: torch.Tensor, pos: torch.Tensor):
