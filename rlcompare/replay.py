@@ -3,10 +3,11 @@
 With one optimizer step per rollout batch (or on the first mini-batch of several), the update differentiates
 the very weights that sampled the batch, so every projection it would compute (q/k/v, o, gate/up, down, for
 every prompt and completion position) was already computed by the sampler. `static_decode` keeps those outputs
-(`ProjectionRecord`); `replay_logits` rebuilds the forward graph from them: norms, rope, attention, SiLU and
-the LM head are recomputed (cheap), while each projection is a `SavedProjection` that returns the sampler's output
-and, in the backward pass, computes dX = dY W and dW = dY^T X as usual. The forward's projection FLOPs (a third
-of the update's) are skipped; the gradient is the one of the ordinary forward, up to float rounding (the
+(`ProjectionRecord`); `replay_logits` rebuilds the forward graph from them: norms, rope, attention and the LM
+head are recomputed (cheap), while each attention projection is a `SavedProjection` that returns the sampler's
+output and, in the backward pass, computes dX = dY W and dW = dY^T X as usual, and each MLP a `SavedMLP` that
+does the same from the sampler's activations (silu(gate) and silu(gate) * up, recorded too). The forward's
+projection FLOPs (a third of the update's) are skipped; the gradient is the one of the ordinary forward, up to float rounding (the
 sampler's one-token steps and a whole-sequence forward sum in different orders, ~1e-6 relative).
 
 The backward also skips token rows whose incoming gradient is exactly zero: padding after EOS, and whole groups
@@ -122,6 +123,51 @@ class SavedProjection(torch.autograd.Function):
         return (dx, None, None, None, None, *dws, *dbs, *([None] * len(dys)))
 
 
+class SavedMLP(torch.autograd.Function):
+    """down(silu(gate(h)) * up(h)) for the normed MLP input `h`, every part of it already computed by the sampler
+    with these weights (gate/up outputs, silu(gate), the product, down's output): forward returns down's
+    output; backward computes the gradients of h and of the three weights over the live rows. Against
+    `SavedProjection` for gate/up and down around an autograd SiLU and product, the forward skips both full
+    passes over `[rows, intermediate]` and the backward needs no saved copy of them."""
+
+    @staticmethod
+    def forward(ctx, h, live: _LiveRows, segment: str, w_gate, w_up, w_down, gate, up, act, gated, y):
+        ctx.live, ctx.segment = live, segment
+        ctx.save_for_backward(h, w_gate, w_up, w_down, gate, up, act, gated)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        h, w_gate, w_up, w_down, *acts = ctx.saved_tensors
+        inter, hidden = w_gate.shape
+        # a dead row skips all three products (12 hidden x inter FLOPs), the same test as a (hidden -> 3 inter) one
+        at = ctx.live.pick(ctx.segment, hidden, 3 * inter, _FLOP_PER_BYTE.get(h.device.type, 15.0))
+        h2, dy2 = h.reshape(-1, hidden), dy.reshape(-1, hidden)
+        gate, up, act, gated = (t.reshape(-1, inter) for t in acts)
+        rows = len(h2)
+        if at is not None:
+            h2, dy2, gate, up, act, gated = (t.index_select(0, at) for t in (h2, dy2, gate, up, act, gated))
+        d_gated = dy2 @ w_down
+        dw_down = dy2.t() @ gated
+        d_up = d_gated * act
+        d_gate = torch.ops.aten.silu_backward(d_gated.mul_(up), gate)  # d silu(g) * u / dg, in place of d_gated
+        dh = d_gate @ w_gate
+        dh.addmm_(d_up, w_up)
+        if at is not None:
+            dh = dh.new_zeros((rows, hidden)).index_copy_(0, at, dh)
+        if flop_listener is not None:
+            flop_listener(12.0 * len(h2) * hidden * inter)
+        return (dh.reshape(h.shape), None, None, d_gate.t() @ h2, d_up.t() @ h2, dw_down, None, None, None, None, None)
+
+
+def _saved_mlp(layer, h, bufs, live: _LiveRows, segment: str):
+    """`SavedMLP` of `layer` for its MLP input `h`, from one segment's recorded slots `bufs` (already picked)."""
+    mlp = layer.mlp
+    gate, up = bufs[static_decode.GATE_UP].split(mlp.gate_proj.weight.shape[0], -1)
+    return SavedMLP.apply(h, live, segment, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight, gate, up,
+                          bufs[static_decode.ACT], bufs[static_decode.GATED], bufs[static_decode.DOWN])
+
+
 def _saved_projection(mods, x, y, live: _LiveRows, segment: str):
     weights = [m.weight for m in mods]
     biases = static_decode.linear_biases(mods)
@@ -214,6 +260,10 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
             return _saved_projection(layer_mods[slot], inp, pick(bufs[slot]), live, segment)
         return project
 
+    def saved_mlp(layer, bufs, pick, segment):
+        slots = (static_decode.GATE_UP, static_decode.ACT, static_decode.GATED, static_decode.DOWN)
+        return lambda h: _saved_mlp(layer, h, {k: pick(bufs[k]) for k in slots}, live, segment)
+
     pick_p = (lambda t: t) if all_groups else (lambda t: t.index_select(0, groups))
     pick_c = ((lambda t: t[:, :Tc]) if all_groups else (lambda t: t.index_select(0, record_rows)[:, :Tc]))
     attn_pairs = 0.0
@@ -223,14 +273,16 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
         proj_p = saved(mods, record.prompt[li], pick_p, "prompt")
         q_p, k_p, v_p = static_decode.attention_inputs(layer, x_p, cos_p, sin_p, dims, proj_p)
         a_p = _attention(q_p, k_p, v_p, mask_p, scale)
-        x_p_next = static_decode.layer_output(layer, x_p, a_p.transpose(1, 2).reshape(g, P, nh * hd), proj_p)
+        x_p_next = static_decode.layer_output(layer, x_p, a_p.transpose(1, 2).reshape(g, P, nh * hd), proj_p,
+                                              saved_mlp(layer, record.prompt[li], pick_p, "prompt"))
         if Tc > 0:
             proj_c = saved(mods, record.completion[li], pick_c, "completion")
             q_c, k_c, v_c = static_decode.attention_inputs(layer, x_c, cos_c, sin_c, dims, proj_c)
             K = torch.cat([k_p.repeat_interleave(G, 0), k_c], 2)
             V = torch.cat([v_p.repeat_interleave(G, 0), v_c], 2)
             a_c = _attention(q_c, K, V, mask_c, scale)
-            x_c = static_decode.layer_output(layer, x_c, a_c.transpose(1, 2).reshape(b, Tc, nh * hd), proj_c)
+            x_c = static_decode.layer_output(layer, x_c, a_c.transpose(1, 2).reshape(b, Tc, nh * hd), proj_c,
+                                             saved_mlp(layer, record.completion[li], pick_c, "completion"))
             attn_pairs += b * (Tc * P + Tc * (Tc + 1) / 2)
         attn_pairs += g * P * (P + 1) / 2
         x_p = x_p_next
