@@ -55,11 +55,6 @@ def head_dims(config) -> tuple[int, int, int]:
     return nh, kvh, hd
 
 
-def _rotate_half(x):
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
 def linear_biases(mods) -> list[torch.Tensor]:
     """The biases of linear modules projecting one input (Qwen2: q/k/v), zeros for any without one; [] when none
     has a bias."""
@@ -271,9 +266,11 @@ def additive_mask(allowed: torch.Tensor, dtype) -> torch.Tensor:
 
 
 def rope(body, x: torch.Tensor, pos: torch.Tensor):
-    """The model's rotary cos/sin for positions `pos` [B,T], shaped [B,1,T,hd] to broadcast over heads."""
+    """The model's rotary cos and sin for positions `pos` [B,T], shaped [B,1,T,hd] to broadcast over heads, the
+    sin's first half negated, the form `_apply_rope` takes."""
     cos, sin = body.rotary_emb(x, pos)
-    return cos[:, None].to(x.dtype), sin[:, None].to(x.dtype)
+    half = sin.shape[-1] // 2
+    return cos[:, None].to(x.dtype), torch.cat((-sin[..., :half], sin[..., half:]), -1)[:, None].to(x.dtype)
 
 
 # rope types whose frequencies depend on the longest position seen so far: no table computed ahead
@@ -282,8 +279,11 @@ _LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")
 _RMS_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "MistralRMSNorm")
 
 
-def _apply_rope(x, cos, sin):
-    return x * cos + _rotate_half(x) * sin
+def _apply_rope(x, cos, signed_sin):
+    """The model's x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1), as
+    x * cos + roll(x) * cat(-sin1, sin2): two passes and an addcmul instead of five (negation is exact, so the
+    terms are the same numbers), and a backward without `cat`'s two zero-filled slice gradients."""
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), signed_sin)
 
 
 def rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
