@@ -286,11 +286,11 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
             attn_pairs += b * (Tc * P + Tc * (Tc + 1) / 2)
         attn_pairs += g * P * (P + 1) / 2
         x_p = x_p_next
-    first = base.lm_head(body.norm(x_p[:, -1:])).repeat_interleave(G, 0)
+    first = base.lm_head(static_decode.rms_norm(body.norm, x_p[:, -1:])).repeat_interleave(G, 0)
     if flop_listener is not None:  # attention forward + backward (3x), LM head forward + backward (3x)
         H, V_ = base.config.hidden_size, base.lm_head.out_features
         flop_listener(3.0 * 4 * H * attn_pairs + 3.0 * 2 * H * V_ * (g + b * Tc))
-    logits = first if Tc == 0 else torch.cat([first, base.lm_head(body.norm(x_c))], 1)
+    logits = first if Tc == 0 else torch.cat([first, base.lm_head(static_decode.rms_norm(body.norm, x_c))], 1)
     if logits.requires_grad:
         def find_live(grad):
             nz = (grad != 0).any(-1)  # [b, T]: logits index t has a gradient

@@ -189,7 +189,7 @@ class StaticDecoder:
             keep = self._keep(li, start)
             x = layer_output(layer, x, a.transpose(1, 2).reshape(B, T, nh * hd), project,
                              lambda h: gated_mlp(h, project, keep))
-        return self.base.lm_head(self.body.norm(x[:, -1]))
+        return self.base.lm_head(rms_norm(self.body.norm, x[:, -1]))
 
     def _recorded(self, li: int, projections, start: int):
         """`project(slot, input)`: the whole output of projection `slot` of layer `li`, kept in the record when
@@ -288,12 +288,38 @@ def _apply_rope(x, cos, signed_sin):
 
 def rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """`norm(x)` for the models' RMSNorm, the same operations without the module call and the casts a float32
-    input does not need; any other module (or one with hooks) is called."""
+    input does not need (under autograd, `_RMSNorm`'s shorter backward); any other module (or one with hooks) is
+    called."""
     if type(norm).__name__ not in _RMS_NORMS or norm._forward_hooks or norm._forward_pre_hooks:
         return norm(x)
+    if x.dtype == torch.float32 and norm.weight.dtype == torch.float32 and torch.is_grad_enabled():
+        return _RMSNorm.apply(x, norm.weight, norm.variance_epsilon)
     h = x if x.dtype == torch.float32 else x.to(torch.float32)
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
     return norm.weight * (h if x.dtype == torch.float32 else h.to(x.dtype))
+
+
+class _RMSNorm(torch.autograd.Function):
+    """y = w * n, n = x * r, r = (mean(x^2) + eps)^(-1/2) over the last dim, in float32: the forward is the
+    model's operations (same numbers); the backward is dx = r * (dn - n * mean(dn * n)) with dn = dy * w, and
+    dw = sum over rows of dy * n, six passes over `[rows, hidden]` where autograd's chain of the forward's
+    operations takes about ten (the mean's and the power's gradients each a full pass, three summed gradients)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        n = x * r
+        ctx.save_for_backward(weight, n, r)
+        return weight * n
+
+    @staticmethod
+    def backward(ctx, dy):
+        weight, n, r = ctx.saved_tensors
+        dn = dy * weight
+        minus_mean = torch.linalg.vecdot(dn, n).unsqueeze(-1).div_(-n.shape[-1])  # -mean(dn * n) per row
+        dx = torch.addcmul(dn, n, minus_mean).mul_(r)
+        dw = (dy * n).reshape(-1, n.shape[-1]).sum(0) if ctx.needs_input_grad[1] else None
+        return dx, dw, None
 
 
 def attention_inputs(layer, x, cos, sin, dims, project):
@@ -301,12 +327,12 @@ def attention_inputs(layer, x, cos, sin, dims, project):
     `project(slot, input)` returns the outputs of the modules of projection `slot` (QKV: q, k, v)."""
     nh, kvh, hd = dims
     B, T = x.shape[:2]
-    h = layer.input_layernorm(x)
+    h = rms_norm(layer.input_layernorm, x)
     q, k, v = project(QKV, h)
     q, k, v = (t.reshape(B, T, -1, hd).transpose(1, 2) for t in (q, k, v))
     attn = layer.self_attn
     if hasattr(attn, "q_norm"):  # Qwen3: RMSNorm per head before rope
-        q, k = attn.q_norm(q), attn.k_norm(k)
+        q, k = rms_norm(attn.q_norm, q), rms_norm(attn.k_norm, k)
     return _apply_rope(q, cos, sin), _apply_rope(k, cos, sin), v
 
 
@@ -314,7 +340,7 @@ def layer_output(layer, x, a, project, mlp=None):
     """The rest of the layer after attention: output projection and residual, then the gated MLP and residual.
     `mlp(h)`, when given, computes the MLP of its normed input `h` (default: `gated_mlp(h, project)`)."""
     x = x + project(O, a)[0]
-    h = layer.post_attention_layernorm(x)
+    h = rms_norm(layer.post_attention_layernorm, x)
     return x + (gated_mlp(h, project) if mlp is None else mlp(h))
 
 
