@@ -244,3 +244,26 @@ def test_a_single_new_token_replays_from_the_prompt_alone():
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(4))
     (_, want), (_, got) = _ordinary_and_replay(model, comp.record, torch.arange(3 * G), pir, pmr, comp, adv)
     _assert_same_grads(got, want, eps=1e-12)
+
+
+def test_the_replay_takes_the_mlp_activations_from_the_sampler():
+    """The record holds silu(gate) and silu(gate) * up exactly as the model computes them from the recorded
+    gate/up outputs, and the replay's forward runs no SiLU or product over them: its only SiLU work is the
+    backward's, one `silu_backward` per layer and segment (prompt, completion)."""
+    model = _eos_model()
+    pi, pm, comp = _rollout(model)
+    rec = comp.record
+    inter = model.config.intermediate_size
+    for li in range(model.config.num_hidden_layers):
+        for seg in (rec.prompt[li], rec.completion[li]):
+            gate, up = seg[static_decode.GATE_UP].split(inter, -1)
+            torch.testing.assert_close(seg[static_decode.ACT], torch.nn.functional.silu(gate), rtol=0, atol=0)
+            torch.testing.assert_close(seg[static_decode.GATED], seg[static_decode.ACT] * up, rtol=0, atol=0)
+    model.train()
+    adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(1))
+    with torch.profiler.profile() as prof:
+        logits = replay_logits(model, rec, torch.arange(3 * G), pi, pm, comp.ids, group_size=G)
+    assert not [e for e in prof.events() if e.name in ("aten::silu", "aten::silu_")]
+    with torch.profiler.profile() as prof:
+        _loss(logits, comp, adv).backward()
+    assert sum(e.name == "aten::silu_backward" for e in prof.events()) == 2 * model.config.num_hidden_layers

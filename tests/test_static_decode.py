@@ -205,3 +205,20 @@ def test_rms_norm_is_the_modules_own_result_and_calls_any_other_module():
         handle.remove()
         other = torch.nn.LayerNorm(norm.weight.shape[0])
         assert torch.equal(static_decode.rms_norm(other, x), other(x))
+
+
+def test_rms_norm_backward_is_the_derivative():
+    """`_RMSNorm` (the replay's RMSNorm, a hand-written backward). x = (3, 4), w = (1, 1), eps = 0: y1 =
+    sqrt(2) x1 / |x|, so dy1/dx1 = sqrt(2) x2^2 / |x|^3 = sqrt(2) 16/125 = 0.181019 and dy1/dx2 = -sqrt(2) x1 x2 /
+    |x|^3 = -sqrt(2) 12/125 = -0.135765; dL/dw for L = y1 is n1 = sqrt(2) 3/5 = 0.848528. Then float64 gradcheck
+    against finite differences on a batch with a non-trivial weight."""
+    x = torch.tensor([[3.0, 4.0]], requires_grad=True)
+    w = torch.ones(2, requires_grad=True)
+    y = static_decode._RMSNorm.apply(x, w, 0.0)
+    y[0, 0].backward()
+    torch.testing.assert_close(x.grad, torch.tensor([[0.181019, -0.135765]]), atol=2e-6, rtol=0)
+    torch.testing.assert_close(w.grad, torch.tensor([0.848528, 0.0]), atol=2e-6, rtol=0)
+    g = torch.Generator().manual_seed(0)
+    xs = torch.randn(3, 4, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    ws = torch.randn(5, generator=g, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: static_decode._RMSNorm.apply(a, b, 1e-6), (xs, ws))
