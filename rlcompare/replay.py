@@ -6,7 +6,8 @@ every prompt and completion position) was already computed by the sampler. `stat
 (`ProjectionRecord`); `replay_logits` rebuilds the forward graph from them: norms, rope, attention and the LM
 head are recomputed (cheap), while each attention projection is a `SavedProjection` that returns the sampler's
 output and, in the backward pass, computes dX = dY W and dW = dY^T X as usual, and each MLP a `SavedMLP` that
-does the same from the sampler's activations (silu(gate) and silu(gate) * up, recorded too). The forward's
+does the same from the sampler's activations (silu(gate), silu(gate) * up and up * silu'(gate), recorded
+instead of the gate/up outputs). The forward's
 projection FLOPs (a third of the update's) are skipped; the gradient is the one of the ordinary forward, up to float rounding (the
 sampler's one-token steps and a whole-sequence forward sum in different orders, ~1e-6 relative).
 
@@ -125,15 +126,16 @@ class SavedProjection(torch.autograd.Function):
 
 class SavedMLP(torch.autograd.Function):
     """down(silu(gate(h)) * up(h)) for the normed MLP input `h`, every part of it already computed by the sampler
-    with these weights (gate/up outputs, silu(gate), the product, down's output): forward returns down's
-    output; backward computes the gradients of h and of the three weights over the live rows. Against
-    `SavedProjection` for gate/up and down around an autograd SiLU and product, the forward skips both full
-    passes over `[rows, intermediate]` and the backward needs no saved copy of them."""
+    with these weights (`static_decode.gated_mlp`: silu(gate), the product, up * silu'(gate), down's output):
+    forward returns down's output; backward computes the gradients of h and of the three weights over the live
+    rows, with two elementwise passes over `[rows, intermediate]` (d up = d product * silu(gate), d gate =
+    d product * up * silu'(gate)). Autograd through `SavedProjection`s around a SiLU and a product would make
+    two such passes forward and three backward."""
 
     @staticmethod
-    def forward(ctx, h, live: _LiveRows, segment: str, w_gate, w_up, w_down, gate, up, act, gated, y):
+    def forward(ctx, h, live: _LiveRows, segment: str, w_gate, w_up, w_down, act, gated, gate_grad, y):
         ctx.live, ctx.segment = live, segment
-        ctx.save_for_backward(h, w_gate, w_up, w_down, gate, up, act, gated)
+        ctx.save_for_backward(h, w_gate, w_up, w_down, act, gated, gate_grad)
         return y
 
     @staticmethod
@@ -143,29 +145,29 @@ class SavedMLP(torch.autograd.Function):
         # a dead row skips all three products (12 hidden x inter FLOPs), the same test as a (hidden -> 3 inter) one
         at = ctx.live.pick(ctx.segment, hidden, 3 * inter, _FLOP_PER_BYTE.get(h.device.type, 15.0))
         h2, dy2 = h.reshape(-1, hidden), dy.reshape(-1, hidden)
-        gate, up, act, gated = (t.reshape(-1, inter) for t in acts)
+        act, gated, gate_grad = (t.reshape(-1, inter) for t in acts)
         rows = len(h2)
         if at is not None:
-            h2, dy2, gate, up, act, gated = (t.index_select(0, at) for t in (h2, dy2, gate, up, act, gated))
+            h2, dy2, act, gated, gate_grad = (t.index_select(0, at) for t in (h2, dy2, act, gated, gate_grad))
         d_gated = dy2 @ w_down
         dw_down = dy2.t() @ gated
         d_up = d_gated * act
-        d_gate = torch.ops.aten.silu_backward(d_gated.mul_(up), gate)  # d silu(g) * u / dg, in place of d_gated
+        d_gate = d_gated.mul_(gate_grad)
         dh = d_gate @ w_gate
         dh.addmm_(d_up, w_up)
         if at is not None:
             dh = dh.new_zeros((rows, hidden)).index_copy_(0, at, dh)
         if flop_listener is not None:
             flop_listener(12.0 * len(h2) * hidden * inter)
-        return (dh.reshape(h.shape), None, None, d_gate.t() @ h2, d_up.t() @ h2, dw_down, None, None, None, None, None)
+        return (dh.reshape(h.shape), None, None, d_gate.t() @ h2, d_up.t() @ h2, dw_down, None, None, None, None)
 
 
 def _saved_mlp(layer, h, bufs, live: _LiveRows, segment: str):
     """`SavedMLP` of `layer` for its MLP input `h`, from one segment's recorded slots `bufs` (already picked)."""
     mlp = layer.mlp
-    gate, up = bufs[static_decode.GATE_UP].split(mlp.gate_proj.weight.shape[0], -1)
-    return SavedMLP.apply(h, live, segment, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight, gate, up,
-                          bufs[static_decode.ACT], bufs[static_decode.GATED], bufs[static_decode.DOWN])
+    return SavedMLP.apply(h, live, segment, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight,
+                          bufs[static_decode.ACT], bufs[static_decode.GATED], bufs[static_decode.GATE_GRAD],
+                          bufs[static_decode.DOWN])
 
 
 def _saved_projection(mods, x, y, live: _LiveRows, segment: str):
@@ -261,7 +263,7 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
         return project
 
     def saved_mlp(layer, bufs, pick, segment):
-        slots = (static_decode.GATE_UP, static_decode.ACT, static_decode.GATED, static_decode.DOWN)
+        slots = (static_decode.ACT, static_decode.GATED, static_decode.GATE_GRAD, static_decode.DOWN)
         return lambda h: _saved_mlp(layer, h, {k: pick(bufs[k]) for k in slots}, live, segment)
 
     pick_p = (lambda t: t) if all_groups else (lambda t: t.index_select(0, groups))

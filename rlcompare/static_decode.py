@@ -204,7 +204,8 @@ class StaticDecoder:
         return project
 
     def _keep(self, li: int, start: int):
-        """`keep(slot, t)` putting the MLP activation `t` (ACT, GATED) of layer `li` in the record, if any."""
+        """`keep(slot, t)` putting the MLP activation `t` (ACT, GATED, GATE_GRAD) of layer `li` in the record, if
+        any."""
         rec = self.record
         return None if rec is None else (lambda slot, t: rec.write(li, slot, t, start))
 
@@ -257,7 +258,9 @@ def _per_module(projections, project):
 
 # ----------------------------------------------------------------------------- one layer, shared with the replay
 QKV, O, GATE_UP, DOWN = range(4)  # the four projections of a layer, in the order they run
-ACT, GATED = 4, 5  # also recorded: the MLP's silu(gate) and silu(gate) * up (the down projection's input)
+# also recorded: the MLP's silu(gate), silu(gate) * up (the down projection's input) and up * silu'(gate); the
+# GATE_UP outputs themselves are not (the replay needs only these three)
+ACT, GATED, GATE_GRAD = 4, 5, 6
 
 
 def additive_mask(allowed: torch.Tensor, dtype) -> torch.Tensor:
@@ -346,15 +349,17 @@ def layer_output(layer, x, a, project, mlp=None):
 
 def gated_mlp(h, project, keep=None):
     """down(silu(gate(h)) * up(h)), the MLP of every supported model (`supports`: SiLU, no bias). `keep(slot, t)`,
-    when given, receives silu(gate) (slot ACT) and the product (GATED): the replay's backward needs both, and
-    taking them from the sampler spares the update two full passes over `[rows, intermediate]` (writing them
-    costs the sampler about half of that: measured at 0.5M, rollout +1.3 ms, update -2.9 ms)."""
+    when given, receives silu(gate) (slot ACT), the product (GATED) and up * silu'(gate) (GATE_GRAD, the factor
+    taking d(product) to d(gate)): with them the replay's backward is two elementwise passes over
+    `[rows, intermediate]` (d up = d product * silu(gate), d gate = d product * GATE_GRAD) and its forward none,
+    against five for autograd's SiLU and product; the sampler computes them on one token per row at a time."""
     gate, up = project(GATE_UP, h)
     act = F.silu(gate)
     gated = act * up
     if keep is not None:
         keep(ACT, act)
         keep(GATED, gated)
+        keep(GATE_GRAD, torch.ops.aten.silu_backward(up, gate))  # up * silu'(gate)
     return project(DOWN, gated)[0]
 
 
@@ -370,16 +375,18 @@ def projection_widths(config) -> tuple[int, int, int, int]:
 
 
 def record_widths(config) -> tuple[int, ...]:
-    """Width of each recorded slot: the four projections (QKV, O, GATE_UP, DOWN), then ACT and GATED."""
-    return projection_widths(config) + (config.intermediate_size,) * 2
+    """Width of each recorded slot: the four projections (QKV, O, GATE_UP, DOWN), GATE_UP's 0 (not kept), then
+    ACT, GATED and GATE_GRAD."""
+    qkv, o, _, down = projection_widths(config)
+    return (qkv, o, 0, down) + (config.intermediate_size,) * 3
 
 
 class ProjectionRecord:
-    """Every projection output the sampler computed, and the MLP's two activations, kept for the update
+    """The projection outputs the sampler computed and the MLP's activations (`gated_mlp`), kept for the update
     (`rlcompare.replay`).
 
-    prompt[layer][slot] (slots QKV, O, GATE_UP, DOWN, ACT, GATED): `[n, P, width]`, one row per prompt (before
-    the copies per group);
+    prompt[layer][slot] (slots QKV, O, DOWN, ACT, GATED, GATE_GRAD; GATE_UP is None): `[n, P, width]`, one row per
+    prompt (before the copies per group);
     completion[layer][slot]: `[B, max_new_tokens - 1, width]`, position j = completion token j, fed at decode
     step j + 1 (the last token is never fed). Positions a row never fed (it was dropped after its EOS) are zero.
     Allocate it outside `torch.inference_mode()` (the sampler writes into it there) so that the update can use
@@ -392,8 +399,10 @@ class ProjectionRecord:
         B, T1 = n * repeats, max(0, max_new_tokens - 1)
         self.P, self.repeats, self.n_rows = P, repeats, B
         self.key = (n, P, repeats, max_new_tokens, str(device), dtype)
-        self.prompt = [[torch.empty((n, P, w), device=device, dtype=dtype) for w in widths] for _ in base.model.layers]
-        self.completion = [[torch.empty((B, T1, w), device=device, dtype=dtype) for w in widths] for _ in base.model.layers]
+        self.prompt = [[torch.empty((n, P, w), device=device, dtype=dtype) if w else None for w in widths]
+                       for _ in base.model.layers]
+        self.completion = [[torch.empty((B, T1, w), device=device, dtype=dtype) if w else None for w in widths]
+                           for _ in base.model.layers]
         self.rows: torch.Tensor | None = None  # batch row of each decoder row; None while they are the identity
 
     @classmethod
@@ -407,6 +416,8 @@ class ProjectionRecord:
         return cls(model, n, P, repeats, max_new_tokens, device, dtype)
 
     def write(self, layer: int, slot: int, y: torch.Tensor, start: int) -> None:
+        if self.prompt[layer][slot] is None:  # a slot not kept
+            return
         if start == 0:
             self.prompt[layer][slot].copy_(y)
             return
@@ -425,5 +436,6 @@ class ProjectionRecord:
         j = next_position - self.P
         for layer in self.completion:
             for buf in layer:
-                buf[gone, j:] = 0
+                if buf is not None:
+                    buf[gone, j:] = 0
         self.rows = rows[keep]

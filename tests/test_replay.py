@@ -200,7 +200,7 @@ def test_the_first_update_runs_no_forward_projection_and_moves_the_weights_the_s
 def test_a_record_is_reused_when_its_shapes_match():
     model = _eos_model()
     _, _, first = _rollout(model, seed=0)
-    for buf in [t for layer in first.record.prompt + first.record.completion for t in layer]:
+    for buf in [t for layer in first.record.prompt + first.record.completion for t in layer if t is not None]:
         buf.fill_(float("nan"))  # stale values must never reach the update: NaN would show
     pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
     second = sample(model, pi, pm, generator=torch.Generator().manual_seed(5), record=first.record, **KW)
@@ -208,7 +208,8 @@ def test_a_record_is_reused_when_its_shapes_match():
     rec = second.record
     assert rec.rows is not None and len(rec.rows) < 3 * G  # rows left the decoder: their later positions unwritten
     fed = second.ids.shape[1] - 1
-    for buf in [t for layer in rec.prompt for t in layer] + [t[:, :fed] for layer in rec.completion for t in layer]:
+    for buf in ([t for layer in rec.prompt for t in layer if t is not None]
+                + [t[:, :fed] for layer in rec.completion for t in layer if t is not None]):
         assert bool(torch.isfinite(buf).all())  # written by this rollout, or zeroed when the row left
     pir, pmr = pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0)
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(3))
@@ -246,24 +247,54 @@ def test_a_single_new_token_replays_from_the_prompt_alone():
     _assert_same_grads(got, want, eps=1e-12)
 
 
-def test_the_replay_takes_the_mlp_activations_from_the_sampler():
-    """The record holds silu(gate) and silu(gate) * up exactly as the model computes them from the recorded
-    gate/up outputs, and the replay's forward runs no SiLU or product over them: its only SiLU work is the
-    backward's, one `silu_backward` per layer and segment (prompt, completion)."""
+def _mlp_inputs(model, ids, mask):
+    """Each layer's MLP input `[B, T, H]` in transformers' own forward of `ids` (left-padded by `mask`)."""
+    seen = []
+    hooks = [layer.mlp.register_forward_hook(lambda mod, args, out: seen.append(args[0].detach()))
+             for layer in model.model.layers]
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0), use_cache=False)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
+
+
+def test_the_record_holds_the_mlp_activations_instead_of_gate_and_up():
+    """For every position the sampler fed, the record holds silu(g), silu(g) * u and u * silu'(g) of the model's
+    own gate and up outputs g, u (silu(g) = g s, silu'(g) = s (1 + g (1 - s)), s = sigmoid(g), written out here),
+    and keeps no gate/up outputs."""
     model = _eos_model()
     pi, pm, comp = _rollout(model)
     rec = comp.record
-    inter = model.config.intermediate_size
-    for li in range(model.config.num_hidden_layers):
-        for seg in (rec.prompt[li], rec.completion[li]):
-            gate, up = seg[static_decode.GATE_UP].split(inter, -1)
-            torch.testing.assert_close(seg[static_decode.ACT], torch.nn.functional.silu(gate), rtol=0, atol=0)
-            torch.testing.assert_close(seg[static_decode.GATED], seg[static_decode.ACT] * up, rtol=0, atol=0)
+    P, T1 = pi.shape[1], rec.completion[0][static_decode.ACT].shape[1]
+    ids = torch.cat([pi, comp.ids[:, :T1]], 1)
+    mask = torch.cat([pm, torch.ones_like(comp.ids[:, :T1])], 1)
+    real = pm[::G].bool()  # prompt tokens (the prompt record has one row per prompt)
+    fed = torch.arange(T1)[None] < (comp.lengths - 1)[:, None]  # completion tokens fed while their row decoded
+    assert 0 < int(fed.sum()) < fed.numel()
+    for li, h in enumerate(_mlp_inputs(model, ids, mask)):
+        assert rec.prompt[li][static_decode.GATE_UP] is None and rec.completion[li][static_decode.GATE_UP] is None
+        mlp = model.model.layers[li].mlp
+        with torch.no_grad():
+            g, u = mlp.gate_proj(h), mlp.up_proj(h)
+        s = torch.sigmoid(g)
+        want = {static_decode.ACT: g * s, static_decode.GATED: g * s * u, static_decode.GATE_GRAD: u * s * (1 + g * (1 - s))}
+        for slot, w in want.items():
+            torch.testing.assert_close(rec.prompt[li][slot][real], w[::G, :P][real], atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(rec.completion[li][slot][fed], w[:, P:][fed], atol=1e-5, rtol=1e-4)
+
+
+def test_the_replay_runs_no_silu():
+    """The MLP's SiLU work is the sampler's (`test_the_record_holds_...`): the replay's forward and backward
+    run no `silu` or `silu_backward`."""
+    model = _eos_model()
+    pi, pm, comp = _rollout(model)
     model.train()
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(1))
     with torch.profiler.profile() as prof:
-        logits = replay_logits(model, rec, torch.arange(3 * G), pi, pm, comp.ids, group_size=G)
-    assert not [e for e in prof.events() if e.name in ("aten::silu", "aten::silu_")]
-    with torch.profiler.profile() as prof:
+        logits = replay_logits(model, comp.record, torch.arange(3 * G), pi, pm, comp.ids, group_size=G)
         _loss(logits, comp, adv).backward()
-    assert sum(e.name == "aten::silu_backward" for e in prof.events()) == 2 * model.config.num_hidden_layers
+    names = {e.name for e in prof.events()}
+    assert "aten::mm" in names and not names & {"aten::silu", "aten::silu_", "aten::silu_backward"}
