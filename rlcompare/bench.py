@@ -259,10 +259,10 @@ class FlopCounter:
             inner = inner._counted_by
         counter = self
 
-        def counted(dec, ids, pos, start):
+        def counted(dec, ids, pos, start, *rest):
             if dec.body is body:
                 counter.record(int(ids.shape[0]), int(ids.shape[1]), start + int(ids.shape[1]), torch.is_grad_enabled())
-            return inner(dec, ids, pos, start)
+            return inner(dec, ids, pos, start, *rest)
 
         counted._counted_by = inner
         static_decode.StaticDecoder._forward = counted

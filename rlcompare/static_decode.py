@@ -131,11 +131,9 @@ class StaticDecoder:
         self.key_mask = torch.zeros((n, self.capacity), dtype=torch.bool, device=ids.device)
         self.key_mask[:, :P] = mask.bool()
         self.keys, self.values = [], []
-        logits = self._forward(ids, pos, start=0)
+        logits = self._forward(ids, pos, 0, repeats)
         self.length = P
         if repeats > 1:
-            self.keys = [k.repeat_interleave(repeats, 0) for k in self.keys]
-            self.values = [v.repeat_interleave(repeats, 0) for v in self.values]
             self.key_mask = self.key_mask.repeat_interleave(repeats, 0)
             logits = logits.repeat_interleave(repeats, 0)
         self.rope_table = self.add_mask = None
@@ -146,7 +144,7 @@ class StaticDecoder:
         if self.length >= self.capacity:
             raise ValueError(f"the KV cache of {self.capacity} positions is full")
         self.key_mask[:, self.length] = True
-        logits = self._forward(tokens[:, None], pos, start=self.length)
+        logits = self._forward(tokens[:, None], pos, self.length)
         self.length += 1
         return logits
 
@@ -160,34 +158,35 @@ class StaticDecoder:
         if self.record is not None:
             self.record.select(rows, self.length)
 
-    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, start: int) -> torch.Tensor:
-        B, T = ids.shape
-        if T == 1:
-            return self._step_forward(ids, pos, start)
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, start: int, repeats: int = 1) -> torch.Tensor:
+        """The prompts (`start` 0) or one new token per row at position `start`, through every layer."""
+        return self._step_forward(ids, pos, start) if start else self._prefill_forward(ids, pos, repeats)
+
+    def _prefill_forward(self, ids: torch.Tensor, pos: torch.Tensor, repeats: int) -> torch.Tensor:
+        """The prompts `[n, P]` through every layer (attention over their own keys), filling a cache of
+        n * repeats rows: each prompt's keys and values are written once into each of its copies' rows, at
+        positions 0..P-1 only. The cache is not zeroed: the steps read only positions already written (the
+        prompt's, and each step's own before it attends), so the rest is never seen."""
+        n, T = ids.shape
         nh, kvh, hd = dims = self.nh, self.kvh, self.hd
         x = self.body.embed_tokens(ids)
         cos, sin = rope(self.body, x, pos)
-        # key j visible from query i: written, real, and not in the future (a query always sees itself, so
-        # a padding row never takes a softmax over nothing)
-        q_at = torch.arange(start, start + T, device=ids.device)[:, None]
-        k_at = torch.arange(self.capacity, device=ids.device)[None, :]
-        allowed = ((self.key_mask[:, None, :] & (k_at <= q_at)[None]) | (k_at == q_at)[None])[:, None]
-        first = not self.keys
+        # key j visible from query i: real and not in the future (a query always sees itself, so a padding row
+        # never takes a softmax over nothing)
+        at = torch.arange(T, device=ids.device)
+        allowed = (self.key_mask[:, None, :T] & (at[None, :] <= at[:, None])[None]) | (at[None, :] == at[:, None])[None]
         for li, (layer, projections) in enumerate(self.layers):
             attn = layer.self_attn
-            project = _per_module(projections, self._recorded(li, projections, start))
+            project = _per_module(projections, self._recorded(li, projections, 0))
             q, k, v = attention_inputs(layer, x, cos, sin, dims, project)
-            if first:
-                # zeros, not empty: a masked key still enters the weighted sum with weight exactly 0
-                self.keys.append(torch.zeros((B, kvh, self.capacity, hd), dtype=k.dtype, device=k.device))
-                self.values.append(torch.zeros((B, kvh, self.capacity, hd), dtype=v.dtype, device=v.device))
-            K, V = self.keys[li], self.values[li]
-            K[:, :, start:start + T] = k
-            V[:, :, start:start + T] = v
-            a = F.scaled_dot_product_attention(q, K.to(q.dtype), V.to(q.dtype), attn_mask=allowed,
-                                               scale=attn.scaling, enable_gqa=kvh != nh)
-            keep = self._keep(li, start)
-            x = layer_output(layer, x, a.transpose(1, 2).reshape(B, T, nh * hd), project,
+            for cache, t in ((self.keys, k), (self.values, v)):
+                full = torch.empty((n * repeats, kvh, self.capacity, hd), dtype=t.dtype, device=t.device)
+                full.view(n, repeats, kvh, self.capacity, hd)[:, :, :, :T] = t[:, None]
+                cache.append(full)
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None], scale=attn.scaling,
+                                               enable_gqa=kvh != nh)
+            keep = self._keep(li, 0)
+            x = layer_output(layer, x, a.transpose(1, 2).reshape(n, T, nh * hd), project,
                              lambda h: gated_mlp(h, project, keep))
         return self.base.lm_head(rms_norm(self.body.norm, x[:, -1]))
 

@@ -70,6 +70,38 @@ def test_each_step_equals_a_full_forward_of_the_whole_sequence(case):
             next_pos = next_pos + 1
 
 
+@pytest.mark.parametrize("case", ["llama-gqa", "qwen3-qk-norm"])
+def test_each_copy_of_a_prompt_decodes_from_its_own_cache_and_never_reads_unwritten_positions(case):
+    """Prefill with 2 copies per prompt writes each prompt's keys and values into both copies' rows and nothing
+    past the prompt (the cache is allocated empty): with every later position set to NaN, each copy still
+    equals the whole sequence's forward step after step, while the two copies of a prompt take different
+    tokens."""
+    arch, extra = CASES[case]
+    model = _model(arch, **extra)
+    pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
+    pos = (pm.cumsum(-1) - 1).clamp(min=0)
+    P = pi.shape[1]
+    dec = make_decoder(model, P + 5)
+    g = torch.Generator().manual_seed(2)
+    seqs = [list(PROMPTS[i // 2]) for i in range(6)]
+    with torch.inference_mode():
+        logits = dec.prefill(pi, pm, pos, repeats=2)
+        for cache in dec.keys + dec.values:
+            assert cache.shape[0] == 6
+            cache[:, :, P:] = float("nan")
+        next_pos = pos[:, -1:].repeat_interleave(2, 0) + 1
+        for _ in range(5):
+            for i, s in enumerate(seqs):
+                want = model(input_ids=torch.tensor([s])).logits[0, -1]
+                torch.testing.assert_close(logits[i], want, atol=2e-5, rtol=0)
+            tok = torch.randint(5, 80, (6,), generator=g)
+            for s, t in zip(seqs, tok.tolist()):
+                s.append(t)
+            logits = dec.step(tok, next_pos)
+            next_pos = next_pos + 1
+    assert seqs[0] != seqs[1]
+
+
 @pytest.mark.parametrize("case", ["llama-gqa", "qwen2-bias"])
 def test_sampling_matches_the_transformers_cache_token_for_token(case):
     arch, extra = CASES[case]
