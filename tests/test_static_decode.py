@@ -226,10 +226,13 @@ def test_rms_norm_is_the_modules_own_result_and_calls_any_other_module():
     a module with a hook, or of another class, is called instead (so the hook runs)."""
     model = _model("llama")
     norm = model.model.layers[0].input_layernorm
+    g = torch.Generator().manual_seed(0)
     with torch.no_grad():
+        norm.weight.copy_(torch.randn(norm.weight.shape, generator=g))  # not the initial ones
         for dtype in (torch.float32, torch.bfloat16):
-            x = torch.randn(3, 1, norm.weight.shape[0]).to(dtype)
-            assert torch.equal(static_decode.rms_norm(norm, x), norm(x))
+            for shape, scale in (((3, 1), 1.0), ((16, 7), 30.0), ((128, 1), 1e-3)):
+                x = (torch.randn(*shape, norm.weight.shape[0], generator=g) * scale).to(dtype)
+                assert torch.equal(static_decode.rms_norm(norm, x), norm(x))
         calls = []
         handle = norm.register_forward_hook(lambda mod, inp, out: calls.append(1) or out * 2)
         x = torch.randn(2, 1, norm.weight.shape[0])
