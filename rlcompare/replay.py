@@ -7,9 +7,9 @@ every prompt and completion position) was already computed by the sampler. `stat
 head are recomputed (cheap), while each attention projection is a `SavedProjection` that returns the sampler's
 output and, in the backward pass, computes dX = dY W and dW = dY^T X as usual, and each MLP a `SavedMLP` that
 does the same from the sampler's activations (silu(gate), silu(gate) * up and up * silu'(gate), recorded
-instead of the gate/up outputs). The forward's
-projection FLOPs (a third of the update's) are skipped; the gradient is the one of the ordinary forward, up to float rounding (the
-sampler's one-token steps and a whole-sequence forward sum in different orders, ~1e-6 relative).
+instead of the gate/up outputs). The forward's projection FLOPs (a third of the update's) are skipped; the
+gradient is the one of the ordinary forward, up to float rounding (the sampler's one-token steps and a
+whole-sequence forward sum in different orders, ~1e-6 relative).
 
 The backward also skips token rows whose incoming gradient is exactly zero: padding after EOS, and whole groups
 whose advantages are all zero when nothing else (KL, entropy bonus) reaches them. Zero rows add nothing to dW

@@ -174,7 +174,8 @@ class StaticDecoder:
         # key j visible from query i: real and not in the future (a query always sees itself, so a padding row
         # never takes a softmax over nothing)
         at = torch.arange(T, device=ids.device)
-        allowed = (self.key_mask[:, None, :T] & (at[None, :] <= at[:, None])[None]) | (at[None, :] == at[:, None])[None]
+        allowed = ((self.key_mask[:, None, :T] & (at[None, :] <= at[:, None])[None])
+                   | (at[None, :] == at[:, None])[None])
         for li, (layer, projections) in enumerate(self.layers):
             attn = layer.self_attn
             project = _per_module(projections, self._recorded(li, projections, 0))
@@ -209,7 +210,7 @@ class StaticDecoder:
         return None if rec is None else (lambda slot, t: rec.write(li, slot, t, start))
 
     def _step_forward(self, ids: torch.Tensor, pos: torch.Tensor, start: int) -> torch.Tensor:
-        """One new token per row: the layers of `_forward` with fewer, larger operations (a decode step at the
+        """One new token per row: the layers of `_prefill_forward` with fewer, larger operations (a decode step at the
         benchmark's 0.5M size is mostly per-operation overhead): rope from a table, applied to the queries and
         keys together, RMSNorm without the module call, and the fused attention kernel over the keys written
         so far (grouped heads as queries of their key/value head; the prompt padding as an additive mask)."""

@@ -280,7 +280,8 @@ def test_the_record_holds_the_mlp_activations_instead_of_gate_and_up():
         with torch.no_grad():
             g, u = mlp.gate_proj(h), mlp.up_proj(h)
         s = torch.sigmoid(g)
-        want = {static_decode.ACT: g * s, static_decode.GATED: g * s * u, static_decode.GATE_GRAD: u * s * (1 + g * (1 - s))}
+        want = {static_decode.ACT: g * s, static_decode.GATED: g * s * u,
+                static_decode.GATE_GRAD: u * s * (1 + g * (1 - s))}
         for slot, w in want.items():
             torch.testing.assert_close(rec.prompt[li][slot][real], w[::G, :P][real], atol=1e-5, rtol=1e-4)
             torch.testing.assert_close(rec.completion[li][slot][fed], w[:, P:][fed], atol=1e-5, rtol=1e-4)

@@ -54,20 +54,25 @@ def test_each_step_equals_a_full_forward_of_the_whole_sequence(case):
     pos = (pm.cumsum(-1) - 1).clamp(min=0)
     dec = make_decoder(model, pi.shape[1] + 6)
     assert isinstance(dec, static_decode.StaticDecoder)
-    g = torch.Generator().manual_seed(1)
-    seqs = [list(p) for p in PROMPTS]
     with torch.inference_mode():
-        logits = dec.prefill(pi, pm, pos)
-        next_pos = pos[:, -1:] + 1
-        for _ in range(6):
-            for i, s in enumerate(seqs):  # reference: the whole sequence alone, no padding, no cache
-                want = model(input_ids=torch.tensor([s])).logits[0, -1]
-                torch.testing.assert_close(logits[i], want, atol=2e-5, rtol=0)
-            tok = torch.randint(5, 80, (3,), generator=g)
-            for s, t in zip(seqs, tok.tolist()):
-                s.append(t)
-            logits = dec.step(tok, next_pos)
-            next_pos = next_pos + 1
+        _assert_steps_are_full_forwards(model, dec, dec.prefill(pi, pm, pos), [list(p) for p in PROMPTS],
+                                        pos[:, -1:] + 1, steps=6, seed=1)
+
+
+def _assert_steps_are_full_forwards(model, dec, logits, seqs, next_pos, *, steps, seed):
+    """Decode `steps` random tokens per row from the prefill's `logits`, checking before each step that every
+    row's logits equal the model's forward of its whole sequence alone (no padding, no cache); `seqs` (each
+    row's tokens so far) grows in place."""
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        for i, s in enumerate(seqs):
+            want = model(input_ids=torch.tensor([s])).logits[0, -1]
+            torch.testing.assert_close(logits[i], want, atol=2e-5, rtol=0)
+        tok = torch.randint(5, 80, (len(seqs),), generator=g)
+        for s, t in zip(seqs, tok.tolist()):
+            s.append(t)
+        logits = dec.step(tok, next_pos)
+        next_pos = next_pos + 1
 
 
 @pytest.mark.parametrize("case", ["llama-gqa", "qwen3-qk-norm"])
@@ -82,23 +87,14 @@ def test_each_copy_of_a_prompt_decodes_from_its_own_cache_and_never_reads_unwrit
     pos = (pm.cumsum(-1) - 1).clamp(min=0)
     P = pi.shape[1]
     dec = make_decoder(model, P + 5)
-    g = torch.Generator().manual_seed(2)
     seqs = [list(PROMPTS[i // 2]) for i in range(6)]
     with torch.inference_mode():
         logits = dec.prefill(pi, pm, pos, repeats=2)
         for cache in dec.keys + dec.values:
             assert cache.shape[0] == 6
             cache[:, :, P:] = float("nan")
-        next_pos = pos[:, -1:].repeat_interleave(2, 0) + 1
-        for _ in range(5):
-            for i, s in enumerate(seqs):
-                want = model(input_ids=torch.tensor([s])).logits[0, -1]
-                torch.testing.assert_close(logits[i], want, atol=2e-5, rtol=0)
-            tok = torch.randint(5, 80, (6,), generator=g)
-            for s, t in zip(seqs, tok.tolist()):
-                s.append(t)
-            logits = dec.step(tok, next_pos)
-            next_pos = next_pos + 1
+        _assert_steps_are_full_forwards(model, dec, logits, seqs, pos[:, -1:].repeat_interleave(2, 0) + 1,
+                                        steps=5, seed=2)
     assert seqs[0] != seqs[1]
 
 
