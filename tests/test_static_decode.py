@@ -128,8 +128,10 @@ def test_dropping_rows_keeps_the_remaining_rows_exact():
     torch.testing.assert_close(got, want[[2, 0]], atol=1e-6, rtol=0)
 
 
-def test_bf16_autocast_stays_close_to_the_model_under_the_same_autocast():
-    model = _model("llama")
+@pytest.mark.parametrize("case", ["llama-gqa", "qwen3-qk-norm"])
+def test_bf16_autocast_stays_close_to_the_model_under_the_same_autocast(case):
+    arch, extra = CASES[case]
+    model = _model(arch, **extra)
     pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
     kw = dict(max_new_tokens=8, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id, autocast_dtype=torch.bfloat16)
     fast = sample(model, pi, pm, generator=torch.Generator().manual_seed(0), kv_cache="auto", **kw)
