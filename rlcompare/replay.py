@@ -66,24 +66,22 @@ class _LiveRows:
     group's rows, so a row of zeros there makes every gradient at that position exactly zero."""
 
     def __init__(self):
-        self.at: dict[str, torch.Tensor | None] = {"prompt": None, "completion": None}
-        self.n = {"prompt": 0, "completion": 0}
-        self.rows = {"prompt": 0, "completion": 0}
+        self.at: torch.Tensor | None = None  # the live rows' indices; None: every row (or not known yet)
+        self.n = self.rows = 0
 
-    def set(self, name: str, live: torch.Tensor) -> None:
+    def set(self, live: torch.Tensor) -> None:
         flat = live.reshape(-1)
-        self.rows[name], self.n[name] = len(flat), int(flat.sum())
-        self.at[name] = flat.nonzero().squeeze(1) if self.n[name] < len(flat) else None
+        self.rows, self.n = len(flat), int(flat.sum())
+        self.at = flat.nonzero().squeeze(1) if self.n < len(flat) else None
 
-    def pick(self, name: str, d_in: int, d_out: int, flop_per_byte: float):
+    def pick(self, d_in: int, d_out: int, flop_per_byte: float):
         """The live row indices when gathering them pays: the matmul work saved on dead rows (4 d_in d_out
         FLOPs each) must exceed the copying (about 8 (d_in + d_out) bytes per live row: gather dY and X,
         scatter dX) at the device's FLOP-per-byte rate. Small widths with few dead rows stay dense."""
-        at = self.at[name]
-        if at is None:
+        if self.at is None:
             return None
-        dead, live = self.rows[name] - self.n[name], self.n[name]
-        return at if dead * 4 * d_in * d_out > flop_per_byte * live * 8 * (d_in + d_out) else None
+        dead, live = self.rows - self.n, self.n
+        return self.at if dead * 4 * d_in * d_out > flop_per_byte * live * 8 * (d_in + d_out) else None
 
 
 class SavedProjection(torch.autograd.Function):
@@ -92,10 +90,10 @@ class SavedProjection(torch.autograd.Function):
     biases, over the rows `live` says can be non-zero (the others are exactly zero)."""
 
     @staticmethod
-    def forward(ctx, x, live: _LiveRows, segment: str, n_mods: int, has_bias: bool, *params_and_ys):
+    def forward(ctx, x, live: _LiveRows, n_mods: int, has_bias: bool, *params_and_ys):
         weights = params_and_ys[:n_mods]
         ys = params_and_ys[(2 if has_bias else 1) * n_mods:]
-        ctx.live, ctx.segment, ctx.has_bias = live, segment, has_bias
+        ctx.live, ctx.has_bias = live, has_bias
         ctx.save_for_backward(x, *weights)
         return ys
 
@@ -103,7 +101,7 @@ class SavedProjection(torch.autograd.Function):
     def backward(ctx, *dys):
         x, *weights = ctx.saved_tensors
         d_out = sum(w.shape[0] for w in weights)
-        at = ctx.live.pick(ctx.segment, x.shape[-1], d_out, _FLOP_PER_BYTE.get(x.device.type, 15.0))
+        at = ctx.live.pick(x.shape[-1], d_out, _FLOP_PER_BYTE.get(x.device.type, 15.0))
         x2 = x.reshape(-1, x.shape[-1])
         dy2 = [d.reshape(-1, d.shape[-1]) for d in dys]
         rows = len(x2)
@@ -121,7 +119,7 @@ class SavedProjection(torch.autograd.Function):
         dbs = [d.sum(0) for d in dy2] if ctx.has_bias else []
         if flop_listener is not None:
             flop_listener(2.0 * len(x2) * d_out * x2.shape[1] * (2 if dx is not None else 1))
-        return (dx, None, None, None, None, *dws, *dbs, *([None] * len(dys)))
+        return (dx, None, None, None, *dws, *dbs, *([None] * len(dys)))
 
 
 class SavedMLP(torch.autograd.Function):
@@ -133,8 +131,8 @@ class SavedMLP(torch.autograd.Function):
     two such passes forward and three backward."""
 
     @staticmethod
-    def forward(ctx, h, live: _LiveRows, segment: str, w_gate, w_up, w_down, act, gated, gate_grad, y):
-        ctx.live, ctx.segment = live, segment
+    def forward(ctx, h, live: _LiveRows, w_gate, w_up, w_down, act, gated, gate_grad, y):
+        ctx.live = live
         ctx.save_for_backward(h, w_gate, w_up, w_down, act, gated, gate_grad)
         return y
 
@@ -143,7 +141,7 @@ class SavedMLP(torch.autograd.Function):
         h, w_gate, w_up, w_down, *acts = ctx.saved_tensors
         inter, hidden = w_gate.shape
         # a dead row skips all three products (12 hidden x inter FLOPs), the same test as a (hidden -> 3 inter) one
-        at = ctx.live.pick(ctx.segment, hidden, 3 * inter, _FLOP_PER_BYTE.get(h.device.type, 15.0))
+        at = ctx.live.pick(hidden, 3 * inter, _FLOP_PER_BYTE.get(h.device.type, 15.0))
         h2, dy2 = h.reshape(-1, hidden), dy.reshape(-1, hidden)
         act, gated, gate_grad = (t.reshape(-1, inter) for t in acts)
         rows = len(h2)
@@ -159,27 +157,29 @@ class SavedMLP(torch.autograd.Function):
             dh = dh.new_zeros((rows, hidden)).index_copy_(0, at, dh)
         if flop_listener is not None:
             flop_listener(12.0 * len(h2) * hidden * inter)
-        return (dh.reshape(h.shape), None, None, d_gate.t() @ h2, d_up.t() @ h2, dw_down, None, None, None, None)
+        return (dh.reshape(h.shape), None, d_gate.t() @ h2, d_up.t() @ h2, dw_down, None, None, None, None)
 
 
-def _saved_mlp(layer, h, bufs, live: _LiveRows, segment: str):
-    """`SavedMLP` of `layer` for its MLP input `h`, from one segment's recorded slots `bufs` (already picked)."""
+def _saved_mlp(layer, h, bufs, live: _LiveRows):
+    """`SavedMLP` of `layer` for its MLP input `h`, from the recorded slots `bufs` of the same rows."""
     mlp = layer.mlp
-    return SavedMLP.apply(h, live, segment, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight,
+    return SavedMLP.apply(h, live, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight,
                           bufs[static_decode.ACT], bufs[static_decode.GATED], bufs[static_decode.GATE_GRAD],
                           bufs[static_decode.DOWN])
 
 
-def _saved_projection(mods, x, y, live: _LiveRows, segment: str):
+def _saved_projection(mods, x, y, live: _LiveRows):
     weights = [m.weight for m in mods]
     biases = static_decode.linear_biases(mods)
     ys = y.split([w.shape[0] for w in weights], -1) if len(mods) > 1 else (y,)
-    return SavedProjection.apply(x, live, segment, len(mods), bool(biases), *weights, *biases, *ys)
+    return SavedProjection.apply(x, live, len(mods), bool(biases), *weights, *biases, *ys)
 
 
 # matmul FLOPs per byte copied, roughly (fp32 matmul peak / memory copy rate): 2 CPU cores ~200 GFLOP/s over
 # ~10 GB/s; a data-centre GPU ~1000 TFLOP/s (bf16) over ~5 TB/s. Decides when skipping dead rows pays.
 _FLOP_PER_BYTE = {"cpu": 15.0, "cuda": 200.0}
+
+_MLP_SLOTS = (static_decode.ACT, static_decode.GATED, static_decode.GATE_GRAD, static_decode.DOWN)
 
 # attention scores up to this size are computed as plain matmuls; above, by the fused kernel
 _EXPLICIT_ATTENTION_BYTES = 64 * 2**20
@@ -221,7 +221,7 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
     G = group_size
     base = base_model_of(model)
     body = base.model
-    dims = nh, kvh, hd = static_decode.head_dims(base.config)
+    nh, kvh, hd = static_decode.head_dims(base.config)
     b, T = comp_ids.shape
     P = prompt_ids.shape[1]
     if P != record.P or record.repeats != G or b % G:
@@ -239,65 +239,76 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
     Tc = T - 1  # tokens fed to the model: all but the last
     pu, pmu = prompt_ids[::G], prompt_mask[::G].bool()
     dev = comp_ids.device
+    # The token rows of the prompts (g x P) and of the completions (b x Tc) go through every per-token operation
+    # (norms, projections, MLP, residuals, rope) together, as one [g*P + b*Tc, ...] batch: one product per
+    # weight instead of two, and no small second set of operations for the prompts; only attention is per part.
+    n_p = g * P
     pos_p = (prompt_mask[::G].cumsum(-1) - 1).clamp(min=0)
-    x_p = body.embed_tokens(pu)
-    cos_p, sin_p = static_decode.rope(body, x_p, pos_p)
+    pos_c = pos_p[:, -1:].repeat_interleave(G, 0) + 1 + torch.arange(Tc, device=dev)
+    x = body.embed_tokens(torch.cat([pu.reshape(-1), comp_ids[:, :Tc].reshape(-1)]))
+    cos, sin = static_decode.rope(body, x, torch.cat([pos_p.reshape(-1), pos_c.reshape(-1)])[None])
+    cos, sin = cos[0].transpose(0, 1), sin[0].transpose(0, 1)  # [rows, 1, hd], broadcast over heads
     ar_p = torch.arange(P, device=dev)
     allowed_p = (pmu[:, None, :] & (ar_p[None, :] <= ar_p[:, None])[None]) | torch.eye(P, dtype=torch.bool, device=dev)[None]
-    mask_p = _attention_mask(allowed_p[:, None], nh, x_p.dtype)
+    mask_p = _attention_mask(allowed_p[:, None], nh, x.dtype)
     if Tc > 0:
-        fed = comp_ids[:, :Tc]
-        x_c = body.embed_tokens(fed)
-        pos_c = pos_p[:, -1:].repeat_interleave(G, 0) + 1 + torch.arange(Tc, device=dev)
-        cos_c, sin_c = static_decode.rope(body, x_c, pos_c)
         ar_c = torch.arange(Tc, device=dev)
         allowed_c = torch.cat([pmu.repeat_interleave(G, 0)[:, None, :].expand(b, Tc, P),
                                (ar_c[None, :] <= ar_c[:, None])[None].expand(b, Tc, Tc)], -1)
-        mask_c = _attention_mask(allowed_c[:, None], nh, x_c.dtype)
+        mask_c = _attention_mask(allowed_c[:, None], nh, x.dtype)
 
     live = _LiveRows()
+    in_place = all_groups and Tc == record.n_fed  # the record's flat buffers are these rows in this order
 
-    def saved(layer_mods, bufs, pick, segment):
-        def project(slot, inp):
-            return _saved_projection(layer_mods[slot], inp, pick(bufs[slot]), live, segment)
-        return project
+    def rows_of(li: int, slot: int) -> torch.Tensor:
+        if in_place:
+            return record.flat[li][slot]
+        prompt, comp = record.prompt[li][slot], record.completion[li][slot]
+        if not all_groups:
+            prompt, comp = prompt.index_select(0, groups), comp.index_select(0, record_rows)
+        return torch.cat([prompt.reshape(n_p, -1), comp[:, :Tc].reshape(b * Tc, -1)])
 
-    def saved_mlp(layer, bufs, pick, segment):
-        slots = (static_decode.ACT, static_decode.GATED, static_decode.GATE_GRAD, static_decode.DOWN)
-        return lambda h: _saved_mlp(layer, h, {k: pick(bufs[k]) for k in slots}, live, segment)
+    def project(li, mods, slot, inp):
+        return _saved_projection(mods[slot], inp, rows_of(li, slot), live)
 
-    pick_p = (lambda t: t) if all_groups else (lambda t: t.index_select(0, groups))
-    pick_c = ((lambda t: t[:, :Tc]) if all_groups else (lambda t: t.index_select(0, record_rows)[:, :Tc]))
+    def heads(t, n_heads, part):  # rows of one part -> [batch, heads, positions, hd]
+        rows, length = (slice(0, n_p), P) if part == "prompt" else (slice(n_p, None), Tc)
+        return t[rows].view(-1, length, n_heads, hd).transpose(1, 2)
+
     attn_pairs = 0.0
     for li, layer in enumerate(body.layers):
         mods = static_decode.projection_modules(layer)
-        scale = layer.self_attn.scaling
-        proj_p = saved(mods, record.prompt[li], pick_p, "prompt")
-        q_p, k_p, v_p = static_decode.attention_inputs(layer, x_p, cos_p, sin_p, dims, proj_p)
-        a_p = _attention(q_p, k_p, v_p, mask_p, scale)
-        x_p_next = static_decode.layer_output(layer, x_p, a_p.transpose(1, 2).reshape(g, P, nh * hd), proj_p,
-                                              saved_mlp(layer, record.prompt[li], pick_p, "prompt"))
-        if Tc > 0:
-            proj_c = saved(mods, record.completion[li], pick_c, "completion")
-            q_c, k_c, v_c = static_decode.attention_inputs(layer, x_c, cos_c, sin_c, dims, proj_c)
-            K = torch.cat([k_p.repeat_interleave(G, 0), k_c], 2)
-            V = torch.cat([v_p.repeat_interleave(G, 0), v_c], 2)
-            a_c = _attention(q_c, K, V, mask_c, scale)
-            x_c = static_decode.layer_output(layer, x_c, a_c.transpose(1, 2).reshape(b, Tc, nh * hd), proj_c,
-                                             saved_mlp(layer, record.completion[li], pick_c, "completion"))
-            attn_pairs += b * (Tc * P + Tc * (Tc + 1) / 2)
+        attn = layer.self_attn
+        q, k, v = project(li, mods, static_decode.QKV, static_decode.rms_norm(layer.input_layernorm, x))
+        q, k, v = q.view(-1, nh, hd), k.view(-1, kvh, hd), v.view(-1, kvh, hd)
+        if hasattr(attn, "q_norm"):  # Qwen3: RMSNorm per head before rope
+            q, k = static_decode.rms_norm(attn.q_norm, q), static_decode.rms_norm(attn.k_norm, k)
+        q, k = static_decode.apply_rope(q, cos, sin), static_decode.apply_rope(k, cos, sin)
+        k_p, v_p = heads(k, kvh, "prompt"), heads(v, kvh, "prompt")
+        a = [_attention(heads(q, nh, "prompt"), k_p, v_p, mask_p, attn.scaling)]
         attn_pairs += g * P * (P + 1) / 2
-        x_p = x_p_next
-    first = base.lm_head(static_decode.rms_norm(body.norm, x_p[:, -1:])).repeat_interleave(G, 0)
+        if Tc > 0:
+            K = torch.cat([k_p.repeat_interleave(G, 0), heads(k, kvh, "completion")], 2)
+            V = torch.cat([v_p.repeat_interleave(G, 0), heads(v, kvh, "completion")], 2)
+            a.append(_attention(heads(q, nh, "completion"), K, V, mask_c, attn.scaling))
+            attn_pairs += b * (Tc * P + Tc * (Tc + 1) / 2)
+        a = torch.cat([t.transpose(1, 2).reshape(-1, nh * hd) for t in a])
+        x = x + project(li, mods, static_decode.O, a)[0]
+        h = static_decode.rms_norm(layer.post_attention_layernorm, x)
+        x = x + _saved_mlp(layer, h, {k_: rows_of(li, k_) for k_ in _MLP_SLOTS}, live)
+    h = static_decode.rms_norm(body.norm, torch.cat([x[P - 1:n_p:P], x[n_p:]]))  # each prompt's last; completions
+    logits = base.lm_head(h)
     if flop_listener is not None:  # attention forward + backward (3x), LM head forward + backward (3x)
         H, V_ = base.config.hidden_size, base.lm_head.out_features
         flop_listener(3.0 * 4 * H * attn_pairs + 3.0 * 2 * H * V_ * (g + b * Tc))
-    logits = first if Tc == 0 else torch.cat([first, base.lm_head(static_decode.rms_norm(body.norm, x_c))], 1)
+    first = logits[:g].repeat_interleave(G, 0)[:, None]
+    logits = first if Tc == 0 else torch.cat([first, logits[g:].view(b, Tc, -1)], 1)
     if logits.requires_grad:
         def find_live(grad):
             nz = (grad != 0).any(-1)  # [b, T]: logits index t has a gradient
-            live.set("prompt", nz.reshape(g, -1).any(1)[:, None] & pmu)  # a group with any gradient; real tokens
-            if Tc > 0:  # fed position j reaches logits j+1 .. T-1 of its row
-                live.set("completion", nz.flip(1).cummax(1).values.flip(1)[:, 1:])
+            prompt = nz.reshape(g, -1).any(1)[:, None] & pmu  # a group with any gradient; real tokens
+            # fed position j reaches logits j+1 .. T-1 of its row
+            comp = nz.flip(1).cummax(1).values.flip(1)[:, 1:] if Tc > 0 else nz[:, :0]
+            live.set(torch.cat([prompt.reshape(-1), comp.reshape(-1)]))
         logits.register_hook(find_live)
     return logits

@@ -186,9 +186,7 @@ class StaticDecoder:
                 cache.append(full)
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None], scale=attn.scaling,
                                                enable_gqa=kvh != nh)
-            keep = self._keep(li, 0)
-            x = layer_output(layer, x, a.transpose(1, 2).reshape(n, T, nh * hd), project,
-                             lambda h: gated_mlp(h, project, keep))
+            x = layer_output(layer, x, a.transpose(1, 2).reshape(n, T, nh * hd), project, self._keep(li, 0))
         return self.base.lm_head(rms_norm(self.body.norm, x[:, -1]))
 
     def _recorded(self, li: int, projections, start: int):
@@ -232,7 +230,7 @@ class StaticDecoder:
                 q, k, v = attention_inputs(layer, x, cos, sin, dims, _per_module(projections, project))
             else:
                 y = project(QKV, rms_norm(layer.input_layernorm, x))
-                qk = _apply_rope(y[..., :(nh + kvh) * hd].reshape(B, nh + kvh, 1, hd), cos, sin)
+                qk = apply_rope(y[..., :(nh + kvh) * hd].reshape(B, nh + kvh, 1, hd), cos, sin)
                 q, k = qk[:, :nh], qk[:, nh:]
                 v = y[..., (nh + kvh) * hd:].reshape(B, kvh, 1, hd)
             K, V = self.keys[li], self.values[li]
@@ -270,7 +268,7 @@ def additive_mask(allowed: torch.Tensor, dtype) -> torch.Tensor:
 
 def rope(body, x: torch.Tensor, pos: torch.Tensor):
     """The model's rotary cos and sin for positions `pos` [B,T], shaped [B,1,T,hd] to broadcast over heads, the
-    sin's first half negated, the form `_apply_rope` takes."""
+    sin's first half negated, the form `apply_rope` takes."""
     cos, sin = body.rotary_emb(x, pos)
     half = sin.shape[-1] // 2
     return cos[:, None].to(x.dtype), torch.cat((-sin[..., :half], sin[..., half:]), -1)[:, None].to(x.dtype)
@@ -282,7 +280,7 @@ _LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")
 _RMS_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "MistralRMSNorm")
 
 
-def _apply_rope(x, cos, signed_sin):
+def apply_rope(x, cos, signed_sin):
     """The model's x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1), as
     x * cos + roll(x) * cat(-sin1, sin2): two passes and an addcmul instead of five (negation is exact, so the
     terms are the same numbers), and a backward without `cat`'s two zero-filled slice gradients."""
@@ -336,15 +334,15 @@ def attention_inputs(layer, x, cos, sin, dims, project):
     attn = layer.self_attn
     if hasattr(attn, "q_norm"):  # Qwen3: RMSNorm per head before rope
         q, k = rms_norm(attn.q_norm, q), rms_norm(attn.k_norm, k)
-    return _apply_rope(q, cos, sin), _apply_rope(k, cos, sin), v
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
 
-def layer_output(layer, x, a, project, mlp=None):
-    """The rest of the layer after attention: output projection and residual, then the gated MLP and residual.
-    `mlp(h)`, when given, computes the MLP of its normed input `h` (default: `gated_mlp(h, project)`)."""
+def layer_output(layer, x, a, project, keep=None):
+    """The rest of the layer after attention: output projection and residual, then the gated MLP (`keep`: see
+    `gated_mlp`) and residual."""
     x = x + project(O, a)[0]
     h = rms_norm(layer.post_attention_layernorm, x)
-    return x + (gated_mlp(h, project) if mlp is None else mlp(h))
+    return x + gated_mlp(h, project, keep)
 
 
 def gated_mlp(h, project, keep=None):
@@ -389,6 +387,8 @@ class ProjectionRecord:
     prompt (before the copies per group);
     completion[layer][slot]: `[B, max_new_tokens - 1, width]`, position j = completion token j, fed at decode
     step j + 1 (the last token is never fed). Positions a row never fed (it was dropped after its EOS) are zero.
+    flat[layer][slot]: `[n * P + B * (max_new_tokens - 1), width]`, the memory of both, prompt rows first: the
+    token rows of a whole-batch replay in its order (`rlcompare.replay`), read in place.
     Allocate it outside `torch.inference_mode()` (the sampler writes into it there) so that the update can use
     it under autograd.
     """
@@ -397,12 +397,14 @@ class ProjectionRecord:
         base = base_model_of(model)
         widths = record_widths(base.config)
         B, T1 = n * repeats, max(0, max_new_tokens - 1)
-        self.P, self.repeats, self.n_rows = P, repeats, B
+        self.P, self.repeats, self.n_rows, self.n_fed = P, repeats, B, T1
         self.key = (n, P, repeats, max_new_tokens, str(device), dtype)
-        self.prompt = [[torch.empty((n, P, w), device=device, dtype=dtype) if w else None for w in widths]
-                       for _ in base.model.layers]
-        self.completion = [[torch.empty((B, T1, w), device=device, dtype=dtype) if w else None for w in widths]
-                           for _ in base.model.layers]
+        self.flat = [[torch.empty((n * P + B * T1, w), device=device, dtype=dtype) if w else None for w in widths]
+                     for _ in base.model.layers]
+        self.prompt = [[t[:n * P].view(n, P, t.shape[1]) if t is not None else None for t in layer]
+                       for layer in self.flat]
+        self.completion = [[t[n * P:].view(B, T1, t.shape[1]) if t is not None else None for t in layer]
+                           for layer in self.flat]
         self.rows: torch.Tensor | None = None  # batch row of each decoder row; None while they are the identity
 
     @classmethod

@@ -149,12 +149,13 @@ def test_dead_rows_are_skipped_only_when_that_saves_more_than_the_copies():
     one costs 15 * 8 * 256 = 30,720 in copies. 10 dead rows: 655,360 < 90 * 30,720 -> dense. 50 dead:
     3,276,800 > 50 * 30,720 = 1,536,000 -> gather."""
     live = replay._LiveRows()
-    live.set("completion", torch.arange(100) < 90)
-    assert live.pick("completion", 128, 128, 15.0) is None
-    live.set("completion", torch.arange(100) % 2 == 0)
-    assert torch.equal(live.pick("completion", 128, 128, 15.0), torch.arange(0, 100, 2))
-    live.set("completion", torch.ones(100, dtype=torch.bool))
-    assert live.pick("completion", 4096, 4096, 0.0) is None  # nothing dead: nothing to skip
+    assert live.pick(128, 128, 0.0) is None  # not known yet: every row
+    live.set(torch.arange(100) < 90)
+    assert live.pick(128, 128, 15.0) is None
+    live.set(torch.arange(100) % 2 == 0)
+    assert torch.equal(live.pick(128, 128, 15.0), torch.arange(0, 100, 2))
+    live.set(torch.ones(100, dtype=torch.bool))
+    assert live.pick(4096, 4096, 0.0) is None  # nothing dead: nothing to skip
 
 
 @pytest.mark.parametrize("split", [["trainer.updates_per_rollout=1"],
@@ -299,3 +300,21 @@ def test_the_replay_runs_no_silu():
         _loss(logits, comp, adv).backward()
     names = {e.name for e in prof.events()}
     assert "aten::mm" in names and not names & {"aten::silu", "aten::silu_", "aten::silu_backward"}
+
+
+def test_a_batch_that_ends_before_the_limit_replays_from_a_copy_of_its_positions():
+    """Every row ends before `max_new_tokens` (a model with EOS about 1 token in 3, 40 tokens allowed), so the
+    record's buffers have positions past the batch's last token: the replay reads only the batch's own positions
+    (a copy, not the buffers in place) and still gives the ordinary gradient."""
+    model = _eos_model()
+    with torch.no_grad():
+        model.lm_head.bias[TOK.eos_token_id] = 4.0
+    pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
+    comp = sample(model, pi, pm, generator=torch.Generator().manual_seed(0), record=True, **{**KW, "max_new_tokens": 40})
+    assert 1 < comp.ids.shape[1] < 40 and comp.ids.shape[1] - 1 < comp.record.n_fed
+    adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(4))
+    (want_logits, want), (got_logits, got) = _ordinary_and_replay(
+        model, comp.record, torch.arange(3 * G), pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0), comp, adv)
+    m = comp.mask.bool()
+    torch.testing.assert_close(got_logits[m], want_logits[m], atol=1e-5, rtol=0)
+    _assert_same_grads(got, want, floor=1e-3)
