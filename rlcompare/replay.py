@@ -23,6 +23,7 @@ ordinary forward (`trainer.update_from_rollout=false` always does).
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import torch
@@ -160,12 +161,12 @@ class SavedMLP(torch.autograd.Function):
         return (dh.reshape(h.shape), None, d_gate.t() @ h2, d_up.t() @ h2, dw_down, None, None, None, None)
 
 
-def _saved_mlp(layer, h, bufs, live: _LiveRows):
-    """`SavedMLP` of `layer` for its MLP input `h`, from the recorded slots `bufs` of the same rows."""
+def _saved_mlp(layer, h, rows_of, live: _LiveRows):
+    """`SavedMLP` of `layer` for its MLP input `h`; `rows_of(slot)` gives the record's rows of `h` in a slot."""
     mlp = layer.mlp
     return SavedMLP.apply(h, live, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight,
-                          bufs[static_decode.ACT], bufs[static_decode.GATED], bufs[static_decode.GATE_GRAD],
-                          bufs[static_decode.DOWN])
+                          *(rows_of(slot) for slot in (static_decode.ACT, static_decode.GATED, static_decode.GATE_GRAD,
+                                                       static_decode.DOWN)))
 
 
 def _saved_projection(mods, x, y, live: _LiveRows):
@@ -178,8 +179,6 @@ def _saved_projection(mods, x, y, live: _LiveRows):
 # matmul FLOPs per byte copied, roughly (fp32 matmul peak / memory copy rate): 2 CPU cores ~200 GFLOP/s over
 # ~10 GB/s; a data-centre GPU ~1000 TFLOP/s (bf16) over ~5 TB/s. Decides when skipping dead rows pays.
 _FLOP_PER_BYTE = {"cpu": 15.0, "cuda": 200.0}
-
-_MLP_SLOTS = (static_decode.ACT, static_decode.GATED, static_decode.GATE_GRAD, static_decode.DOWN)
 
 # attention scores up to this size are computed as plain matmuls; above, by the fused kernel
 _EXPLICIT_ATTENTION_BYTES = 64 * 2**20
@@ -268,8 +267,6 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
             prompt, comp = prompt.index_select(0, groups), comp.index_select(0, record_rows)
         return torch.cat([prompt.reshape(n_p, -1), comp[:, :Tc].reshape(b * Tc, -1)])
 
-    def project(li, mods, slot, inp):
-        return _saved_projection(mods[slot], inp, rows_of(li, slot), live)
 
     def heads(t, n_heads, part):  # rows of one part -> [batch, heads, positions, hd]
         rows, length = (slice(0, n_p), P) if part == "prompt" else (slice(n_p, None), Tc)
@@ -279,11 +276,14 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
     for li, layer in enumerate(body.layers):
         mods = static_decode.projection_modules(layer)
         attn = layer.self_attn
-        q, k, v = project(li, mods, static_decode.QKV, static_decode.rms_norm(layer.input_layernorm, x))
-        q, k, v = q.view(-1, nh, hd), k.view(-1, kvh, hd), v.view(-1, kvh, hd)
-        if hasattr(attn, "q_norm"):  # Qwen3: RMSNorm per head before rope
-            q, k = static_decode.rms_norm(attn.q_norm, q), static_decode.rms_norm(attn.k_norm, k)
-        q, k = static_decode.apply_rope(q, cos, sin), static_decode.apply_rope(k, cos, sin)
+        layer_rows = functools.partial(rows_of, li)
+
+        def project(slot, inp):
+            return _saved_projection(mods[slot], inp, layer_rows(slot), live)
+
+        q, k, v = project(static_decode.QKV, static_decode.rms_norm(layer.input_layernorm, x))
+        q, k = static_decode.roped_queries_keys(attn, q.view(-1, nh, hd), k.view(-1, kvh, hd), cos, sin)
+        v = v.view(-1, kvh, hd)
         k_p, v_p = heads(k, kvh, "prompt"), heads(v, kvh, "prompt")
         a = [_attention(heads(q, nh, "prompt"), k_p, v_p, mask_p, attn.scaling)]
         attn_pairs += g * P * (P + 1) / 2
@@ -293,9 +293,7 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
             a.append(_attention(heads(q, nh, "completion"), K, V, mask_c, attn.scaling))
             attn_pairs += b * (Tc * P + Tc * (Tc + 1) / 2)
         a = torch.cat([t.transpose(1, 2).reshape(-1, nh * hd) for t in a])
-        x = x + project(li, mods, static_decode.O, a)[0]
-        h = static_decode.rms_norm(layer.post_attention_layernorm, x)
-        x = x + _saved_mlp(layer, h, {k_: rows_of(li, k_) for k_ in _MLP_SLOTS}, live)
+        x = static_decode.layer_output(layer, x, a, project, lambda h: _saved_mlp(layer, h, layer_rows, live))
     h = static_decode.rms_norm(body.norm, torch.cat([x[P - 1:n_p:P], x[n_p:]]))  # each prompt's last; completions
     logits = base.lm_head(h)
     if flop_listener is not None:  # attention forward + backward (3x), LM head forward + backward (3x)

@@ -186,7 +186,9 @@ class StaticDecoder:
                 cache.append(full)
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None], scale=attn.scaling,
                                                enable_gqa=kvh != nh)
-            x = layer_output(layer, x, a.transpose(1, 2).reshape(n, T, nh * hd), project, self._keep(li, 0))
+            keep = self._keep(li, 0)
+            x = layer_output(layer, x, a.transpose(1, 2).reshape(n, T, nh * hd), project,
+                             lambda h: gated_mlp(h, project, keep))
         return self.base.lm_head(rms_norm(self.body.norm, x[:, -1]))
 
     def _recorded(self, li: int, projections, start: int):
@@ -226,8 +228,9 @@ class StaticDecoder:
         for li, (layer, projections) in enumerate(self.layers):
             attn = layer.self_attn
             project = self._recorded(li, projections, start)
+            per_module = _per_module(projections, project)
             if hasattr(attn, "q_norm"):  # Qwen3: q and k are normed per head before rope, separately
-                q, k, v = attention_inputs(layer, x, cos, sin, dims, _per_module(projections, project))
+                q, k, v = attention_inputs(layer, x, cos, sin, dims, per_module)
             else:
                 y = project(QKV, rms_norm(layer.input_layernorm, x))
                 qk = apply_rope(y[..., :(nh + kvh) * hd].reshape(B, nh + kvh, 1, hd), cos, sin)
@@ -242,9 +245,8 @@ class StaticDecoder:
             a = F.scaled_dot_product_attention(q.reshape(B, kvh, nh // kvh, hd), K[:, :, :n].to(q.dtype),
                                                V[:, :, :n].to(q.dtype), attn_mask=self.add_mask[..., :n],
                                                scale=attn.scaling)
-            x = x + project(O, a.reshape(B, 1, nh * hd))
-            x = x + gated_mlp(rms_norm(layer.post_attention_layernorm, x), _per_module(projections, project),
-                              self._keep(li, start))
+            keep = self._keep(li, start)
+            x = layer_output(layer, x, a.reshape(B, 1, nh * hd), per_module, lambda h: gated_mlp(h, per_module, keep))
         return self.base.lm_head(rms_norm(self.body.norm, x[:, -1]))
 
 
@@ -331,18 +333,22 @@ def attention_inputs(layer, x, cos, sin, dims, project):
     h = rms_norm(layer.input_layernorm, x)
     q, k, v = project(QKV, h)
     q, k, v = (t.reshape(B, T, -1, hd).transpose(1, 2) for t in (q, k, v))
-    attn = layer.self_attn
-    if hasattr(attn, "q_norm"):  # Qwen3: RMSNorm per head before rope
+    return (*roped_queries_keys(layer.self_attn, q, k, cos, sin), v)
+
+
+def roped_queries_keys(attn, q, k, cos, sin):
+    """Queries and keys (head dim last, any layout before it) with rope applied, after Qwen3's per-head RMSNorm
+    where the attention module has one."""
+    if hasattr(attn, "q_norm"):
         q, k = rms_norm(attn.q_norm, q), rms_norm(attn.k_norm, k)
-    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
 
-def layer_output(layer, x, a, project, keep=None):
-    """The rest of the layer after attention: output projection and residual, then the gated MLP (`keep`: see
-    `gated_mlp`) and residual."""
+def layer_output(layer, x, a, project, mlp):
+    """The rest of the layer after attention: output projection and residual, then the MLP of the normed
+    stream (`mlp(h)`: `gated_mlp`, or the replay's) and residual."""
     x = x + project(O, a)[0]
-    h = rms_norm(layer.post_attention_layernorm, x)
-    return x + gated_mlp(h, project, keep)
+    return x + mlp(rms_norm(layer.post_attention_layernorm, x))
 
 
 def gated_mlp(h, project, keep=None):
