@@ -268,9 +268,11 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
         return torch.cat([prompt.reshape(n_p, -1), comp[:, :Tc].reshape(b * Tc, -1)])
 
 
-    def heads(t, n_heads, part):  # rows of one part -> [batch, heads, positions, hd]
-        rows, length = (slice(0, n_p), P) if part == "prompt" else (slice(n_p, None), Tc)
-        return t[rows].view(-1, length, n_heads, hd).transpose(1, 2)
+    def heads(t, n_heads):  # the prompt and the completion rows -> [batch, heads, positions, hd] each
+        # `split`, not two slices: its backward is one `cat` of the parts' gradients, where each slice's would
+        # be a zero-filled full-size gradient, then a sum of the two
+        prompt, comp = t.split([n_p, len(t) - n_p])
+        return prompt.view(g, P, n_heads, hd).transpose(1, 2), comp.view(b, Tc, n_heads, hd).transpose(1, 2)
 
     attn_pairs = 0.0
     for li, layer in enumerate(body.layers):
@@ -284,13 +286,13 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
         q, k, v = project(static_decode.QKV, static_decode.rms_norm(layer.input_layernorm, x))
         q, k = static_decode.roped_queries_keys(attn, q.view(-1, nh, hd), k.view(-1, kvh, hd), cos, sin)
         v = v.view(-1, kvh, hd)
-        k_p, v_p = heads(k, kvh, "prompt"), heads(v, kvh, "prompt")
-        a = [_attention(heads(q, nh, "prompt"), k_p, v_p, mask_p, attn.scaling)]
+        (q_p, q_c), (k_p, k_c), (v_p, v_c) = heads(q, nh), heads(k, kvh), heads(v, kvh)
+        a = [_attention(q_p, k_p, v_p, mask_p, attn.scaling)]
         attn_pairs += g * P * (P + 1) / 2
         if Tc > 0:
-            K = torch.cat([k_p.repeat_interleave(G, 0), heads(k, kvh, "completion")], 2)
-            V = torch.cat([v_p.repeat_interleave(G, 0), heads(v, kvh, "completion")], 2)
-            a.append(_attention(heads(q, nh, "completion"), K, V, mask_c, attn.scaling))
+            K = torch.cat([k_p.repeat_interleave(G, 0), k_c], 2)
+            V = torch.cat([v_p.repeat_interleave(G, 0), v_c], 2)
+            a.append(_attention(q_c, K, V, mask_c, attn.scaling))
             attn_pairs += b * (Tc * P + Tc * (Tc + 1) / 2)
         a = torch.cat([t.transpose(1, 2).reshape(-1, nh * hd) for t in a])
         x = static_decode.layer_output(layer, x, a, project, lambda h: _saved_mlp(layer, h, layer_rows, live))

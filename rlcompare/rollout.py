@@ -21,7 +21,9 @@ from rlcompare.models import base_model_of
 class Completions:
     ids: torch.Tensor  # [B,T] completion tokens (pad after EOS)
     mask: torch.Tensor  # [B,T] 1 on real tokens (EOS included)
-    logp: torch.Tensor  # [B,T] log-prob of each chosen token under the sampling weights (temperature applied)
+    # [B,T] log-prob of each chosen token under the sampling weights (temperature applied); None when the sampler
+    # was told nobody reads them (`sample(logprobs=False)`)
+    logp: torch.Tensor | None
     truncated: torch.Tensor  # [B] bool: no EOS within the budget
     lengths: torch.Tensor  # [B] real tokens
     # every projection output of the sampler (`sample(record=True)` on a model `static_decode` covers), for the
@@ -76,15 +78,19 @@ def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *,
             rec = static_decode.ProjectionRecord.reuse(old, model, n, P, kw.get("repeats", 1), T, prompt_ids.device, dtype)
     with torch.inference_mode():
         c = _sample(model, prompt_ids, prompt_mask, recorder=rec, **kw)
-    return Completions(*(x.clone() for x in (c.ids, c.mask, c.logp, c.truncated, c.lengths)), record=rec)
+    return Completions(*(x.clone() if x is not None else None for x in (c.ids, c.mask, c.logp, c.truncated, c.lengths)),
+                       record=rec)
 
 
 def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int, eos_id,
            pad_id: int, temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False,
            generator: torch.Generator | None = None, autocast_dtype=None, repeats: int = 1,
-           kv_cache: str = "auto", recorder: static_decode.ProjectionRecord | None = None) -> Completions:
+           kv_cache: str = "auto", recorder: static_decode.ProjectionRecord | None = None,
+           logprobs: bool = True) -> Completions:
     """Sample `repeats` completions for each left-padded prompt `[n,P]`; returns right-padded `[n*repeats, T]`
     completions, the `repeats` completions of a prompt contiguous.
+    logprobs: keep each chosen token's log-prob (`Completions.logp`); False skips the gather and logsumexp of
+    every step (one update per batch needs none: its old log-probs are the update's own, detached).
 
     Each prompt is prefilled once and its KV cache copied to its group. Rows that emitted EOS are dropped
     from the decode batch (once they are a quarter of it), so long stragglers do not pay for finished rows.
@@ -104,7 +110,7 @@ def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
         logits = decoder.prefill(prompt_ids, prompt_mask, pos, repeats).float()
     next_pos = pos[:, -1:].repeat_interleave(repeats, 0) + 1
     ids = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
-    logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)
+    logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device) if logprobs else None
     rows = None  # full-batch row of each cache row; None while they are the identity
     live = torch.ones(B, dtype=torch.bool, device=device)  # cache rows still decoding
     all_live = True  # every cache row is live (the common case: plain writes, no masks)
@@ -118,14 +124,18 @@ def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
         if not all_live:
             tok = torch.where(live, tok, torch.full_like(tok, pad_id))
         # log p of the chosen token: gather minus logsumexp, no [B,V] log-softmax
-        lp = scaled.gather(-1, tok[:, None]).squeeze(-1) - torch.logsumexp(scaled, -1)
+        lp = scaled.gather(-1, tok[:, None]).squeeze(-1) - torch.logsumexp(scaled, -1) if logprobs else None
         if all_live:
             at = slice(None) if rows is None else rows
-            ids[at, t], logp[at, t] = tok, lp
+            ids[at, t] = tok
+            if logprobs:
+                logp[at, t] = lp
         else:
             at = live.nonzero().squeeze(-1)
             dst = at if rows is None else rows[at]
-            ids[dst, t], logp[dst, t] = tok[at], lp[at]
+            ids[dst, t] = tok[at]
+            if logprobs:
+                logp[dst, t] = lp[at]
         steps = t + 1
         ended = tok == eos[0] if len(eos) == 1 else torch.isin(tok, eos)
         live = live & ~ended
@@ -141,14 +151,15 @@ def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
         with ctx:
             logits = decoder.step(tok, next_pos).float()
         next_pos = next_pos + 1
-    ids, logp = ids[:, :steps], logp[:, :steps]
+    ids = ids[:, :steps]
     is_eos = torch.isin(ids, eos)
     # real tokens: everything up to and including the first EOS
     after_eos = (is_eos.cumsum(1) - is_eos.long()) > 0
     cmask = (~after_eos).long()
     truncated = ~is_eos.any(1)
     ids = ids.masked_fill(cmask == 0, pad_id)
-    return Completions(ids=ids, mask=cmask, logp=logp * cmask, truncated=truncated, lengths=cmask.sum(1))
+    return Completions(ids=ids, mask=cmask, logp=logp[:, :steps] * cmask if logprobs else None, truncated=truncated,
+                       lengths=cmask.sum(1))
 
 
 def make_decoder(model, capacity: int, kv_cache: str = "auto"):

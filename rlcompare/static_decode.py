@@ -285,8 +285,29 @@ _RMS_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "MistralRMSNorm")
 def apply_rope(x, cos, signed_sin):
     """The model's x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1), as
     x * cos + roll(x) * cat(-sin1, sin2): two passes and an addcmul instead of five (negation is exact, so the
-    terms are the same numbers), and a backward without `cat`'s two zero-filled slice gradients."""
+    terms are the same numbers); under autograd `_Rope`, whose backward has the same three."""
+    if torch.is_grad_enabled() and x.requires_grad and not (cos.requires_grad or signed_sin.requires_grad):
+        return _Rope.apply(x, cos, signed_sin)
     return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), signed_sin)
+
+
+class _Rope(torch.autograd.Function):
+    """y = x * c + roll(x) * s (roll by half the last dim, `apply_rope`), differentiated in x only: the chain
+    rule gives dx = dy * c + roll(dy * s) (rolling by half twice is the identity), and roll(dy * s) =
+    roll(dy) * roll(s), so dx is one addcmul of dy * c, roll(dy) and roll(s): three passes over `[rows, heads,
+    hd]` where autograd's chain takes four (two products, a roll, the sum of two gradients), and x is not
+    kept."""
+
+    @staticmethod
+    def forward(ctx, x, cos, signed_sin):
+        ctx.save_for_backward(cos, signed_sin)
+        return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), signed_sin)
+
+    @staticmethod
+    def backward(ctx, dy):
+        cos, signed_sin = ctx.saved_tensors
+        half = dy.shape[-1] // 2
+        return torch.addcmul(dy * cos, dy.roll(half, -1), signed_sin.roll(half, -1)), None, None
 
 
 def rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:

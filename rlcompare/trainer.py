@@ -161,12 +161,19 @@ class Trainer:
                       eos_id=self.eos_ids, pad_id=self.pad_id, temperature=self.cfg.rollout.temperature,
                       top_p=self.cfg.rollout.top_p, greedy=greedy, generator=self.gen, autocast_dtype=self.autocast,
                       repeats=repeat, kv_cache=self.cfg.rollout.kv_cache,
-                      record=record)
+                      record=record, logprobs=not greedy and self._reads_sampler_logp())
         if comp.record is not None:
             self._last_record = comp.record
         if repeat > 1:  # the update needs every completion's prompt
             pi, pm = pi.repeat_interleave(repeat, 0), pm.repeat_interleave(repeat, 0)
         return pi, pm, comp
+
+    def _reads_sampler_logp(self) -> bool:
+        """Whether anything reads the sampler's log-probs: the old log-probs of several updates per batch, or
+        PPO's KL penalty in the reward. One update per batch is on-policy and uses its own, detached."""
+        a, t = self.cfg.algorithm, self.cfg.trainer
+        old = t.updates_per_rollout > 1 and not t.recompute_old_logp
+        return old or (self.ref is not None and a.kl.placement == "in_reward")
 
     def _score(self, prompts: list[EncodedPrompt], comp, repeat: int):
         # the tensor itself, not .tolist(): transformers converts a tensor in one call but type-checks every element
@@ -537,8 +544,8 @@ def _select(part: dict, rows: torch.Tensor, G: int) -> dict:
 
     groups = rows.view(-1, G)[:, 0].tolist()
     return dict(pi=part["pi"][rows_d], pm=part["pm"][rows_d],
-                comp=Completions(comp.ids[rows_d], comp.mask[rows_d], comp.logp[rows_d], comp.truncated[rows_d], comp.lengths[rows_d],
-                                 record=comp.record),
+                comp=Completions(comp.ids[rows_d], comp.mask[rows_d], comp.logp[rows_d] if comp.logp is not None else None,
+                                 comp.truncated[rows_d], comp.lengths[rows_d], record=comp.record),
                 record_rows=part["record_rows"][rows],
                 texts=[x for x, r in zip(part["texts"], rows.tolist()) if r], rewards=part["rewards"][rows],
                 raw=part["raw"][rows], correct=part["correct"][rows],
@@ -563,7 +570,7 @@ def _concat(parts: list[dict], pad_id: int) -> dict:
     cat = lambda key, f, w, v: torch.cat([f(p[key], w, v) for p in parts])
     cc = lambda attr, v: torch.cat([_pad_right(getattr(p["comp"], attr), T, v) for p in parts])
     return dict(pi=cat("pi", _pad_left, P, pad_id), pm=cat("pm", _pad_left, P, 0),
-                comp=Completions(cc("ids", pad_id), cc("mask", 0), cc("logp", 0.0),
+                comp=Completions(cc("ids", pad_id), cc("mask", 0), cc("logp", 0.0) if parts[0]["comp"].logp is not None else None,
                                  torch.cat([p["comp"].truncated for p in parts]), torch.cat([p["comp"].lengths for p in parts])),
                 record_rows=torch.arange(sum(len(p["rewards"]) for p in parts)),  # no record: several rollouts
                 texts=sum((p["texts"] for p in parts), []), rewards=torch.cat([p["rewards"] for p in parts]),

@@ -318,3 +318,16 @@ def test_a_batch_that_ends_before_the_limit_replays_from_a_copy_of_its_positions
     m = comp.mask.bool()
     torch.testing.assert_close(got_logits[m], want_logits[m], atol=1e-5, rtol=0)
     _assert_same_grads(got, want, floor=1e-3)
+
+
+@pytest.mark.parametrize("extra, reads", [(["trainer.updates_per_rollout=1"], False), (["trainer.updates_per_rollout=2"], True),
+                                          (["trainer.updates_per_rollout=2", "trainer.recompute_old_logp=true"], False),
+                                          (["algorithm=ppo", "trainer.updates_per_rollout=1"], True)])
+def test_the_sampler_keeps_log_probs_only_where_they_are_read(compose, tmp_path, extra, reads):
+    """One update per batch is on-policy and takes its old log-probs from its own forward, so the sampler skips
+    them; several updates take the sampler's as old log-probs (unless recomputed), PPO's KL penalty in the reward
+    reads them. A batch without them that needed them would fail its update."""
+    tr = Trainer(validate(compose(*extra)), tmp_path / "run")
+    comp = tr.collect()["batch"]["comp"]
+    assert (comp.logp is not None) == reads
+    tr.step()  # the update runs with what the sampler kept

@@ -71,6 +71,20 @@ def test_sampler_logp_equals_full_forward_logp_with_shared_prefill_and_compactio
     assert torch.all(comp.ids[finished, ends[finished]] == tok.eos_token_id)
 
 
+def test_sampling_without_logprobs_draws_the_same_tokens():
+    """`logprobs=False` (one update per batch reads none) skips only the log-probs: same generator, same tokens,
+    rows finishing at different steps (row compaction) included."""
+    model, tok = _model()
+    pi, pm = _prompts(tok, ["3+4=", "13+14=", "1+1="])
+    kw = dict(max_new_tokens=12, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, temperature=0.7, repeats=4)
+    with_lp = sample(model, pi, pm, generator=torch.Generator().manual_seed(0), **kw)
+    without = sample(model, pi, pm, generator=torch.Generator().manual_seed(0), logprobs=False, **kw)
+    assert len(set(with_lp.lengths.tolist())) > 1
+    assert without.logp is None and with_lp.logp is not None
+    for name in ("ids", "mask", "truncated", "lengths"):
+        assert torch.equal(getattr(without, name), getattr(with_lp, name)), name
+
+
 def test_greedy_with_repeats_equals_one_prompt_at_a_time():
     model, tok = _model(1)
     texts = ["3+4=", "13+14=", "19+1="]

@@ -255,3 +255,25 @@ def test_rms_norm_backward_is_the_derivative():
     xs = torch.randn(3, 4, 5, generator=g, dtype=torch.float64, requires_grad=True)
     ws = torch.randn(5, generator=g, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda a, b: static_decode._RMSNorm.apply(a, b, 1e-6), (xs, ws))
+
+
+def test_rope_backward_is_the_derivative():
+    """`_Rope` (the replay's rope, a hand-written backward), head dim 4, pair 1 at cos/sin (0.6, 0.8), pair 2 at
+    (0.28, 0.96): y1 = 0.6 x1 - 0.8 x3, y3 = 0.6 x3 + 0.8 x1, y2 = 0.28 x2 - 0.96 x4, y4 = 0.28 x4 + 0.96 x2. For
+    L = y1 + 3 y2 + 2 y3 + 5 y4: dL/dx1 = 0.6 + 2 * 0.8 = 2.2, dL/dx2 = 3 * 0.28 + 5 * 0.96 = 5.64, dL/dx3 =
+    -0.8 + 2 * 0.6 = 0.4, dL/dx4 = -3 * 0.96 + 5 * 0.28 = -1.48. Then float64 gradcheck on the replay's shapes
+    (rows, heads, hd; cos/sin broadcast over heads)."""
+    cos = torch.tensor([0.6, 0.28, 0.6, 0.28])
+    signed_sin = torch.tensor([-0.8, -0.96, 0.8, 0.96])  # `rope()`'s form: the first half negated
+    x = torch.tensor([[0.3, -1.2, 2.0, 0.7]], requires_grad=True)
+    y = static_decode.apply_rope(x, cos, signed_sin)
+    assert y.grad_fn is not None and "_Rope" in type(y.grad_fn).__name__
+    torch.testing.assert_close(y.detach(), torch.tensor([[0.3 * 0.6 - 0.8 * 2.0, -1.2 * 0.28 - 0.96 * 0.7,
+                                                          2.0 * 0.6 + 0.8 * 0.3, 0.7 * 0.28 + 0.96 * -1.2]]))
+    (y * torch.tensor([1.0, 3.0, 2.0, 5.0])).sum().backward()
+    torch.testing.assert_close(x.grad, torch.tensor([[2.2, 5.64, 0.4, -1.48]]), atol=1e-6, rtol=0)
+    g = torch.Generator().manual_seed(0)
+    xs = torch.randn(6, 3, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    angle = torch.randn(6, 1, 4, generator=g, dtype=torch.float64)
+    c, s = torch.cat([angle.cos()] * 2, -1), torch.cat([-angle.sin(), angle.sin()], -1)
+    assert torch.autograd.gradcheck(lambda a: static_decode._Rope.apply(a, c, s), (xs,))
