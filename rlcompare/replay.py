@@ -238,14 +238,15 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
     Tc = T - 1  # tokens fed to the model: all but the last
     pu, pmu = prompt_ids[::G], prompt_mask[::G].bool()
     dev = comp_ids.device
-    # The token rows of the prompts (g x P) and of the completions (b x Tc) go through every per-token operation
-    # (norms, projections, MLP, residuals, rope) together, as one [g*P + b*Tc, ...] batch: one product per
-    # weight instead of two, and no small second set of operations for the prompts; only attention is per part.
+    # The token rows of the prompts (g x P) and of the completions (Tc x b, time-major as the record holds them)
+    # go through every per-token operation (norms, projections, MLP, residuals, rope) together, as one
+    # [g*P + Tc*b, ...] batch: one product per weight instead of two, and no small second set of operations for
+    # the prompts; only attention is per part.
     n_p = g * P
     pos_p = (prompt_mask[::G].cumsum(-1) - 1).clamp(min=0)
     pos_c = pos_p[:, -1:].repeat_interleave(G, 0) + 1 + torch.arange(Tc, device=dev)
-    x = body.embed_tokens(torch.cat([pu.reshape(-1), comp_ids[:, :Tc].reshape(-1)]))
-    cos, sin = static_decode.rope(body, x, torch.cat([pos_p.reshape(-1), pos_c.reshape(-1)])[None])
+    x = body.embed_tokens(torch.cat([pu.reshape(-1), comp_ids[:, :Tc].t().reshape(-1)]))
+    cos, sin = static_decode.rope(body, x, torch.cat([pos_p.reshape(-1), pos_c.t().reshape(-1)])[None])
     cos, sin = cos[0].transpose(0, 1), sin[0].transpose(0, 1)  # [rows, 1, hd], broadcast over heads
     ar_p = torch.arange(P, device=dev)
     allowed_p = (pmu[:, None, :] & (ar_p[None, :] <= ar_p[:, None])[None]) | torch.eye(P, dtype=torch.bool, device=dev)[None]
@@ -262,17 +263,17 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
     def rows_of(li: int, slot: int) -> torch.Tensor:
         if in_place:
             return record.flat[li][slot]
-        prompt, comp = record.prompt[li][slot], record.completion[li][slot]
+        prompt, comp = record.prompt[li][slot], record.completion[li][slot][:Tc]
         if not all_groups:
-            prompt, comp = prompt.index_select(0, groups), comp.index_select(0, record_rows)
-        return torch.cat([prompt.reshape(n_p, -1), comp[:, :Tc].reshape(b * Tc, -1)])
+            prompt, comp = prompt.index_select(0, groups), comp.index_select(1, record_rows)
+        return torch.cat([prompt.reshape(n_p, -1), comp.reshape(Tc * b, -1)])
 
 
     def heads(t, n_heads):  # the prompt and the completion rows -> [batch, heads, positions, hd] each
         # `split`, not two slices: its backward is one `cat` of the parts' gradients, where each slice's would
         # be a zero-filled full-size gradient, then a sum of the two
         prompt, comp = t.split([n_p, len(t) - n_p])
-        return prompt.view(g, P, n_heads, hd).transpose(1, 2), comp.view(b, Tc, n_heads, hd).transpose(1, 2)
+        return prompt.view(g, P, n_heads, hd).transpose(1, 2), comp.view(Tc, b, n_heads, hd).permute(1, 2, 0, 3)
 
     attn_pairs = 0.0
     for li, layer in enumerate(body.layers):
@@ -294,7 +295,8 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
             V = torch.cat([v_p.repeat_interleave(G, 0), v_c], 2)
             a.append(_attention(q_c, K, V, mask_c, attn.scaling))
             attn_pairs += b * (Tc * P + Tc * (Tc + 1) / 2)
-        a = torch.cat([t.transpose(1, 2).reshape(-1, nh * hd) for t in a])
+        a = torch.cat([a[0].transpose(1, 2).reshape(-1, nh * hd)]
+                      + [t.permute(2, 0, 1, 3).reshape(-1, nh * hd) for t in a[1:]])  # completions time-major
         x = static_decode.layer_output(layer, x, a, project, lambda h: _saved_mlp(layer, h, layer_rows, live))
     h = static_decode.rms_norm(body.norm, torch.cat([x[P - 1:n_p:P], x[n_p:]]))  # each prompt's last; completions
     logits = base.lm_head(h)
@@ -302,13 +304,13 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
         H, V_ = base.config.hidden_size, base.lm_head.out_features
         flop_listener(3.0 * 4 * H * attn_pairs + 3.0 * 2 * H * V_ * (g + b * Tc))
     first = logits[:g].repeat_interleave(G, 0)[:, None]
-    logits = first if Tc == 0 else torch.cat([first, logits[g:].view(b, Tc, -1)], 1)
+    logits = first if Tc == 0 else torch.cat([first, logits[g:].view(Tc, b, -1).transpose(0, 1)], 1)
     if logits.requires_grad:
         def find_live(grad):
             nz = (grad != 0).any(-1)  # [b, T]: logits index t has a gradient
             prompt = nz.reshape(g, -1).any(1)[:, None] & pmu  # a group with any gradient; real tokens
             # fed position j reaches logits j+1 .. T-1 of its row
             comp = nz.flip(1).cummax(1).values.flip(1)[:, 1:] if Tc > 0 else nz[:, :0]
-            live.set(torch.cat([prompt.reshape(-1), comp.reshape(-1)]))
+            live.set(torch.cat([prompt.reshape(-1), comp.t().reshape(-1)]))  # rows in the replay's order
         logits.register_hook(find_live)
     return logits

@@ -241,7 +241,7 @@ def test_a_single_new_token_replays_from_the_prompt_alone():
     model = _eos_model()
     pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
     comp = sample(model, pi, pm, generator=torch.Generator().manual_seed(0), record=True, **{**KW, "max_new_tokens": 1})
-    assert comp.ids.shape[1] == 1 and comp.record.completion[0][0].shape[1] == 0  # no token is ever fed
+    assert comp.ids.shape[1] == 1 and comp.record.completion[0][0].shape[0] == 0  # no token is ever fed
     pir, pmr = pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0)
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(4))
     (_, want), (_, got) = _ordinary_and_replay(model, comp.record, torch.arange(3 * G), pir, pmr, comp, adv)
@@ -269,7 +269,7 @@ def test_the_record_holds_the_mlp_activations_instead_of_gate_and_up():
     model = _eos_model()
     pi, pm, comp = _rollout(model)
     rec = comp.record
-    P, T1 = pi.shape[1], rec.completion[0][static_decode.ACT].shape[1]
+    P, T1 = pi.shape[1], rec.completion[0][static_decode.ACT].shape[0]  # [T1, B, width], time-major
     ids = torch.cat([pi, comp.ids[:, :T1]], 1)
     mask = torch.cat([pm, torch.ones_like(comp.ids[:, :T1])], 1)
     real = pm[::G].bool()  # prompt tokens (the prompt record has one row per prompt)
@@ -285,7 +285,7 @@ def test_the_record_holds_the_mlp_activations_instead_of_gate_and_up():
                 static_decode.GATE_GRAD: u * s * (1 + g * (1 - s))}
         for slot, w in want.items():
             torch.testing.assert_close(rec.prompt[li][slot][real], w[::G, :P][real], atol=1e-5, rtol=1e-4)
-            torch.testing.assert_close(rec.completion[li][slot][fed], w[:, P:][fed], atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(rec.completion[li][slot].transpose(0, 1)[fed], w[:, P:][fed], atol=1e-5, rtol=1e-4)
 
 
 def test_the_replay_runs_no_silu():
