@@ -93,6 +93,20 @@ class _Projection:
             return self.mods[0](x)
         return torch.cat([m(x) for m in self.mods], -1)
 
+    def into(self, x, out):
+        """The output of `self(x)` computed straight into `out` (`[rows of x, width]`, contiguous) and returned
+        shaped as `self(x)`; None where this projection cannot (oneDNN's product has no output argument, and
+        modules are called)."""
+        if self.weight is None or (self.dnn and self.weight.dtype == x.dtype == torch.float32
+                                   and not torch.is_autocast_enabled("cpu")) or x.dtype != self.weight.dtype:
+            return None
+        x2 = x.reshape(-1, x.shape[-1])
+        if self.bias is None:
+            torch.mm(x2, self.weight.t(), out=out)
+        else:
+            torch.addmm(self.bias, x2, self.weight.t(), out=out)
+        return out.view(*x.shape[:-1], out.shape[-1])
+
     def pieces(self, y):
         return y.split(self.sizes, -1) if len(self.mods) > 1 else (y,)
 
@@ -197,17 +211,31 @@ class StaticDecoder:
         rec = self.record
 
         def project(slot, inp):
-            y = projections[slot](inp)
-            if rec is not None:
-                rec.write(li, slot, y, start)
+            block = rec.block(li, slot, start) if rec is not None else None
+            y = projections[slot].into(inp, block) if block is not None else None
+            if y is None:
+                y = projections[slot](inp)
+                if rec is not None:
+                    rec.write(li, slot, y, start)
             return y
         return project
 
     def _keep(self, li: int, start: int):
-        """`keep(slot, t)` putting the MLP activation `t` (ACT, GATED, GATE_GRAD) of layer `li` in the record, if
-        any."""
+        """`keep(slot, into, like)` for the MLP activation of slot ACT, GATED or GATE_GRAD of layer `li`: computed
+        by `into(out)` straight into its record block where the record takes one, else computed and copied
+        there; None without a record. `like` is a tensor of the activation's shape."""
         rec = self.record
-        return None if rec is None else (lambda slot, t: rec.write(li, slot, t, start))
+        if rec is None:
+            return None
+
+        def keep(slot, into, like):
+            block = rec.block(li, slot, start)
+            if block is not None:
+                return into(block.view(like.shape))
+            t = into(None)
+            rec.write(li, slot, t, start)
+            return t
+        return keep
 
     def _step_forward(self, ids: torch.Tensor, pos: torch.Tensor, start: int) -> torch.Tensor:
         """One new token per row: the layers of `_prefill_forward` with fewer, larger operations (a decode step at the
@@ -379,12 +407,13 @@ def gated_mlp(h, project, keep=None):
     `[rows, intermediate]` (d up = d product * silu(gate), d gate = d product * GATE_GRAD) and its forward none,
     against five for autograd's SiLU and product; the sampler computes them on one token per row at a time."""
     gate, up = project(GATE_UP, h)
-    act = F.silu(gate)
-    gated = act * up
-    if keep is not None:
-        keep(ACT, act)
-        keep(GATED, gated)
-        keep(GATE_GRAD, torch.ops.aten.silu_backward(up, gate))  # up * silu'(gate)
+    if keep is None:
+        return project(DOWN, F.silu(gate) * up)[0]
+    # each computed into its record block (out=None: a new tensor)
+    act = keep(ACT, lambda out: F.silu(gate) if out is None else torch.ops.aten.silu.out(gate, out=out), gate)
+    gated = keep(GATED, lambda out: torch.mul(act, up, out=out) if out is not None else act * up, gate)
+    keep(GATE_GRAD, lambda out: (torch.ops.aten.silu_backward(up, gate) if out is None  # up * silu'(gate)
+                                 else torch.ops.aten.silu_backward.grad_input(up, gate, grad_input=out)), gate)
     return project(DOWN, gated)[0]
 
 
@@ -445,6 +474,14 @@ class ProjectionRecord:
             old.rows = None
             return old
         return cls(model, n, P, repeats, max_new_tokens, device, dtype)
+
+    def block(self, layer: int, slot: int, start: int) -> torch.Tensor | None:
+        """The `[B, width]` block that decode step `start` (> 0) writes in slot `slot`, for computing it in place;
+        None when there is none to write straight into: the prefill, a slot not kept, or rows dropped (their
+        writes are scattered)."""
+        if start == 0 or self.rows is not None or self.prompt[layer][slot] is None:
+            return None
+        return self.completion[layer][slot][start - self.P]
 
     def write(self, layer: int, slot: int, y: torch.Tensor, start: int) -> None:
         if self.prompt[layer][slot] is None:  # a slot not kept
