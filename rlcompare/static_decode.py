@@ -476,12 +476,13 @@ class ProjectionRecord:
         return cls(model, n, P, repeats, max_new_tokens, device, dtype)
 
     def block(self, layer: int, slot: int, start: int) -> torch.Tensor | None:
-        """The `[B, width]` block that decode step `start` (> 0) writes in slot `slot`, for computing it in place;
-        None when there is none to write straight into: the prefill, a slot not kept, or rows dropped (their
-        writes are scattered)."""
-        if start == 0 or self.rows is not None or self.prompt[layer][slot] is None:
+        """The block that the prefill (`start` 0: `[n * P, width]`) or decode step `start` (`[B, width]`) writes in
+        slot `slot`, for computing it in place; None when there is none to write straight into: a slot not kept,
+        or rows dropped (their writes are scattered)."""
+        prompt = self.prompt[layer][slot]
+        if prompt is None or (start and self.rows is not None):
             return None
-        return self.completion[layer][slot][start - self.P]
+        return prompt.view(-1, prompt.shape[-1]) if start == 0 else self.completion[layer][slot][start - self.P]
 
     def write(self, layer: int, slot: int, y: torch.Tensor, start: int) -> None:
         if self.prompt[layer][slot] is None:  # a slot not kept
