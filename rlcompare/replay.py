@@ -88,19 +88,26 @@ class _LiveRows:
 class SavedProjection(torch.autograd.Function):
     """The outputs `ys` of the modules (weights `params`) that project one input `x`, already computed by the
     sampler with these weights: forward returns them; backward computes the gradients of x, the weights and the
-    biases, over the rows `live` says can be non-zero (the others are exactly zero)."""
+    biases, over the rows `live` says can be non-zero (the others are exactly zero). With `rope` = (cos, sin),
+    the first two outputs (q, k) are held with rope applied (`ProjectionRecord.qk_roped`): their gradients go
+    through rope's backward first."""
 
     @staticmethod
-    def forward(ctx, x, live: _LiveRows, n_mods: int, has_bias: bool, *params_and_ys):
+    def forward(ctx, x, live: _LiveRows, n_mods: int, has_bias: bool, rope, *params_and_ys):
         weights = params_and_ys[:n_mods]
         ys = params_and_ys[(2 if has_bias else 1) * n_mods:]
-        ctx.live, ctx.has_bias = live, has_bias
-        ctx.save_for_backward(x, *weights)
+        ctx.live, ctx.has_bias, ctx.roped = live, has_bias, rope is not None
+        ctx.save_for_backward(x, *weights, *(rope or ()))
         return ys
 
     @staticmethod
     def backward(ctx, *dys):
         x, *weights = ctx.saved_tensors
+        if ctx.roped:
+            *weights, cos, sin = weights
+            hd = cos.shape[-1]
+            dys = tuple(static_decode.rope_backward(d.view(len(d), -1, hd), cos, sin).view(d.shape) if i < 2 else d
+                        for i, d in enumerate(dys))
         d_out = sum(w.shape[0] for w in weights)
         at = ctx.live.pick(x.shape[-1], d_out, _FLOP_PER_BYTE.get(x.device.type, 15.0))
         x2 = x.reshape(-1, x.shape[-1])
@@ -120,7 +127,7 @@ class SavedProjection(torch.autograd.Function):
         dbs = [d.sum(0) for d in dy2] if ctx.has_bias else []
         if flop_listener is not None:
             flop_listener(2.0 * len(x2) * d_out * x2.shape[1] * (2 if dx is not None else 1))
-        return (dx, None, None, None, *dws, *dbs, *([None] * len(dys)))
+        return (dx, None, None, None, None, *dws, *dbs, *([None] * len(dys)))
 
 
 class SavedMLP(torch.autograd.Function):
@@ -169,11 +176,11 @@ def _saved_mlp(layer, h, rows_of, live: _LiveRows):
                                                        static_decode.DOWN)))
 
 
-def _saved_projection(mods, x, y, live: _LiveRows):
+def _saved_projection(mods, x, y, live: _LiveRows, rope=None):
     weights = [m.weight for m in mods]
     biases = static_decode.linear_biases(mods)
     ys = y.split([w.shape[0] for w in weights], -1) if len(mods) > 1 else (y,)
-    return SavedProjection.apply(x, live, len(mods), bool(biases), *weights, *biases, *ys)
+    return SavedProjection.apply(x, live, len(mods), bool(biases), rope, *weights, *biases, *ys)
 
 
 # matmul FLOPs per byte copied, roughly (fp32 matmul peak / memory copy rate): 2 CPU cores ~200 GFLOP/s over
@@ -282,11 +289,13 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
         layer_rows = functools.partial(rows_of, li)
 
         def project(slot, inp):
-            return _saved_projection(mods[slot], inp, layer_rows(slot), live)
+            rope = (cos, sin) if slot == static_decode.QKV and record.qk_roped else None
+            return _saved_projection(mods[slot], inp, layer_rows(slot), live, rope)
 
         q, k, v = project(static_decode.QKV, static_decode.rms_norm(layer.input_layernorm, x))
-        q, k = static_decode.roped_queries_keys(attn, q.view(-1, nh, hd), k.view(-1, kvh, hd), cos, sin)
-        v = v.view(-1, kvh, hd)
+        q, k, v = q.view(-1, nh, hd), k.view(-1, kvh, hd), v.view(-1, kvh, hd)
+        if not record.qk_roped:  # the record holds them before rope (Qwen3: after its q/k norms)
+            q, k = static_decode.roped_queries_keys(attn, q, k, cos, sin)
         (q_p, q_c), (k_p, k_c), (v_p, v_c) = heads(q, nh), heads(k, kvh), heads(v, kvh)
         a = [_attention(q_p, k_p, v_p, mask_p, attn.scaling)]
         attn_pairs += g * P * (P + 1) / 2

@@ -136,6 +136,7 @@ class StaticDecoder:
         self.rope_table: tuple[torch.Tensor, torch.Tensor] | None = None
         self.add_mask: torch.Tensor | None = None
         self.table_rope = getattr(self.body.rotary_emb, "rope_type", "default") not in _LENGTH_DEPENDENT_ROPE
+        self.qk_roped_in_place = qk_roped_in_place(model)
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, repeats: int = 1) -> torch.Tensor:
         """Left-padded prompts `[n,P]` -> next-token logits `[n*repeats, V]`; the cache holds n*repeats rows."""
@@ -193,7 +194,12 @@ class StaticDecoder:
         for li, (layer, projections) in enumerate(self.layers):
             attn = layer.self_attn
             project = _per_module(projections, self._recorded(li, projections, 0))
-            q, k, v = attention_inputs(layer, x, cos, sin, dims, project)
+            if self.qk_roped_in_place:
+                y = self._roped_qkv(li, projections, rms_norm(layer.input_layernorm, x), cos.transpose(1, 2),
+                                    sin.transpose(1, 2), 0)
+                q, k, v = (t.view(n, T, -1, hd).transpose(1, 2) for t in projections[QKV].pieces(y))
+            else:
+                q, k, v = attention_inputs(layer, x, cos, sin, dims, project)
             for cache, t in ((self.keys, k), (self.values, v)):
                 full = torch.empty((n * repeats, kvh, self.capacity, hd), dtype=t.dtype, device=t.device)
                 full.view(n, repeats, kvh, self.capacity, hd)[:, :, :, :T] = t[:, None]
@@ -219,6 +225,23 @@ class StaticDecoder:
                     rec.write(li, slot, y, start)
             return y
         return project
+
+    def _roped_qkv(self, li: int, projections, h, cos, sin, start: int) -> torch.Tensor:
+        """The q/k/v projection of layer `li` for its normed input `h` `[B, T, H]` (`[B, T, width]`), with rope
+        applied to its q and k columns in place (`cos`/`sin` broadcast over `[B, T, heads, hd]`), and kept so in
+        the record: computed straight into its record block where there is one, else copied there after the
+        rope. The update then reads roped queries and keys (`ProjectionRecord.qk_roped`) and recomputes no rope."""
+        rec = self.record
+        block = rec.block(li, QKV, start) if rec is not None else None
+        y = projections[QKV].into(h, block) if block is not None else None
+        in_record = y is not None
+        if y is None:
+            y = projections[QKV](h)
+        B, T = h.shape[:2]
+        rope_in_place(y[..., :(self.nh + self.kvh) * self.hd].view(B, T, self.nh + self.kvh, self.hd), cos, sin)
+        if rec is not None and not in_record:
+            rec.write(li, QKV, y, start)
+        return y
 
     def _keep(self, li: int, start: int):
         """`keep(slot, into, like)` for the MLP activation of slot ACT, GATED or GATE_GRAD of layer `li`: computed
@@ -257,13 +280,13 @@ class StaticDecoder:
             attn = layer.self_attn
             project = self._recorded(li, projections, start)
             per_module = _per_module(projections, project)
-            if hasattr(attn, "q_norm"):  # Qwen3: q and k are normed per head before rope, separately
+            if not self.qk_roped_in_place:  # Qwen3: q and k are normed per head before rope, separately
                 q, k, v = attention_inputs(layer, x, cos, sin, dims, per_module)
-            else:
-                y = project(QKV, rms_norm(layer.input_layernorm, x))
-                qk = apply_rope(y[..., :(nh + kvh) * hd].reshape(B, nh + kvh, 1, hd), cos, sin)
+            else:  # queries and keys roped together, in place
+                y = self._roped_qkv(li, projections, rms_norm(layer.input_layernorm, x), cos, sin, start)
+                qk = y[..., :(nh + kvh) * hd].view(B, 1, nh + kvh, hd).transpose(1, 2)
                 q, k = qk[:, :nh], qk[:, nh:]
-                v = y[..., (nh + kvh) * hd:].reshape(B, kvh, 1, hd)
+                v = y[..., (nh + kvh) * hd:].view(B, 1, kvh, hd).transpose(1, 2)
             K, V = self.keys[li], self.values[li]
             K[:, :, start:n] = k
             V[:, :, start:n] = v
@@ -310,6 +333,26 @@ _LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")
 _RMS_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "MistralRMSNorm")
 
 
+def qk_roped_in_place(model) -> bool:
+    """Whether the sampler ropes each layer's queries and keys in place in its q/k/v output (and so keeps them in
+    the record): every supported model but Qwen3, whose per-head q/k norms sit between the projection and rope
+    (the update needs their inputs)."""
+    return not hasattr(base_model_of(model).model.layers[0].self_attn, "q_norm")
+
+
+def rope_in_place(x, cos, signed_sin):
+    """`apply_rope(x, cos, signed_sin)` written over x (both terms are computed before the write)."""
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), signed_sin, out=x)
+
+
+def rope_backward(dy, cos, signed_sin):
+    """The gradient of `apply_rope` with respect to x for the output gradient dy: dx = dy * c + roll(dy * s) (rolling
+    by half twice is the identity), and roll(dy * s) = roll(dy) * roll(s): one addcmul of dy * c, roll(dy) and
+    roll(s)."""
+    half = dy.shape[-1] // 2
+    return torch.addcmul(dy * cos, dy.roll(half, -1), signed_sin.roll(half, -1))
+
+
 def apply_rope(x, cos, signed_sin):
     """The model's x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1), as
     x * cos + roll(x) * cat(-sin1, sin2): two passes and an addcmul instead of five (negation is exact, so the
@@ -320,11 +363,9 @@ def apply_rope(x, cos, signed_sin):
 
 
 class _Rope(torch.autograd.Function):
-    """y = x * c + roll(x) * s (roll by half the last dim, `apply_rope`), differentiated in x only: the chain
-    rule gives dx = dy * c + roll(dy * s) (rolling by half twice is the identity), and roll(dy * s) =
-    roll(dy) * roll(s), so dx is one addcmul of dy * c, roll(dy) and roll(s): three passes over `[rows, heads,
-    hd]` where autograd's chain takes four (two products, a roll, the sum of two gradients), and x is not
-    kept."""
+    """y = x * c + roll(x) * s (roll by half the last dim, `apply_rope`), differentiated in x only
+    (`rope_backward`): three passes over `[rows, heads, hd]` where autograd's chain takes four (two products, a
+    roll, the sum of two gradients), and x is not kept."""
 
     @staticmethod
     def forward(ctx, x, cos, signed_sin):
@@ -333,9 +374,7 @@ class _Rope(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        cos, signed_sin = ctx.saved_tensors
-        half = dy.shape[-1] // 2
-        return torch.addcmul(dy * cos, dy.roll(half, -1), signed_sin.roll(half, -1)), None, None
+        return rope_backward(dy, *ctx.saved_tensors), None, None
 
 
 def rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -440,7 +479,8 @@ class ProjectionRecord:
     (`rlcompare.replay`).
 
     prompt[layer][slot] (slots QKV, O, DOWN, ACT, GATED, GATE_GRAD; GATE_UP is None): `[n, P, width]`, one row per
-    prompt (before the copies per group);
+    prompt (before the copies per group); QKV's q and k columns with rope applied when `qk_roped`
+    (`qk_roped_in_place`: all but Qwen3);
     completion[layer][slot]: `[max_new_tokens - 1, B, width]`, time-major: [j, row] = completion token j of `row`,
     fed at decode step j + 1 (the last token is never fed). A decode step writes one contiguous `[B, width]`
     block (B-major, each of its rows would be a strided write into its own page: 2.3 ms a rollout slower at the
@@ -456,6 +496,7 @@ class ProjectionRecord:
         widths = record_widths(base.config)
         B, T1 = n * repeats, max(0, max_new_tokens - 1)
         self.P, self.repeats, self.n_rows, self.n_fed = P, repeats, B, T1
+        self.qk_roped = qk_roped_in_place(model)  # QKV rows hold q and k with rope applied
         self.key = (n, P, repeats, max_new_tokens, str(device), dtype)
         self.flat = [[torch.empty((n * P + B * T1, w), device=device, dtype=dtype) if w else None for w in widths]
                      for _ in base.model.layers]

@@ -288,6 +288,47 @@ def test_the_record_holds_the_mlp_activations_instead_of_gate_and_up():
             torch.testing.assert_close(rec.completion[li][slot].transpose(0, 1)[fed], w[:, P:][fed], atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("case", ["llama-gqa", "qwen2-bias", "qwen3-qk-norm"])
+def test_the_record_holds_queries_and_keys_roped_except_for_qwen3(case):
+    """The record's q/k/v rows are the model's own projections (q_proj, k_proj, v_proj hooked in transformers'
+    forward), with q and k roped by transformers' `apply_rotary_pos_emb` at each token's position, except for
+    Qwen3, whose per-head q/k norms need their inputs: there q and k are as projected. v is never roped."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    arch, extra = CASES[case]
+    model = _eos_model(arch, **extra)
+    pi, pm, comp = _rollout(model)
+    rec = comp.record
+    assert rec.qk_roped == (arch != "qwen3")
+    T1 = rec.completion[0][static_decode.QKV].shape[0]
+    ids = torch.cat([pi, comp.ids[:, :T1]], 1)
+    mask = torch.cat([pm, torch.ones_like(comp.ids[:, :T1])], 1)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    outs = {}
+    attn0 = model.model.layers[0].self_attn
+    hooks = [getattr(attn0, f"{n}_proj").register_forward_hook(lambda m, a, o, n=n: outs.__setitem__(n, o.detach()))
+             for n in "qkv"]
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
+            cos, sin = model.model.rotary_emb(outs["q"], pos)
+    finally:
+        for h in hooks:
+            h.remove()
+    nh, kvh, hd = static_decode.head_dims(model.config)
+    B, L = ids.shape
+    q, k = outs["q"].view(B, L, nh, hd).transpose(1, 2), outs["k"].view(B, L, kvh, hd).transpose(1, 2)
+    if rec.qk_roped:
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+    want = torch.cat([q.transpose(1, 2).reshape(B, L, -1), k.transpose(1, 2).reshape(B, L, -1), outs["v"]], -1)
+    P = pi.shape[1]
+    real = pm[::G].bool()
+    fed = torch.arange(T1)[None] < (comp.lengths - 1)[:, None]
+    torch.testing.assert_close(rec.prompt[0][static_decode.QKV][real], want[::G, :P][real], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(rec.completion[0][static_decode.QKV].transpose(0, 1)[fed], want[:, P:][fed],
+                               atol=1e-5, rtol=1e-4)
+
+
 def test_the_replay_runs_no_silu():
     """The MLP's SiLU work is the sampler's (`test_the_record_holds_...`): the replay's forward and backward
     run no `silu` or `silu_backward`."""
