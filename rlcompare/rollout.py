@@ -32,13 +32,11 @@ class Completions:
 
 
 def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token lists as `[n, longest]` ids left-padded with `pad_id` and their 0/1 mask (built as lists: one tensor
+    each instead of a few small writes per row)."""
     width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        if s:
-            ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
-            mask[i, width - len(s):] = 1
+    ids = torch.tensor([[pad_id] * (width - len(s)) + list(s) for s in seqs], dtype=torch.long)
+    mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], dtype=torch.long)
     return ids.to(device), mask.to(device)
 
 
@@ -260,7 +258,9 @@ def sequence_logits(model, prompt_ids, prompt_mask, comp_ids, comp_mask, *, auto
 
 def token_logp(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """log p(token) from logits without materializing a [B,T,V] log-softmax: gather minus logsumexp."""
-    logits = logits.float() / temperature
+    logits = logits.float()
+    if temperature != 1.0:  # x / 1 is x: no copy of the logits
+        logits = logits / temperature
     return logits.gather(-1, tokens[..., None]).squeeze(-1) - torch.logsumexp(logits, -1)
 
 

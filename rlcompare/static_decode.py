@@ -80,6 +80,7 @@ class _Projection:
             self.bias = torch.cat(biases, 0) if biases else None
         self.dnn = self.weight is not None and onednn.usable(self.weight)
         self.packed = None
+        self.weight_t = self.weight.t() if self.weight is not None else None  # for `into`'s product
 
     def __call__(self, x):
         if self.weight is not None:
@@ -100,11 +101,11 @@ class _Projection:
         if self.weight is None or (self.dnn and self.weight.dtype == x.dtype == torch.float32
                                    and not torch.is_autocast_enabled("cpu")) or x.dtype != self.weight.dtype:
             return None
-        x2 = x.reshape(-1, x.shape[-1])
+        x2 = x.view(-1, x.shape[-1]) if x.is_contiguous() else x.reshape(-1, x.shape[-1])
         if self.bias is None:
-            torch.mm(x2, self.weight.t(), out=out)
+            torch.mm(x2, self.weight_t, out=out)
         else:
-            torch.addmm(self.bias, x2, self.weight.t(), out=out)
+            torch.addmm(self.bias, x2, self.weight_t, out=out)
         return out.view(*x.shape[:-1], out.shape[-1])
 
     def pieces(self, y):
@@ -269,10 +270,11 @@ class StaticDecoder:
         nh, kvh, hd = dims = self.nh, self.kvh, self.hd
         x = self.body.embed_tokens(ids)
         if self.table_rope:
-            if self.rope_table is None:
-                self.rope_table = rope(self.body, x, torch.arange(self.capacity, device=ids.device)[None])
+            if self.rope_table is None:  # [capacity, 1, 1, hd]: a row per position, broadcast over T and heads
+                self.rope_table = tuple(t[0, 0, :, None, None] for t in
+                                        rope(self.body, x, torch.arange(self.capacity, device=ids.device)[None]))
             at = pos.reshape(-1)
-            cos, sin = (t[0, 0, at][:, None, None] for t in self.rope_table)  # [B,1,1,hd]
+            cos, sin = (t.index_select(0, at) for t in self.rope_table)  # [B,1,1,hd]
         else:
             cos, sin = rope(self.body, x, pos)
         n = start + 1
@@ -385,9 +387,11 @@ def rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return norm(x)
     if x.dtype == torch.float32 and norm.weight.dtype == torch.float32 and torch.is_grad_enabled():
         return _RMSNorm.apply(x, norm.weight, norm.variance_epsilon)
-    h = x if x.dtype == torch.float32 else x.to(torch.float32)
+    if x.dtype == torch.float32:  # the same operations, the temporaries reused (w * n = n * w exactly)
+        return (x * x.pow(2).mean(-1, keepdim=True).add_(norm.variance_epsilon).rsqrt_()).mul_(norm.weight)
+    h = x.to(torch.float32)
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    return norm.weight * (h if x.dtype == torch.float32 else h.to(x.dtype))
+    return norm.weight * h.to(x.dtype)
 
 
 class _RMSNorm(torch.autograd.Function):

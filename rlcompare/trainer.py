@@ -328,7 +328,8 @@ class Trainer:
                 logp = token_logp(logits, ids, cfg.rollout.temperature) * cm
                 # the entropy bonus needs its gradient; otherwise it is a metric (and DHPO's mix weight): no graph
                 with torch.set_grad_enabled(a.entropy_coef > 0):
-                    ent = losses.entropy_from_logits(logits / cfg.rollout.temperature, chunk_size=1024)
+                    temp = cfg.rollout.temperature
+                    ent = losses.entropy_from_logits(logits / temp if temp != 1.0 else logits, chunk_size=1024)
                 del logits
                 olp = old_logp[idx] if old_logp is not None else logp.detach()
                 advs = av["adv"][idx]
