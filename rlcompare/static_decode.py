@@ -509,6 +509,10 @@ class ProjectionRecord:
         self.completion = [[t[n * P:].view(T1, B, t.shape[1]) if t is not None else None for t in layer]
                            for layer in self.flat]
         self.rows: torch.Tensor | None = None  # batch row of each decoder row; None while they are the identity
+        # blocks[layer][slot]: the prompt rows `[n * P, width]`, then each decode step's `[B, width]` (views made
+        # once: a step looks them up instead of slicing)
+        self.blocks = [[[t[:n * P]] + list(t[n * P:].view(T1, B, t.shape[1]).unbind(0)) if t is not None else None
+                        for t in layer] for layer in self.flat]
 
     @classmethod
     def reuse(cls, old: "ProjectionRecord | None", model, n: int, P: int, repeats: int, max_new_tokens: int, device,
@@ -524,10 +528,10 @@ class ProjectionRecord:
         """The block that the prefill (`start` 0: `[n * P, width]`) or decode step `start` (`[B, width]`) writes in
         slot `slot`, for computing it in place; None when there is none to write straight into: a slot not kept,
         or rows dropped (their writes are scattered)."""
-        prompt = self.prompt[layer][slot]
-        if prompt is None or (start and self.rows is not None):
+        blocks = self.blocks[layer][slot]
+        if blocks is None or (start and self.rows is not None):
             return None
-        return prompt.view(-1, prompt.shape[-1]) if start == 0 else self.completion[layer][slot][start - self.P]
+        return blocks[start - self.P + 1 if start else 0]
 
     def write(self, layer: int, slot: int, y: torch.Tensor, start: int) -> None:
         if self.prompt[layer][slot] is None:  # a slot not kept
