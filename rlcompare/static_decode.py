@@ -228,10 +228,10 @@ class StaticDecoder:
         return project
 
     def _roped_qkv(self, li: int, projections, h, cos, sin, start: int) -> torch.Tensor:
-        """The q/k/v projection of layer `li` for its normed input `h` `[B, T, H]` (`[B, T, width]`), with rope
-        applied to its q and k columns in place (`cos`/`sin` broadcast over `[B, T, heads, hd]`), and kept so in
-        the record: computed straight into its record block where there is one, else copied there after the
-        rope. The update then reads roped queries and keys (`ProjectionRecord.qk_roped`) and recomputes no rope."""
+        """The q/k/v output `[B, T, width]` of layer `li` for its normed input `h` `[B, T, H]`, with rope applied
+        to its q and k columns in place (`cos`/`sin` broadcast over `[B, T, heads, hd]`), and kept so in the
+        record: computed straight into its record block where there is one, else copied there after the rope.
+        The update then reads roped queries and keys (`ProjectionRecord.qk_roped`) and recomputes no rope."""
         rec = self.record
         block = rec.block(li, QKV, start) if rec is not None else None
         y = projections[QKV].into(h, block) if block is not None else None
@@ -534,16 +534,17 @@ class ProjectionRecord:
         return blocks[start - self.P + 1 if start else 0]
 
     def write(self, layer: int, slot: int, y: torch.Tensor, start: int) -> None:
-        if self.prompt[layer][slot] is None:  # a slot not kept
+        """Copy the output `y` of the prefill or of decode step `start` into its block (the decoder's rows into
+        their batch rows once rows were dropped)."""
+        blocks = self.blocks[layer][slot]
+        if blocks is None:  # a slot not kept
             return
-        if start == 0:
-            self.prompt[layer][slot].copy_(y)
-            return
-        block = self.completion[layer][slot][start - self.P]
-        if self.rows is None:
-            block.copy_(y[:, 0])
+        block = blocks[start - self.P + 1 if start else 0]
+        y = y.reshape(-1, block.shape[-1])
+        if start and self.rows is not None:
+            block.index_copy_(0, self.rows, y)
         else:
-            block.index_copy_(0, self.rows, y[:, 0])
+            block.copy_(y)
 
     def select(self, keep: torch.Tensor, next_position: int) -> None:
         """The decoder keeps only rows `keep`; the others are never written again from `next_position` on."""
