@@ -52,8 +52,10 @@ Metrics
 -------
 * s/step: the median over `--steps` steps after `--warmup` discarded steps; ratio = TRL s/step / rlcompare
   s/step (> 1: rlcompare is faster). On a shared machine other processes steal cores and torch's threads
-  then wait on each other; `--repeats R` runs each tool R times in alternating order and keeps each tool's
-  fastest repeat (all repeat medians are in the JSON), and `--threads 1` is the least sensitive setting.
+  then wait on each other; `--repeats R` (default 3) runs each tool R times in alternating order and keeps
+  each tool's fastest repeat (all repeat medians are in the JSON), and `--threads 1` is the least sensitive
+  setting. One repeat each (`--repeats 1`) is a third of the time and, at 0.5M here, a ratio that can move
+  by 20% between runs.
 * tokens/s: real completion tokens (up to and including EOS) per second of step time.
 * FLOP/s: model FLOPs of the tokens actually processed, counted by a forward pre-hook on the transformer
   body, identical for both tools. One forward of `b` rows with `s` new tokens each, attending to `c`
@@ -573,8 +575,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", default=os.path.join("results", "bench"), help="folder for weights_<size>/ and results.jsonl")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--threads", type=int, default=None, help="torch threads per tool (default: torch's default)")
-    p.add_argument("--repeats", type=int, default=1,
-                   help="run each tool this many times (alternating order) and keep its fastest repeat; helps on a shared machine")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="run each tool this many times (alternating order) and keep its fastest repeat: on a shared "
+                        "machine one run of either tool can land in a loaded moment (default 3)")
     p.add_argument("--tools", default="rlcompare,trl", help="which tools to run (comma-separated)")
     p.add_argument("--profile", action="store_true", help="profile rlcompare's measured steps (torch.profiler; slows them, so not for timing)")
     p.add_argument("--rlcompare-set", action="append", default=[], metavar="KEY=VALUE",

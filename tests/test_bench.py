@@ -148,6 +148,6 @@ def test_without_trl_the_row_has_no_ratio():
 
 def test_parse_args_defaults():
     a = bench.parse_args([])
-    assert a.sizes == "0.5M,4.2M,25M" and a.steps == 5 and a.warmup == 2 and a.device == "cpu" and a.repeats == 1
+    assert a.sizes == "0.5M,4.2M,25M" and a.steps == 5 and a.warmup == 2 and a.device == "cpu" and a.repeats == 3
     with pytest.raises(SystemExit):
         bench.parse_args(["--steps", "0"])
