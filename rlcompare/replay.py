@@ -275,7 +275,6 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
             prompt, comp = prompt.index_select(0, groups), comp.index_select(1, record_rows)
         return torch.cat([prompt.reshape(n_p, -1), comp.reshape(Tc * b, -1)])
 
-
     def heads(t, n_heads):  # the prompt and the completion rows -> [batch, heads, positions, hd] each
         # `split`, not two slices: its backward is one `cat` of the parts' gradients, where each slice's would
         # be a zero-filled full-size gradient, then a sum of the two
@@ -297,15 +296,14 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
         if not record.qk_roped:  # the record holds them before rope (Qwen3: after its q/k norms)
             q, k = static_decode.roped_queries_keys(attn, q, k, cos, sin)
         (q_p, q_c), (k_p, k_c), (v_p, v_c) = heads(q, nh), heads(k, kvh), heads(v, kvh)
-        a = [_attention(q_p, k_p, v_p, mask_p, attn.scaling)]
+        a = _attention(q_p, k_p, v_p, mask_p, attn.scaling).transpose(1, 2).reshape(-1, nh * hd)
         attn_pairs += g * P * (P + 1) / 2
         if Tc > 0:
             K = torch.cat([k_p.repeat_interleave(G, 0), k_c], 2)
             V = torch.cat([v_p.repeat_interleave(G, 0), v_c], 2)
-            a.append(_attention(q_c, K, V, mask_c, attn.scaling))
+            a_c = _attention(q_c, K, V, mask_c, attn.scaling)
+            a = torch.cat([a, a_c.permute(2, 0, 1, 3).reshape(-1, nh * hd)])  # completion rows time-major
             attn_pairs += b * (Tc * P + Tc * (Tc + 1) / 2)
-        a = torch.cat([a[0].transpose(1, 2).reshape(-1, nh * hd)]
-                      + [t.permute(2, 0, 1, 3).reshape(-1, nh * hd) for t in a[1:]])  # completions time-major
         x = static_decode.layer_output(layer, x, a, project, lambda h: _saved_mlp(layer, h, layer_rows, live))
     h = static_decode.rms_norm(body.norm, torch.cat([x[P - 1:n_p:P], x[n_p:]]))  # each prompt's last; completions
     logits = base.lm_head(h)

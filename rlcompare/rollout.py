@@ -121,19 +121,12 @@ def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
             tok = gumbel_max(_top_p_filter(scaled, top_p) if top_p < 1.0 else scaled, generator)
         if not all_live:
             tok = torch.where(live, tok, torch.full_like(tok, pad_id))
-        # log p of the chosen token: gather minus logsumexp, no [B,V] log-softmax
-        lp = scaled.gather(-1, tok[:, None]).squeeze(-1) - torch.logsumexp(scaled, -1) if logprobs else None
-        if all_live:
-            at = slice(None) if rows is None else rows
-            ids[at, t] = tok
-            if logprobs:
-                logp[at, t] = lp
-        else:
-            at = live.nonzero().squeeze(-1)
-            dst = at if rows is None else rows[at]
-            ids[dst, t] = tok[at]
-            if logprobs:
-                logp[dst, t] = lp[at]
+        # the live cache rows `src` and their batch rows `dst` (plain slices while every row is live)
+        src = slice(None) if all_live else live.nonzero().squeeze(-1)
+        dst = src if rows is None else rows[src]
+        ids[dst, t] = tok[src]
+        if logprobs:  # log p of the chosen token: gather minus logsumexp, no [B,V] log-softmax
+            logp[dst, t] = (scaled.gather(-1, tok[:, None]).squeeze(-1) - torch.logsumexp(scaled, -1))[src]
         steps = t + 1
         ended = tok == eos[0] if len(eos) == 1 else torch.isin(tok, eos)
         live = live & ~ended

@@ -82,9 +82,13 @@ class _Projection:
         self.packed = None
         self.weight_t = self.weight.t() if self.weight is not None else None  # for `into`'s product
 
+    def _dnn_for(self, x) -> bool:
+        """oneDNN's product applies to this input: CPU float32 without autocast."""
+        return self.dnn and x.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
+
     def __call__(self, x):
         if self.weight is not None:
-            if self.dnn and x.dtype == torch.float32 and not torch.is_autocast_enabled("cpu"):
+            if self._dnn_for(x):
                 # CPU fp32: oneDNN with the weight packed once, 1.4-1.9x torch's product at 128 rows
                 if self.packed is None:
                     self.packed = onednn.pack(self.weight, x.reshape(-1, x.shape[-1]).shape[0])
@@ -95,12 +99,11 @@ class _Projection:
         return torch.cat([m(x) for m in self.mods], -1)
 
     def into(self, x, out):
-        """The output of `self(x)` computed straight into `out` (`[rows of x, width]`, contiguous) and returned
-        shaped as `self(x)`; None where this projection cannot (oneDNN's product has no output argument, and
-        modules are called)."""
-        if self.weight is None or (self.dnn and self.weight.dtype == x.dtype == torch.float32
-                                   and not torch.is_autocast_enabled("cpu")) or x.dtype != self.weight.dtype:
-            return None
+        """`self(x)`, computed straight into `out` (`[rows of x, width]`, contiguous) and shaped as `self(x)` where
+        torch's product can write there; otherwise (no `out`; oneDNN's product, which has no output argument;
+        modules called) a new tensor."""
+        if out is None or self.weight is None or self._dnn_for(x) or x.dtype != self.weight.dtype:
+            return self(x)
         x2 = x.view(-1, x.shape[-1]) if x.is_contiguous() else x.reshape(-1, x.shape[-1])
         if self.bias is None:
             torch.mm(x2, self.weight_t, out=out)
@@ -184,7 +187,7 @@ class StaticDecoder:
         positions 0..P-1 only. The cache is not zeroed: the steps read only positions already written (the
         prompt's, and each step's own before it attends), so the rest is never seen."""
         n, T = ids.shape
-        nh, kvh, hd = dims = self.nh, self.kvh, self.hd
+        nh, kvh, hd = self.nh, self.kvh, self.hd
         x = self.body.embed_tokens(ids)
         cos, sin = rope(self.body, x, pos)
         # key j visible from query i: real and not in the future (a query always sees itself, so a padding row
@@ -195,12 +198,7 @@ class StaticDecoder:
         for li, (layer, projections) in enumerate(self.layers):
             attn = layer.self_attn
             project = _per_module(projections, self._recorded(li, projections, 0))
-            if self.qk_roped_in_place:
-                y = self._roped_qkv(li, projections, rms_norm(layer.input_layernorm, x), cos.transpose(1, 2),
-                                    sin.transpose(1, 2), 0)
-                q, k, v = (t.view(n, T, -1, hd).transpose(1, 2) for t in projections[QKV].pieces(y))
-            else:
-                q, k, v = attention_inputs(layer, x, cos, sin, dims, project)
+            q, k, v = self._attention_inputs(li, layer, projections, project, x, cos, sin, 0)
             for cache, t in ((self.keys, k), (self.values, v)):
                 full = torch.empty((n * repeats, kvh, self.capacity, hd), dtype=t.dtype, device=t.device)
                 full.view(n, repeats, kvh, self.capacity, hd)[:, :, :, :T] = t[:, None]
@@ -215,51 +213,45 @@ class StaticDecoder:
     def _recorded(self, li: int, projections, start: int):
         """`project(slot, input)`: the whole output of projection `slot` of layer `li`, kept in the record when
         there is one."""
-        rec = self.record
+        return lambda slot, inp: self._kept(li, slot, start, lambda out: projections[slot].into(inp, out))
 
-        def project(slot, inp):
-            block = rec.block(li, slot, start) if rec is not None else None
-            y = projections[slot].into(inp, block) if block is not None else None
-            if y is None:
-                y = projections[slot](inp)
-                if rec is not None:
-                    rec.write(li, slot, y, start)
-            return y
-        return project
-
-    def _roped_qkv(self, li: int, projections, h, cos, sin, start: int) -> torch.Tensor:
-        """The q/k/v output `[B, T, width]` of layer `li` for its normed input `h` `[B, T, H]`, with rope applied
-        to its q and k columns in place (`cos`/`sin` broadcast over `[B, T, heads, hd]`), and kept so in the
-        record: computed straight into its record block where there is one, else copied there after the rope.
-        The update then reads roped queries and keys (`ProjectionRecord.qk_roped`) and recomputes no rope."""
+    def _kept(self, li: int, slot: int, start: int, compute, like=None, then=None) -> torch.Tensor:
+        """`compute(out)`, the output of slot `slot` of layer `li` at `start`, kept in the record when there is one:
+        `out` is the slot's record block (shaped as `like` when given), or None without one, and `compute` writes
+        there when it can; a new tensor it returns instead is copied in. `then(y)` changes y in place first."""
         rec = self.record
-        block = rec.block(li, QKV, start) if rec is not None else None
-        y = projections[QKV].into(h, block) if block is not None else None
-        in_record = y is not None
-        if y is None:
-            y = projections[QKV](h)
-        B, T = h.shape[:2]
-        rope_in_place(y[..., :(self.nh + self.kvh) * self.hd].view(B, T, self.nh + self.kvh, self.hd), cos, sin)
-        if rec is not None and not in_record:
-            rec.write(li, QKV, y, start)
+        block = rec.block(li, slot, start) if rec is not None else None
+        if block is not None and like is not None:
+            block = block.view(like.shape)
+        y = compute(block)
+        if then is not None:
+            then(y)
+        if rec is not None and (block is None or y.data_ptr() != block.data_ptr()):
+            rec.write(li, slot, y, start)
         return y
 
-    def _keep(self, li: int, start: int):
-        """`keep(slot, into, like)` for the MLP activation of slot ACT, GATED or GATE_GRAD of layer `li`: computed
-        by `into(out)` straight into its record block where the record takes one, else computed and copied
-        there; None without a record. `like` is a tensor of the activation's shape."""
-        rec = self.record
-        if rec is None:
-            return None
+    def _attention_inputs(self, li: int, layer, projections, project, x, cos, sin, start: int):
+        """Queries, keys and values `[B, heads, T, hd]` of layer `li` for its input `x` `[B, T, H]` (`cos`/`sin` as
+        `rope` gives them), q and k roped. Where `qk_roped_in_place`, rope is applied in place in the q/k/v output
+        and kept so in the record (the update then reads roped queries and keys, `ProjectionRecord.qk_roped`, and
+        recomputes no rope); Qwen3 (per-head q/k norms before rope) goes through `attention_inputs`."""
+        if not self.qk_roped_in_place:
+            return attention_inputs(layer, x, cos, sin, (self.nh, self.kvh, self.hd), project)
+        B, T = x.shape[:2]
+        nqk, hd = self.nh + self.kvh, self.hd
+        h = rms_norm(layer.input_layernorm, x)
+        cos, sin = cos.transpose(1, 2), sin.transpose(1, 2)  # broadcast over [B, T, heads, hd]
+        y = self._kept(li, QKV, start, lambda out: projections[QKV].into(h, out),
+                       then=lambda y: rope_in_place(y[..., :nqk * hd].view(B, T, nqk, hd), cos, sin))
+        return tuple(t.view(B, T, -1, hd).transpose(1, 2) for t in projections[QKV].pieces(y))
 
-        def keep(slot, into, like):
-            block = rec.block(li, slot, start)
-            if block is not None:
-                return into(block.view(like.shape))
-            t = into(None)
-            rec.write(li, slot, t, start)
-            return t
-        return keep
+    def _keep(self, li: int, start: int):
+        """`keep(slot, into, like)` for the MLP activation of slot ACT, GATED or GATE_GRAD of layer `li`
+        (`_kept`: `into(out)` computes it, into `out` when that is not None; `like` has its shape); None without a
+        record."""
+        if self.record is None:
+            return None
+        return lambda slot, into, like: self._kept(li, slot, start, into, like)
 
     def _step_forward(self, ids: torch.Tensor, pos: torch.Tensor, start: int) -> torch.Tensor:
         """One new token per row: the layers of `_prefill_forward` with fewer, larger operations (a decode step at the
@@ -267,7 +259,7 @@ class StaticDecoder:
         keys together, RMSNorm without the module call, and the fused attention kernel over the keys written
         so far (grouped heads as queries of their key/value head; the prompt padding as an additive mask)."""
         B = ids.shape[0]
-        nh, kvh, hd = dims = self.nh, self.kvh, self.hd
+        nh, kvh, hd = self.nh, self.kvh, self.hd
         x = self.body.embed_tokens(ids)
         if self.table_rope:
             if self.rope_table is None:  # [capacity, 1, 1, hd]: a row per position, broadcast over T and heads
@@ -280,15 +272,8 @@ class StaticDecoder:
         n = start + 1
         for li, (layer, projections) in enumerate(self.layers):
             attn = layer.self_attn
-            project = self._recorded(li, projections, start)
-            per_module = _per_module(projections, project)
-            if not self.qk_roped_in_place:  # Qwen3: q and k are normed per head before rope, separately
-                q, k, v = attention_inputs(layer, x, cos, sin, dims, per_module)
-            else:  # queries and keys roped together, in place
-                y = self._roped_qkv(li, projections, rms_norm(layer.input_layernorm, x), cos, sin, start)
-                qk = y[..., :(nh + kvh) * hd].view(B, 1, nh + kvh, hd).transpose(1, 2)
-                q, k = qk[:, :nh], qk[:, nh:]
-                v = y[..., (nh + kvh) * hd:].view(B, 1, kvh, hd).transpose(1, 2)
+            per_module = _per_module(projections, self._recorded(li, projections, start))
+            q, k, v = self._attention_inputs(li, layer, projections, per_module, x, cos, sin, start)
             K, V = self.keys[li], self.values[li]
             K[:, :, start:n] = k
             V[:, :, start:n] = v
@@ -342,9 +327,14 @@ def qk_roped_in_place(model) -> bool:
     return not hasattr(base_model_of(model).model.layers[0].self_attn, "q_norm")
 
 
+def _rope(x, cos, signed_sin, out=None):
+    """x * cos + roll(x) * signed_sin, roll by half the last dim (`apply_rope`), into `out` when given."""
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), signed_sin, out=out)
+
+
 def rope_in_place(x, cos, signed_sin):
     """`apply_rope(x, cos, signed_sin)` written over x (both terms are computed before the write)."""
-    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), signed_sin, out=x)
+    return _rope(x, cos, signed_sin, out=x)
 
 
 def rope_backward(dy, cos, signed_sin):
@@ -361,7 +351,7 @@ def apply_rope(x, cos, signed_sin):
     terms are the same numbers); under autograd `_Rope`, whose backward has the same three."""
     if torch.is_grad_enabled() and x.requires_grad and not (cos.requires_grad or signed_sin.requires_grad):
         return _Rope.apply(x, cos, signed_sin)
-    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), signed_sin)
+    return _rope(x, cos, signed_sin)
 
 
 class _Rope(torch.autograd.Function):
@@ -372,7 +362,7 @@ class _Rope(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, cos, signed_sin):
         ctx.save_for_backward(cos, signed_sin)
-        return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), signed_sin)
+        return _rope(x, cos, signed_sin)
 
     @staticmethod
     def backward(ctx, dy):
