@@ -26,10 +26,32 @@ from rlcompare import onednn
 from rlcompare.models import base_model_of
 
 _ARCHES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM")
+# The transformers releases this path is tested on, [low, high): it reads model internals (module names,
+# `attn.scaling`, rotary modules, per-layer sliding windows) that transformers does not promise to keep.
+# Outside the range `supports` refuses with the reason and the sampler keeps transformers' own cache.
+TESTED_TRANSFORMERS = ("4.56", "5.25")
+
+
+def transformers_version_refusal(version: str | None = None) -> str | None:
+    """None when the installed (or given) transformers version is in TESTED_TRANSFORMERS, else why not."""
+    from packaging.version import Version
+
+    if version is None:
+        import transformers
+
+        version = transformers.__version__
+    low, high = TESTED_TRANSFORMERS
+    release = Version(Version(version).base_version)  # 5.25.0.dev0 counts as 5.25.0
+    if Version(low) <= release < Version(high):
+        return None
+    return f"transformers {version} is outside the range the fast path is tested on (>={low},<{high})"
 
 
 def supports(model, capacity: int) -> str | None:
     """None when `model` can decode here with `capacity` cache positions, else why not."""
+    why = transformers_version_refusal()
+    if why is not None:
+        return why
     base = base_model_of(model)
     name = type(base).__name__
     if name not in _ARCHES:

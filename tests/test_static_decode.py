@@ -277,3 +277,23 @@ def test_rope_backward_is_the_derivative():
     angle = torch.randn(6, 1, 4, generator=g, dtype=torch.float64)
     c, s = torch.cat([angle.cos()] * 2, -1), torch.cat([-angle.sin(), angle.sin()], -1)
     assert torch.autograd.gradcheck(lambda a: static_decode._Rope.apply(a, c, s), (xs,))
+
+
+@pytest.mark.parametrize("version,refused", [
+    ("4.55.4", True), ("4.56.0", False), ("5.24.0", False), ("5.25.0.dev0", True), ("6.0.0", True),
+])
+def test_the_fast_path_refuses_transformers_outside_its_tested_range(version, refused):
+    why = static_decode.transformers_version_refusal(version)
+    assert (why is not None) == refused
+    if refused:
+        assert version in why and ">=4.56,<5.25" in why
+
+
+def test_an_untested_transformers_falls_back_to_the_transformers_cache(monkeypatch):
+    import transformers
+
+    model = _model("llama")
+    assert static_decode.supports(model, 20) is None
+    monkeypatch.setattr(transformers, "__version__", "9.0.0")
+    assert "transformers 9.0.0" in static_decode.supports(model, 20)
+    assert isinstance(make_decoder(model, 20), CacheDecoder)
