@@ -59,14 +59,34 @@ def cache_root(mcfg: Any) -> Path:
     return Path(root)
 
 
-def _warm_start_key(mcfg: Any, prompts_cfg: Any) -> str:
+# Version of the warm-start recipe: bump it when warm_start_tiny's training changes, so cached and shipped
+# weights made by the old recipe stop matching. 4: keyed by the table it trains on; shipped weights.
+WARM_START_VERSION = 4
+# Warm starts made once (scripts/make_warm_start.py) and shipped with the package, one folder per key: the
+# embedded default starts from the same weights on every machine (a warm start computed locally differs
+# between CPU types: float rounding compounds over its 300 steps).
+SHIPPED_WARM_STARTS = Path(__file__).resolve().parent / "warmstart"
+SHIPPED_WEIGHTS = "model.safetensors"
+SHIPPED_MANIFEST = "manifest.json"
+# Weight files that unpickle on load (can run code): a shipped folder holding one is refused
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+
+
+def warm_start_table(splits) -> list[tuple[str, str]]:
+    """The (prompt, answer) pairs the warm start trains on: the whole task table, eval prompts included."""
+    return sorted({(ex.prompt, ex.answer) for ex in splits.train + splits.eval})
+
+
+def _warm_start_key(mcfg: Any, table: list[tuple[str, str]]) -> str:
+    """Hash of everything the warm start depends on: model shape, recipe, the table itself, the tokenizer."""
     from omegaconf import OmegaConf
 
+    model = OmegaConf.to_container(mcfg, resolve=True)
     spec = {
-        "model": {k: OmegaConf.to_container(mcfg, resolve=True)[k] for k in
+        "model": {k: model[k] for k in
                   ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings", "warm_start")},
-        "prompts": {k: prompts_cfg[k] for k in ("kind", "data_seed", "n_eval", "max_operand", "template")},
-        "chars": "".join(CHARS), "version": 3,
+        "table": hashlib.sha256(json.dumps(table).encode()).hexdigest(),
+        "chars": "".join(CHARS), "special": SPECIAL, "version": WARM_START_VERSION,
     }
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -78,19 +98,50 @@ def noisy_label(answer: str, frac: float, rng: random.Random, offsets=(1, 2)) ->
     return str(int(answer) + rng.choice(tuple(offsets)))
 
 
-def warm_start_tiny(mcfg: Any, prompts_cfg: Any, splits, log=print, device: str = "cpu") -> tuple[str, str]:
-    """Supervised warm start of the tiny policy, with noisy labels; cached by a hash of its config.
+class WarmStart:
+    """Where the tiny policy's starting weights are and how they were made.
 
-    Returns (folder, config_hash). A from-scratch model solves nothing, so RL has no signal;
-    half the labels off by one or two, and few steps, give a policy that is right about a third of
-    the time (greedy) and can improve.
+    origin: "shipped" (made once and shipped with rlcompare: the same on every machine), "cached" (computed on
+    this machine by an earlier run) or "computed" (computed by this run)."""
+
+    def __init__(self, folder: str, key: str, origin: str):
+        self.folder, self.key, self.origin = folder, key, origin
+
+
+def warm_start_tiny(mcfg: Any, prompts_cfg: Any, splits, log=print, device: str = "cpu",
+                    use_shipped: bool = True) -> WarmStart:
+    """The tiny policy's warm start: the shipped one for this key, else a supervised warm start cached by its key.
+
+    A from-scratch model solves nothing, so RL has no signal; half the labels off by one or two, and few steps,
+    give a policy that is right about a fifth of the time (greedy) and can improve. Shipped weights come first,
+    so a warm start computed here earlier for the same key is not used.
     """
+    table = warm_start_table(splits)
+    key = _warm_start_key(mcfg, table)
+    root = cache_root(mcfg) / "warmstart"
+    shipped = SHIPPED_WARM_STARTS / key if use_shipped else None
+    if shipped is not None and shipped.is_dir():
+        model, init_hash = load_shipped_warm_start(shipped, mcfg)
+        folder = root / f"{key}.shipped-{init_hash}"  # the shipped tensors as a save_pretrained folder
+        if not (folder / "config.json").exists():
+            _save_atomically(model, build_char_tokenizer(), folder)
+        log(f"[rlcompare] warm start: shipped with rlcompare ({key}, weights {init_hash}): the same on every machine")
+        return WarmStart(str(folder), key, "shipped")
+    folder = root / key
+    if (folder / "config.json").exists():
+        log(f"[rlcompare] warm start: computed on this machine earlier (no shipped weights for this config; cached as {key})")
+        return WarmStart(str(folder), key, "cached")
+    log(f"[rlcompare] warm start: {mcfg.warm_start.steps} supervised steps on {len(table)} prompts, computed on this "
+        f"machine (no shipped weights for this config; cached as {key})")
+    model = _train_warm_start(mcfg, table, device)
+    _save_atomically(model.to("cpu"), build_char_tokenizer(), folder)
+    return WarmStart(str(folder), key, "computed")
+
+
+def _train_warm_start(mcfg: Any, table: list[tuple[str, str]], device: str) -> nn.Module:
+    """Supervised steps on the table with noisy labels (loss on the answer only)."""
     from transformers import LlamaForCausalLM
 
-    key = _warm_start_key(mcfg, prompts_cfg)
-    folder = cache_root(mcfg) / "warmstart" / key
-    if (folder / "config.json").exists():
-        return str(folder), key
     ws = mcfg.warm_start
     tok = build_char_tokenizer()
     torch.manual_seed(ws.seed)
@@ -102,11 +153,9 @@ def warm_start_tiny(mcfg: Any, prompts_cfg: Any, splits, log=print, device: str 
     # policy knows the format and roughly the answer everywhere; RL then trains on the train prompts
     # only, and the eval prompts measure how far the RL gain transfers. Trained on the train pairs
     # alone, a 0.5M-parameter model memorizes them and RL moves held-out accuracy by noise only.
-    train = sorted({(ex.prompt, ex.answer) for ex in splits.train + splits.eval})
     model.train()
-    log(f"[rlcompare] warm start: {ws.steps} supervised steps on {len(train)} train prompts (cached as {key})")
     for step in range(ws.steps):
-        batch = [train[rng.randrange(len(train))] for _ in range(ws.batch_size)]
+        batch = [table[rng.randrange(len(table))] for _ in range(ws.batch_size)]
         texts, plens = [], []
         for prompt, ans in batch:
             ans = noisy_label(ans, ws.noisy_label_frac, rng, ws.noise_offsets)
@@ -122,9 +171,14 @@ def warm_start_tiny(mcfg: Any, prompts_cfg: Any, splits, log=print, device: str 
         loss.backward()
         opt.step()
         sched.step()
+    return model
+
+
+def _save_atomically(model: nn.Module, tokenizer, folder: Path) -> None:
+    """save_pretrained into a temporary sibling, then rename: a reader never sees a half-written folder."""
     tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
-    model.to("cpu").save_pretrained(tmp)
-    tok.save_pretrained(tmp)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
     os.makedirs(folder.parent, exist_ok=True)
     try:
         os.replace(tmp, folder)
@@ -132,19 +186,62 @@ def warm_start_tiny(mcfg: Any, prompts_cfg: Any, splits, log=print, device: str 
         import shutil
 
         shutil.rmtree(tmp, ignore_errors=True)
-    return str(folder), key
+
+
+def _shipped_error(folder: Path, problem: str) -> RuntimeError:
+    return RuntimeError(f"shipped warm start {folder}: {problem}; reinstall rlcompare, or regenerate it with "
+                        f"`python scripts/make_warm_start.py` in a source checkout")
+
+
+def load_shipped_warm_start(folder: Path, mcfg: Any) -> tuple[nn.Module, str]:
+    """The tiny Llama (architecture built in code from `mcfg`) with the tensors of a shipped folder.
+
+    Safetensors only: a folder holding a pickle weight file is refused, never opened. The tensors must fill
+    the model exactly (names and shapes) and hash to the manifest's `init_weights_hash`.
+    """
+    from safetensors.torch import load_file
+    from transformers import LlamaForCausalLM
+
+    pickles = sorted(p.name for p in folder.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES)
+    if pickles:
+        raise _shipped_error(folder, f"holds pickle weight files {pickles}, which rlcompare never loads "
+                                     f"(unpickling can run code); only {SHIPPED_WEIGHTS} is read")
+    weights, manifest_path = folder / SHIPPED_WEIGHTS, folder / SHIPPED_MANIFEST
+    if not weights.is_file() or not manifest_path.is_file():
+        raise _shipped_error(folder, f"{SHIPPED_WEIGHTS} or {SHIPPED_MANIFEST} is missing")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        expected = str(manifest["init_weights_hash"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise _shipped_error(folder, f"{SHIPPED_MANIFEST} does not parse or has no init_weights_hash ({e})") from None
+    model = LlamaForCausalLM(tiny_model_config(mcfg, build_char_tokenizer()))
+    try:
+        missing, unexpected = model.load_state_dict(load_file(str(weights)), strict=False)
+    except (RuntimeError, OSError, ValueError) as e:  # shapes that do not fit, or not a safetensors file
+        raise _shipped_error(folder, f"{SHIPPED_WEIGHTS} does not fit the tiny model ({e})") from None
+    tied = {"lm_head.weight"} if model.config.tie_word_embeddings else set()  # save_pretrained drops the tied copy
+    if unexpected or set(missing) - tied:
+        raise _shipped_error(folder, f"{SHIPPED_WEIGHTS} does not fit the tiny model (missing {sorted(set(missing) - tied)}, "
+                                     f"unexpected {sorted(unexpected)})")
+    model.tie_weights()
+    got = weights_hash(model)
+    if got != expected:
+        raise _shipped_error(folder, f"its tensors hash to {got}, its manifest says {expected} (a damaged file)")
+    return model, got
 
 
 # ----------------------------------------------------------------------------- loading
 class Policy:
     """What the trainer needs of a language model: the module, its tokenizer and how it was made."""
 
-    def __init__(self, model, tokenizer, *, init_hash: str, source: str, warm_start_key: str | None, lora: bool):
+    def __init__(self, model, tokenizer, *, init_hash: str, source: str, warm_start_key: str | None, lora: bool,
+                 warm_start_origin: str | None = None):
         self.model = model
         self.tokenizer = tokenizer
         self.init_hash = init_hash
         self.source = source
         self.warm_start_key = warm_start_key
+        self.warm_start_origin = warm_start_origin  # tiny: shipped | cached | computed (WarmStart.origin)
         self.lora = lora
 
     @property
@@ -298,9 +395,10 @@ def load_policy(cfg: Any, splits, device: str, log=print) -> Policy:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     m = cfg.model
-    ws_key = None
+    warm = None
     if m.kind == "tiny":
-        path, ws_key = warm_start_tiny(m, cfg.prompts, splits, log=log, device=device)
+        warm = warm_start_tiny(m, cfg.prompts, splits, log=log, device=device)
+        path = warm.folder
         dtype = torch.float32
         attn = None
     else:
@@ -312,10 +410,15 @@ def load_policy(cfg: Any, splits, device: str, log=print) -> Policy:
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=m.trust_remote_code)
         kwargs = {"dtype": dtype, "trust_remote_code": m.trust_remote_code, "config": _model_config(path, m)}
+        if warm is not None:
+            kwargs["use_safetensors"] = True  # warm starts are written as safetensors: never unpickle a cache file
         if attn:
             kwargs["attn_implementation"] = attn
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except OSError as e:
+        if warm is not None:  # a damaged cache folder, or one without model.safetensors (pickles are not read)
+            raise RuntimeError(f"the warm start in {path} could not be loaded ({e}); delete that folder and rerun "
+                               f"to recompute it") from None
         raise _config_error(f"model.name_or_path={path!r} could not be loaded (not a local folder with config.json, "
                             f"and not reachable on the hub): {e}") from None
     if getattr(m, "disable_dropout", True):
@@ -344,7 +447,8 @@ def load_policy(cfg: Any, splits, device: str, log=print) -> Policy:
         log(f"[rlcompare] note: full fine-tuning with {str(dtype).removeprefix('torch.')} weights: AdamW updates smaller "
             f"than the weights' resolution (about |w|/256) are rounded away, so a small trainer.lr may barely move "
             f"the model; model.dtype=float32 keeps fp32 weights (bf16 autocast on a GPU), or use model.lora.enabled=true")
-    return Policy(model, tokenizer, init_hash=init_hash, source=str(path), warm_start_key=ws_key, lora=lora)
+    return Policy(model, tokenizer, init_hash=init_hash, source=str(path), lora=lora,
+                  warm_start_key=warm.key if warm else None, warm_start_origin=warm.origin if warm else None)
 
 
 class ReferenceModel:

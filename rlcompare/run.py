@@ -521,6 +521,7 @@ def _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code):
                         "eval/accuracy_final": s["eval_last"], "eval/accuracy_best": s["eval_best"],
                         "optim/skipped_updates": s["skipped_updates"], "verifier/errors": s["verifier_errors"],
                         "init_weights_hash": tr.policy.init_hash})
+        summary["warm_start_origin"] = tr.policy.warm_start_origin  # shipped | cached | computed; null for hf
     summary.pop("pid", None)
     atomic_write_json(Path(run_dir) / "summary.json", summary)
     if writer is not None:

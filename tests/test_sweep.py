@@ -260,11 +260,24 @@ def test_shipped_sweep_set_is_complete():
     assert {p.stem for p in SWEEPS} >= {"presets", "dapo_ladder", "one_knob", "lr_sensitivity", "group_size",
                                        "clip_range", "countdown_lian2025"}
     presets = load_sweep(REPO / "sweeps" / "presets.yaml")
-    assert presets.base.label == "grpo" and presets.seeds == [0, 1, 2]
+    assert presets.base.label == "grpo" and presets.seeds == [0, 1, 2, 3, 4]
     assert {v.label for v in presets.variants} == {"ppo", "drgrpo", "dapo", "gspo", "dhpo", "rloo"}
     assert all(v.component == ["algorithm"] for v in presets.variants)
     ladder = load_sweep(REPO / "sweeps" / "dapo_ladder.yaml")
     assert ladder.mode == "ladder" and len(ladder.variants) == 5
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
+def test_shipped_sweep_on_the_embedded_default_runs_at_least_five_seeds(path, tmp_path):
+    """Issue 16: fewer than 5 seeds per arm is inconclusive; the default's runs are cheap, so ship enough."""
+    members = members_of(path, tmp_path)
+    on_default = all(m.config["model"]["kind"] == "tiny" and m.config["prompts"]["kind"] == "arithmetic"
+                     for m in members)
+    spec = load_sweep(path)
+    if not on_default:
+        assert path.stem == "countdown_lian2025", f"{path.name} left the embedded default: decide its seed count"
+        return
+    assert len(set(spec.seeds)) >= 5, f"{path.name}: seeds {spec.seeds}; runs on the default need at least 5"
 
 
 # ----------------------------------------------------------------------------- running
