@@ -232,10 +232,11 @@ def _not_identifiable_reason(A, B, C_mid, R0, sse, n, C_last, a_grid, a_low, c_m
         return (f"flat: fitted gain {gain_seen:+.4f} by the last point is below max({FLAT_GAIN_FLOOR:g}, "
                 f"{FLAT_NOISE_MULTIPLE:g} x residual noise {noise:.4f})")
     if j == c_mid_grid.size - 1:
-        return (f"C_mid at the edge of its grid ({C_mid:.4g}, the largest compute on it): the midpoint lies "
-                "at or beyond the observed compute, only the rising part of the curve was seen")
+        return (f"C_mid at the top of its grid ({C_mid:.4g}; by default the largest compute observed): the "
+                "midpoint lies at or beyond it, only the rising part of the curve was seen")
     if j == 0:
-        return f"C_mid at the edge of its grid ({C_mid:.4g}, the smallest compute on it): the rise was not resolved"
+        return (f"C_mid at the bottom of its grid ({C_mid:.4g}; by default the smallest compute observed): "
+                "the rise happened before the points fitted")
     if math.isclose(A, a_grid[-1]) or math.isclose(A, a_low):
         return f"A at the edge of its grid ({A:.3f}, grid [{a_low:.3f}, {a_grid[-1]:.3f}])"
     if k in (0, b_grid.size - 1):

@@ -84,10 +84,11 @@ def test_scalerl_linear_grid_recovers_the_documented_fit():
     assert fit.B == pytest.approx(1.7, abs=0.05)
 
 
-def test_grid_holding_the_truth_recovers_it_exactly():
+@pytest.mark.parametrize("a_grid", [None, [0.5, 0.63, 0.65, 0.8, 0.95]], ids=["default", "uneven"])
+def test_grid_holding_the_truth_recovers_it_exactly(a_grid):
     # C_mid = 10k on the grid and A = 0.65 on the A grid: only B is searched, and the SSE is 0 at B = 1.7
     c = np.linspace(2_000.0, 40_000.0, 20)
-    fit = fit_scalerl(c, _truth(c), R0=R0, C_mid_grid=[5_000.0, 10_000.0, 20_000.0, 40_000.0])
+    fit = fit_scalerl(c, _truth(c), R0=R0, A_grid=a_grid, C_mid_grid=[5_000.0, 10_000.0, 20_000.0, 40_000.0])
     assert (fit.A, fit.C_mid) == (pytest.approx(0.65, abs=1e-12), 10_000.0)
     assert fit.B == pytest.approx(1.7, abs=1e-6)
     assert fit.sse < 1e-16
@@ -154,7 +155,21 @@ def test_midpoint_beyond_the_observed_compute_is_not_identifiable():
     c = np.linspace(1_000.0, 40_000.0, 30)
     fit = fit_scalerl(c, _truth(c, c_mid=120_000.0), R0=R0)
     assert not fit.identifiable
-    assert fit.reason.startswith("C_mid at the edge"), fit.reason
+    assert fit.reason.startswith("C_mid at the top of its grid"), fit.reason
+
+
+def test_asymptote_at_the_top_of_its_grid_is_not_identifiable():
+    # A = 1.0 is the grid's top: a fit that wants more than perfect accuracy cannot say where it ends
+    c = np.linspace(1_000.0, 40_000.0, 30)
+    fit = fit_scalerl(c, _truth(c, a=1.0), R0=R0)
+    assert not fit.identifiable and fit.reason.startswith("A at the edge"), fit.reason
+
+
+def test_a_step_steeper_than_the_b_range_is_not_identifiable():
+    # B = 60: the whole gain within a factor 81^(1/60) ~ 1.08 of C_mid, steeper than B's range [0.05, 20]
+    c = np.linspace(1_000.0, 40_000.0, 30)
+    fit = fit_scalerl(c, _truth(c, b=60.0), R0=R0)
+    assert not fit.identifiable and fit.reason.startswith("B at the edge"), fit.reason
 
 
 # ---------------------------------------------------------------- arms over seeds
