@@ -259,6 +259,8 @@ def _prepare_points(C, R, R0, min_compute):
         raise ValueError(f"fit_scalerl: R0={R0} must be the step-0 accuracy, in [0, 1]")
     if min_compute is not None and not (math.isfinite(min_compute) and min_compute >= 0):
         raise ValueError(f"fit_scalerl: min_compute={min_compute} must be a compute amount >= 0 (or None)")
+    order = np.argsort(c, kind="stable")  # the flat rule reads the last point as the largest compute
+    c, r = c[order], r[order]
     keep = _kept(c, min_compute)
     return c[c > 0], c[keep], r[keep]
 

@@ -120,11 +120,19 @@ def test_early_points_below_min_compute_do_not_move_the_fit():
     r = _truth(c)
     spoiled = r.copy()
     spoiled[c < 5_000.0] = 0.0  # garbage where the rule says "excluded"
-    grid = dict(C_mid_grid=np.geomspace(1_000.0, 40_000.0, 100))  # the grid would move with the kept points
+    grid = {"C_mid_grid": np.geomspace(1_000.0, 40_000.0, 100)}  # else the grid would move with the kept points
     clean = fit_scalerl(c, r, R0=R0, min_compute=5_000.0, **grid)
     dirty = fit_scalerl(c, spoiled, R0=R0, min_compute=5_000.0, **grid)
     assert clean.n_points == dirty.n_points == int(np.sum(c >= 5_000.0))
     assert (dirty.A, dirty.B, dirty.C_mid) == (clean.A, clean.B, clean.C_mid)
+
+
+def test_points_in_any_order_give_the_same_fit():
+    c = np.linspace(1_000.0, 40_000.0, 30)
+    r = _truth(c, c_mid=120_000.0)  # not identifiable: the reason reads the largest compute
+    forward, backward = fit_scalerl(c, r, R0=R0), fit_scalerl(c[::-1], r[::-1], R0=R0)
+    assert (backward.A, backward.B, backward.C_mid, backward.reason) == (forward.A, forward.B, forward.C_mid,
+                                                                        forward.reason)
 
 
 # ---------------------------------------------------------------- not identifiable
