@@ -381,9 +381,14 @@ def _seed_rows(x, minimum: int) -> np.ndarray:
     return a
 
 
+def _sample_variance(x: np.ndarray) -> np.ndarray:
+    """s^2 along the last axis; exactly 0 when all values are equal (np.var can leave ~1e-33 there)."""
+    return np.where(np.ptp(x, axis=-1) > 0, x.var(axis=-1, ddof=1), 0.0)
+
+
 def _mean_estimate(x: np.ndarray) -> _Estimate:
     n = x.shape[-1]
-    return _Estimate(x.mean(axis=-1), x.var(axis=-1, ddof=1) / n, np.full(x.shape[:-1], n - 1.0))
+    return _Estimate(x.mean(axis=-1), _sample_variance(x) / n, np.full(x.shape[:-1], n - 1.0))
 
 
 def _trimmed_estimate(x: np.ndarray) -> _Estimate:
@@ -401,8 +406,8 @@ def _trimmed_estimate(x: np.ndarray) -> _Estimate:
     xs = np.sort(x, axis=-1)
     kept = xs[..., g:n - g]
     winsorized = np.clip(xs, kept[..., :1], kept[..., -1:])
-    variance = (n - 1) * winsorized.var(axis=-1, ddof=1) / (h * (h - 1))
-    variance = np.where(variance > 0, variance, x.var(axis=-1, ddof=1) / n)
+    variance = (n - 1) * _sample_variance(winsorized) / (h * (h - 1))
+    variance = np.where(variance > 0, variance, _sample_variance(x) / n)
     return _Estimate(kept.mean(axis=-1), variance, np.full(x.shape[:-1], h - 1.0))
 
 
@@ -415,9 +420,29 @@ def _difference_estimate(a: _Estimate, b: _Estimate) -> _Estimate:
     return _Estimate(a.value - b.value, variance, df)
 
 
+_T_CRITICAL: dict[tuple[float, float], float] = {}  # (p, df) -> quantile, for the report's repeated calls
+
+
+def _t_critical_one(p: float, df: float) -> float:
+    if (p, df) not in _T_CRITICAL:
+        if len(_T_CRITICAL) > 4096:
+            _T_CRITICAL.clear()
+        _T_CRITICAL[(p, df)] = float(t_quantile(p, df))
+    return _T_CRITICAL[(p, df)]
+
+
+def _t_critical(p: float, df: np.ndarray) -> np.ndarray:
+    """t quantiles for an interval: one at a time through a cache for the report's few (mostly n - 1)
+    degrees of freedom, vectorised for the simulations' thousands."""
+    df = np.asarray(df, dtype=float)
+    if df.size > 16:
+        return np.asarray(t_quantile(p, df))
+    return np.array([_t_critical_one(p, float(d)) for d in df.ravel()]).reshape(df.shape)
+
+
 def _t_interval(e: _Estimate, alpha: float) -> Interval:
     _check_alpha(alpha)
-    half = np.where(e.variance > 0, t_quantile(1.0 - alpha / 2.0, e.df) * np.sqrt(e.variance), 0.0)
+    half = np.where(e.variance > 0, _t_critical(1.0 - alpha / 2.0, e.df) * np.sqrt(e.variance), 0.0)
     return Interval(_as_result(e.value), _as_result(e.value - half), _as_result(e.value + half))
 
 
