@@ -1154,8 +1154,8 @@ def _differences_section(res: dict) -> list[str]:
         return L + [""]
     rows = [_differences_row(v, ref, g) for (v, ref), g in d.groupby(["variant", "reference"], sort=False)]
     header = ["variant", "reference", "seeds"]
-    for q, label in (("final", f"final {res['metric']}"), ("auc", "AUC")):
-        header += [f"Δ {label}", f"verdict ({q})", f"Holm ({q})", f"P(improvement) {q}"]
+    for q, short, label in (("final", "final", f"final {res['metric']}"), ("auc", "AUC", "AUC")):
+        header += [f"Δ {label}", f"verdict ({short})", f"Holm ({short})", f"P(improvement) {short}"]
     L.append(_md_table(header, rows))
     L.append("")
     L.append("Δ = variant − reference, mean over seeds [95% Welch interval]. Verdict: the interval's decision; "
