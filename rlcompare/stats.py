@@ -31,11 +31,16 @@ measured by tests/test_stats_coverage.py and scripts/coverage.py):
   interval for the Mann-Whitney effect size, with a continuity correction of
   1 / (2 n m) (half a step of U / (n m)).
 
+Each has a batched form (``mean_intervals``, ``welch_intervals``, ``iqm_intervals``,
+``poi_intervals``: one interval per row, seeds on the last axis) that the scalar
+functions call and the coverage simulation measures. ``holm_adjusted`` /
+``holm_reject`` give Holm's step-down decisions over a family of p-values.
+
 All values equal: the t-type intervals have zero width (the seeds show no
-spread; the limit of the formula), the probability of improvement is 0.5 with
-a wide interval. Student t and normal quantiles are computed here (no scipy).
-Bootstrap functions are deterministic for a given ``seed``; the closed-form
-intervals take no random numbers at all.
+spread; the limit of the formula); two identical constant sides give a
+probability of improvement of 0.5 with a wide interval. Student t and normal
+quantiles are computed here (no scipy). Bootstrap functions are deterministic
+for a given ``seed``; the closed-form intervals take no random numbers at all.
 """
 
 from __future__ import annotations
