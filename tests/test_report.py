@@ -134,8 +134,9 @@ def test_headline_numbers_by_hand(tmp_path):
     g = row(h, "grpo")
     assert g["n_seeds"] == 3 and g["seeds"] == "0 1 2" and g["algorithm"] == "grpo"
     assert g["final"] == pytest.approx(0.3)
-    # 3 seeds: P(resample = all min) = 1/27 > 2.5%, so the 95% interval is [min, max]
-    assert g["final_low"] == pytest.approx(0.2) and g["final_high"] == pytest.approx(0.4)
+    # Student t: s = 0.1, t_{0.975, 2} = 4.302653, half width 4.302653 * 0.1 / sqrt(3) = 0.2484138
+    assert g["final_low"] == pytest.approx(0.3 - 0.2484138, abs=1e-6)
+    assert g["final_high"] == pytest.approx(0.3 + 0.2484138, abs=1e-6)
     assert g["best"] == pytest.approx(0.3)
     # AUC per seed: trapezoid / 200 tokens = 0.15, 0.20, 0.25
     assert g["auc"] == pytest.approx(0.2)
@@ -176,8 +177,11 @@ def test_differences_against_reference(tmp_path):
     f = d.loc["final"]
     assert f["variant"] == "dapo" and f["reference"] == "grpo" and bool(f["matched"])
     assert f["diff"] == pytest.approx(0.1)
-    # independent resampling extremes: 0.3-0.4 = -0.1 .. 0.5-0.2 = 0.3
-    assert -0.1 - 1e-9 <= f["diff_low"] < 0.1 < f["diff_high"] <= 0.3 + 1e-9
+    # Welch: s^2 = 0.01 each side, se = sqrt(0.02 / 3) = 0.0816497, df = 4, t_{0.975, 4} = 2.776445
+    assert f["diff_low"] == pytest.approx(0.1 - 0.226696, abs=1e-6)
+    assert f["diff_high"] == pytest.approx(0.1 + 0.226696, abs=1e-6)
+    assert f["p_value"] == pytest.approx(0.287864, abs=1e-6)  # t = 1.224745 with 4 df
+    assert f["verdict"] == "too few seeds: inconclusive" and f["verdict_holm"] == "too few seeds: inconclusive"
     # PoI: a=[.3,.4,.5] vs b=[.2,.3,.4]: wins 1+.5+0 + 1+1+.5 + 3 = 7 of 9 pairs
     assert f["poi"] == pytest.approx(7 / 9)
     assert 0 <= f["poi_low"] <= 7 / 9 <= f["poi_high"] <= 1
@@ -194,7 +198,13 @@ def test_constant_shift_gives_zero_width_difference(tmp_path):
     f = res["differences"].set_index("quantity").loc["final"]
     assert f["diff"] == pytest.approx(0.1)
     assert f["diff_low"] == pytest.approx(0.1) and f["diff_high"] == pytest.approx(0.1)
-    assert (f["poi"], f["poi_low"], f["poi_high"]) == (1.0, 1.0, 1.0)
+    assert f["p_value"] == 0.0
+    # every pair won, but 3 vs 3 seeds: Newcombe's interval reaches below 0.5 (so does the exact
+    # Mann-Whitney test: its smallest two-sided p-value at 3 vs 3 is 0.1)
+    assert (f["poi"], f["poi_high"]) == (1.0, 1.0) and 0.3 < f["poi_low"] < 0.5
+    assert f["verdict"] == "too few seeds: inconclusive"
+    assert build_report(tmp_path, write=False, min_seeds=3)["differences"].set_index("quantity").loc[
+        "final", "verdict"] == "better"
     b = row(res["headline"], "base")
     assert b["final_low"] == pytest.approx(0.3) and b["final_high"] == pytest.approx(0.3)
 
@@ -484,9 +494,14 @@ def test_report_files_and_layout(tmp_path, capsys):
     order = [md.index(s) for s in ("Compared at equal generated tokens", "## Headline", "## Statistics method",
                                    "## Comparability", "## Differences against reference", "## Plots", "## Runs")]
     assert order == sorted(order)
-    assert "stratified bootstrap" in md and "2000 replicates" in md and "IQM" in md
+    method = md.split("## Statistics method")[1].split("## Comparability")[0]
+    for name in ("Student t", "Tukey–McLaughlin", "Welch", "Newcombe", "Holm", "fewer than 5 seeds", "IQM"):
+        assert name in method, name
+    assert "No bootstrap is used" in method
     assert "](accuracy.png)" in md
-    assert "| dapo | grpo | 3 vs 3 | +0.100" in md
+    assert "| dapo | grpo | 3 vs 3 | +0.100 [-0.127, +0.327] | too few seeds: inconclusive | too few seeds: " \
+           "inconclusive | 0.78 [" in md
+    assert "fewer than 5 seeds on a side" in md
     import pandas as pd
 
     csv = pd.read_csv(out / "report.csv")
@@ -554,3 +569,91 @@ def test_report_never_imports_torch(tmp_path):
     assert not marker.exists()
     assert (out / "report.md").is_file()
     assert {p.name for p in out.glob("*.png")} >= {"accuracy.png", "reward.png", "entropy.png"}
+
+
+# ---------------------------------------------------------------- verdicts, seed threshold, Holm
+
+
+def test_verdict_words_by_hand():
+    assert R.verdict(0.01, 0.05, 5, 5) == "better"
+    assert R.verdict(-0.05, -0.01, 5, 5) == "worse"
+    assert R.verdict(-0.01, 0.05, 5, 5) == "no detectable difference"
+    # fewer than 5 seeds on either side: inconclusive whatever the interval says
+    assert R.verdict(0.01, 0.05, 4, 5) == "too few seeds: inconclusive"
+    assert R.verdict(0.01, 0.05, 5, 3) == "too few seeds: inconclusive"
+    assert R.verdict(0.01, 0.05, 3, 3, min_seeds=3) == "better"
+    assert R.verdict(float("nan"), float("nan"), 1, 5) == "too few seeds: inconclusive"
+
+
+def five_seed_family(root):
+    """grpo and four variants, 5 seeds each, every variant a shifted copy of grpo's finals: Welch
+    p-values (final) 0.0011 (up), 0.017 (up2), 0.037 (down), 0.63 (same); Holm rejects only `up`."""
+    base = [0.70, 0.72, 0.74, 0.76, 0.78]  # mean 0.74, s = 0.0316
+    shifts = {"up": 0.10, "up2": 0.06, "down": -0.05, "same": 0.01}
+    for s, fin in enumerate(base):
+        make_run(root, f"grpo__s{s}", s, [0.1, 0.4, fin], variant="grpo")
+        for name, shift in shifts.items():
+            make_run(root, f"{name}__s{s}", s, [0.1, 0.4, fin + shift], variant=name, reference="grpo",
+                     component="algorithm")
+    return Path(root)
+
+
+def test_holm_column_with_five_seeds(tmp_path):
+    res = build_report(five_seed_family(tmp_path), write=True)
+    d = res["differences"]
+    f = d[d["quantity"] == "final"].set_index("variant")
+    # same spread each side: se = sqrt(2 * 0.001 / 5) = 0.02, df = 8; t = shift / 0.02
+    assert f.loc["up", "diff_low"] == pytest.approx(0.10 - 2.306004 * 0.02, abs=1e-6)  # t_{0.975, 8}
+    # t = 5, 3, -2.5, 0.5 with 8 df; for even df, P(|T| <= t) = sin q (1 + c/2 + 1*3 c^2/(2*4) + 1*3*5 c^3/(2*4*6)),
+    # q = arctan(t / sqrt(8)), c = cos^2 q (Abramowitz & Stegun 26.7.3)
+    def p8(t):
+        q = math.atan(abs(t) / math.sqrt(8))
+        c = math.cos(q) ** 2
+        return 1 - math.sin(q) * (1 + c / 2 + 3 * c * c / 8 + 15 * c ** 3 / 48)
+    expected = {"up": p8(5), "up2": p8(3), "down": p8(-2.5), "same": p8(0.5)}
+    assert f["p_value"].to_dict() == pytest.approx(expected, rel=1e-6)
+    assert expected["up"] == pytest.approx(0.00105, abs=1e-5) and expected["up2"] == pytest.approx(0.01707, abs=1e-5)
+    assert f["verdict"].to_dict() == {"up": "better", "up2": "better", "down": "worse",
+                                      "same": "no detectable difference"}
+    # Holm over k = 4: 4 x 0.00105 = 0.0042 reject; 3 x 0.01707 = 0.0512 > 0.05 stop
+    assert f.loc["up", "p_holm"] == pytest.approx(4 * f.loc["up", "p_value"])
+    assert f.loc["up2", "p_holm"] == pytest.approx(3 * f.loc["up2", "p_value"])
+    assert f.loc["down", "p_holm"] == pytest.approx(2 * f.loc["down", "p_value"])  # 0.0739 > 0.0512 before it
+    assert f.loc["same", "p_holm"] == pytest.approx(f.loc["same", "p_value"])  # 1 x 0.6305
+    assert f["verdict_holm"].to_dict() == {"up": "better", "up2": "no detectable difference",
+                                           "down": "no detectable difference", "same": "no detectable difference"}
+    md = Path(res["report_path"]).read_text()
+    assert "| up2 | grpo | 5 vs 5 | +0.060 [+0.014, +0.106] | better | no detectable difference | " in md
+    assert "fewer than 5 seeds on a side" not in md
+    # AUC is its own family
+    auc = d[d["quantity"] == "auc"]
+    assert len(auc) == 4 and auc["p_holm"].notna().all()
+    csv = __import__("pandas").read_csv(Path(res["out_dir"]) / "differences.csv")
+    assert {"p_value", "verdict", "p_holm", "verdict_holm"} <= set(csv.columns)
+
+
+def test_too_few_seeds_stay_out_of_the_holm_family(tmp_path):
+    five_seed_family(tmp_path)
+    for s in range(3):  # a fifth variant with 3 seeds (and a reference of 5: seeds differ -> unmatched)
+        make_run(tmp_path, f"few__s{s}", s, [0.1, 0.4, 0.95], variant="few", reference="grpo",
+                 component="algorithm")
+    res = build_report(tmp_path, write=False, allow_unmatched=True)
+    f = res["differences"]
+    f = f[f["quantity"] == "final"].set_index("variant")
+    assert f.loc["few", "verdict"] == "too few seeds: inconclusive"
+    assert f.loc["few", "verdict_holm"] == "too few seeds: inconclusive"
+    assert math.isnan(f.loc["few", "p_holm"]) and not math.isnan(f.loc["few", "p_value"])
+    assert f.loc["up", "p_holm"] == pytest.approx(4 * f.loc["up", "p_value"])  # k is still 4
+
+
+def test_min_seeds_option(tmp_path, capsys):
+    root = sweep_folder(tmp_path / "r")
+    assert main([str(root), "--min-seeds", "3"]) == 0
+    md = (root / "report.md").read_text()
+    assert "| dapo | grpo | 3 vs 3 | +0.100 [-0.127, +0.327] | no detectable difference |" in md
+    assert "fewer than 3 seeds on either side" in md
+    assert main([str(root), "--min-seeds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--min-seeds=1" in err and ">= 2" in err and "default 5" in err
+    with pytest.raises(R.ReportError, match="--min-seeds=2.5"):
+        build_report(root, min_seeds=2.5, write=False)
