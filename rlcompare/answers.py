@@ -160,8 +160,12 @@ def normalize_signs(text: str) -> str:
 OTHER_RELATION = re.compile(
     r"[<>≤≥≠≈≃≅∼~±∓≡]|\\(?:le|ge|leq|geq|leqslant|geqslant|lt|gt|ne|neq|approx|sim|simeq|cong|equiv|pm|mp|to"
     r"|rightarrow|Rightarrow|implies|iff)(?![A-Za-z])")
-# Words that join several candidates ("122 or 123", "between 122 and 123"), inside \text{} too.
-HEDGE_WORDS = re.compile(r"(?<![A-Za-z])(?:or|and|between|either|nor|maybe|perhaps)(?![A-Za-z])", re.I)
+# Words that join several candidates ("122 or 123", "between 122 and 123") or qualify the one stated ("about 123",
+# "at least 123", "not 123", "123 or so"): the span then states no single value. Inside \text{} too.
+HEDGE_WORDS = re.compile(
+    r"(?<![A-Za-z])(?:or|and|between|either|nor|maybe|perhaps|possibly|probably|likely|about|approx|approximately"
+    r"|around|roughly|nearly|almost|circa|least|most|more|less|fewer|greater|over|under|above|below|than|not|no"
+    r"|except|unless|plus|minus|negative)(?![A-Za-z])|n't\b", re.I)
 _SIGN_WORD = re.compile(r"(?<![A-Za-z])(?:minus|negative)\s*$", re.I)
 # LaTeX that only wraps or spaces a number; `\frac{a}{b}` and `^{e}` with plain groups become arithmetic.
 _WRAPPERS = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|displaystyle|boxed|fbox|left|right|[,;:! ])(?![A-Za-z])|\\\$|\$"
@@ -171,7 +175,7 @@ MARKDOWN_BOLD = re.compile(r"(?<![\w)])\*\*|\*\*(?![\w(])")
 _FRAC = re.compile(r"\\[dt]?frac\{([^{}]*)\}\{([^{}]*)\}")
 _SUPERSCRIPT_GROUP = re.compile(r"\^\{([^{}]*)\}")
 _CHUNK_CHARS = frozenset("0123456789+-*/^() \t\r\n")
-_NEIGHBOURS = frozenset(" \t\r\n.,;:?%'\"$€£¥°")  # what may touch a number without making it part of a word
+_NEIGHBOURS = frozenset(".,;:?%'\"$€£¥°")  # what, besides spaces, may touch a number without gluing it to a word
 
 
 def plain_text(span: str) -> str:
@@ -205,7 +209,11 @@ def _touches_word(s: str, start: int, end: int) -> bool:
     right = end
     while right < len(s) and s[right] in "{}":
         right += 1
-    return (left >= 0 and s[left] not in _NEIGHBOURS) or (right < len(s) and s[right] not in _NEIGHBOURS)
+    return (left >= 0 and not _neighbour(s[left])) or (right < len(s) and not _neighbour(s[right]))
+
+
+def _neighbour(ch: str) -> bool:
+    return ch.isspace() or ch in _NEIGHBOURS  # any space (a no-break space too); a zero-width one is not a space
 
 
 def numeric_chunks(side: str, *, glued_ok: bool = False, limit: int = 2) -> list[tuple[str, bool]] | None:
@@ -235,7 +243,7 @@ def numeric_chunks(side: str, *, glued_ok: bool = False, limit: int = 2) -> list
 def stated_value(span: str) -> Fraction | None:
     """The one number a final-answer span states (exact_match), or None: see the module docstring."""
     text = plain_text(span)
-    if OTHER_RELATION.search(text):
+    if OTHER_RELATION.search(text) or HEDGE_WORDS.search(text):
         return None
     values, numbers = [], []
     for side in text.split("="):

@@ -8,21 +8,28 @@ Every verifier has `score(completion, answer) -> Score(reward, correct, error)` 
 
 | name          | reward                                                                         | answer (reference)       |
 |---------------|--------------------------------------------------------------------------------|--------------------------|
-| `exact_match` | 1 when the extracted number equals the reference (`1,000` == `1000.0` == `+1000`) | a number (or exact text) |
-| `math_verify` | 1 when math-verify finds the answer equivalent (LaTeX, `\\boxed{}`, expressions) | LaTeX / number           |
+| `exact_match` | 1 when the final answer states one number equal to the reference (`1,000` == `1000.0`) | a number (or exact text) |
+| `math_verify` | 1 when math-verify finds the final answer equivalent (LaTeX, `\\boxed{}`, expressions) | LaTeX / number           |
 | `countdown`   | 1 when the expression uses the given numbers (at most once each) and hits the target | JSON `{"nums", "target"}` |
 | `format`      | 1 when the completion matches a regex (default: R1 `<think>..</think><answer>..</answer>`) | ignored          |
 | `weighted`    | sum of weight * reward of sub-verifiers; `correct` is the first component's    | the first's              |
 
+Which span is the final answer, and what it must state, is one rule for every verifier that reads an answer
+(docs/verifiers.md, `rlcompare/answers.py`): the `<answer>` content, else `\\boxed{}`, else (exact_match) `####`,
+else one line; it must state ONE value: `122 or 123`, `\\boxed{124=123}`, `between 122 and 123`, `123/0` score 0,
+and `-(123)`, `−123`, `- 123` are -123. `format` checks the form only; `weighted`'s `correct` is its first component's.
+
 Nothing is passed to eval/exec. Inputs are cut before parsing (`max_chars`, default 10_000): markers
 (`<answer>`, `\\boxed{}`, `####`), math-verify and format look at the LAST `max_chars` characters;
-exact_match's plain "first number" fallback looks at the FIRST `max_chars`.
+exact_match's unmarked first line is looked for in the FIRST `max_chars`.
 
-`score_batch` bounds every call: verifiers that are cheap by construction (exact_match, countdown,
-the default format pattern) run inline in the caller's thread; the others (math_verify, a custom
-format pattern, or a weighted mix holding one) run in worker processes (`verifier.workers`) with a
-per-item deadline of `timeout_s` (a SIGALRM inside the worker, then a hard kill at `timeout_s + 0.5 s`;
-a killed worker is replaced). An exception or timeout gives `Score(0.0, False, error=True)`; nothing raises.
+`score_batch` bounds every call and every batch: verifiers that are cheap by construction (exact_match,
+countdown, the default format pattern) run inline in the caller's thread; the others (math_verify, a custom
+format pattern, or a weighted mix holding one) run in worker processes (`verifier.workers`, default min(4, usable
+cores)) with a per-item deadline of `timeout_s` (a SIGALRM inside the worker, then a hard kill at `timeout_s +
+0.5 s`; a killed worker is replaced; `timeout_s` has a floor of 10 ms). The whole batch gets
+`verifier.batch_timeout_s` (30 s) of scoring time: items still running then are killed, the rest are not
+started. An exception or timeout gives `Score(0.0, False, error=True, reason=...)` (`error_counts`); nothing raises.
 """
 
 from __future__ import annotations
