@@ -4,7 +4,7 @@ Model output is untrusted input: nothing here runs code; arithmetic goes through
 The rule is written down in docs/verifiers.md; in short:
 
 * The final-answer span is the content of the completion's `<answer>...</answer>` tags, else of its `\\boxed{}`
-  (or `\\fbox{}`), else (exact_match) the text after `####`, else one line (exact_match: the first line holding
+  (or `\\fbox{}`), else (exact_match) the text after the last `####`, else one line (exact_match: the first line holding
   an ASCII digit, or the last with `number: last`; math_verify: the last line holding a digit or a `\\`).
   Only closed markers count; empty ones are skipped. When a completion holds several non-empty markers of that
   kind, each one is a final answer and every one must be right (`\\boxed{122} or \\boxed{123}` is a hedge).
@@ -99,18 +99,19 @@ def last_boxed(text: str) -> str | None:
     return text[i:][spans[0][0] : spans[0][1]] if last_ok and spans else None
 
 
-def hash_answers(text: str) -> list[str]:
-    """The text after each `####` (GSM8K style), up to the end of that line."""
-    return [part.strip().split("\n", 1)[0] for part in text.split("####")[1:]]
-
-
 def after_hashes(text: str) -> str | None:
     """Text after the last `####` (GSM8K style), up to the end of that line."""
     i = text.rfind("####")
     return None if i < 0 else text[i + 4 :].strip().split("\n", 1)[0]
 
 
-MARKERS = {"answer": answer_tags, "boxed": boxed_contents, "hashes": hash_answers}
+def last_hashes(text: str) -> list[str]:
+    """[the text after the LAST `####`] (or []): only the last, since markdown headings start with `####` too."""
+    found = after_hashes(text)
+    return [] if found is None else [found]
+
+
+MARKERS = {"answer": answer_tags, "boxed": boxed_contents, "hashes": last_hashes}
 
 
 def marked_spans(text: str, kinds: tuple[str, ...]) -> tuple[str | None, list[str]]:

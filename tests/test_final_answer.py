@@ -51,6 +51,7 @@ SAME_AS_123 = [
     "Let me think.\n\\boxed{123}\nDone, 5 stars.",
     "123\n122 was my first guess",        # unmarked: the first line holding a digit
     "123\u00a0dollars",                   # a no-break space is a space
+    "#### Step 1: add 100 and 23\n100 + 23 = 123\n#### 123",  # only the last ####: markdown headings use it too
 ]
 DIFFERENT_FROM_123 = [
     "122 or 123",                         # more than one candidate
