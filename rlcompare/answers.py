@@ -124,11 +124,15 @@ def marked_spans(text: str, kinds: tuple[str, ...]) -> tuple[str | None, list[st
     return None, []
 
 
-def line_with(text: str, wanted, last: bool) -> str | None:
-    """The first (or last) line of `text` holding a character for which `wanted(ch)` is true."""
+DIGIT = re.compile(r"[0-9]")
+DIGIT_OR_BACKSLASH = re.compile(r"[0-9\\]")
+
+
+def line_with(text: str, wanted: re.Pattern, last: bool) -> str | None:
+    """The first (or last) line of `text` in which `wanted` is found."""
     lines = text.splitlines()
     for ln in (reversed(lines) if last else lines):
-        if any(wanted(ch) for ch in ln):
+        if wanted.search(ln):
             return ln
     return None
 
@@ -163,10 +167,18 @@ OTHER_RELATION = re.compile(
     r"|rightarrow|Rightarrow|implies|iff)(?![A-Za-z])")
 # Words that join several candidates ("122 or 123", "between 122 and 123") or qualify the one stated ("about 123",
 # "at least 123", "not 123", "123 or so"): the span then states no single value. Inside \text{} too.
-HEDGE_WORDS = re.compile(
-    r"(?<![A-Za-z])(?:or|and|between|either|nor|maybe|perhaps|possibly|probably|likely|about|approx|approximately"
-    r"|around|roughly|nearly|almost|circa|least|most|more|less|fewer|greater|over|under|above|below|than|not|no"
-    r"|except|unless|plus|minus|negative)(?![A-Za-z])|n't\b", re.I)
+HEDGE_WORDS = frozenset(
+    "or and between either nor maybe perhaps possibly probably likely about approx approximately around roughly nearly"
+    " almost circa least most more less fewer greater over under above below than not no except unless plus minus"
+    " negative".split())
+_WORD = re.compile(r"[A-Za-z]+(?:'t)?")
+
+
+def has_hedge_word(text: str) -> bool:
+    """Whether a word of HEDGE_WORDS (any case) or a negation ("isn't") occurs in `text` (linear time)."""
+    return any(w.lower() in HEDGE_WORDS or w.endswith("n't") for w in _WORD.findall(text))
+
+
 _SIGN_WORD = re.compile(r"(?<![A-Za-z])(?:minus|negative)\s*$", re.I)
 # LaTeX that only wraps or spaces a number; `\frac{a}{b}` and `^{e}` with plain groups become arithmetic.
 _WRAPPERS = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|displaystyle|boxed|fbox|left|right|[,;:! ])(?![A-Za-z])|\\\$|\$"
@@ -175,7 +187,6 @@ _WRAPPERS = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|displaystyle|boxe
 MARKDOWN_BOLD = re.compile(r"(?<![\w)])\*\*|\*\*(?![\w(])")
 _FRAC = re.compile(r"\\[dt]?frac\{([^{}]*)\}\{([^{}]*)\}")
 _SUPERSCRIPT_GROUP = re.compile(r"\^\{([^{}]*)\}")
-_CHUNK_CHARS = frozenset("0123456789+-*/^() \t\r\n")
 _NEIGHBOURS = frozenset(".,;:?%'\"$€£¥°")  # what, besides spaces, may touch a number without gluing it to a word
 
 
@@ -221,30 +232,56 @@ def numeric_chunks(side: str, *, glued_ok: bool = False, limit: int = 2) -> list
     """The arithmetic runs of `side` that hold a digit, as (text, glued to a word), at most `limit` of them
     (linear time); None when one is glued to a word (unless `glued_ok`) or follows the word minus/negative."""
     out: list[tuple[str, bool]] = []
-    i, n = 0, len(side)
-    while i < n and len(out) < limit:
-        if not (side[i] in _CHUNK_CHARS or (side[i] in ".," and _in_number(side, i))):
-            i += 1
-            continue
-        j = i
-        while j < n and (side[j] in _CHUNK_CHARS or (side[j] in ".," and _in_number(side, j))):
-            j += 1
-        run = side[i:j]
-        if any(is_ascii_digit(ch) for ch in run):
-            a = i + len(run) - len(run.lstrip())
-            b = j - (len(run) - len(run.rstrip()))
+    for m in _RUN.finditer(side):
+        for a, b in _split_run(side, m.start(), m.end()):
+            run = side[a:b]
+            if DIGIT.search(run) is None:
+                continue
+            a += len(run) - len(run.lstrip())
+            b -= len(run) - len(run.rstrip())
             glued = _touches_word(side, a, b)
             if (glued and not glued_ok) or _SIGN_WORD.search(side[max(0, a - 12) : a]):
                 return None
             out.append((side[a:b], glued))
-        i = j
+            if len(out) >= limit:
+                return out
     return out
+
+
+_RUN = re.compile(r"[0-9+\-*/^() \t\r\n.,]+")
+
+
+def _split_run(s: str, start: int, end: int):
+    """(start, end) of the pieces of the run s[start:end] split at each '.' or ',' that is not inside a number."""
+    a = start
+    for m in re.finditer(r"[.,]", s[start:end]):
+        k = start + m.start()
+        if not _in_number(s, k):
+            yield a, k
+            a = k + 1
+    yield a, end
+
+
+_INTEGER = re.compile(r"\s*[-+]?[0-9]{1,100}\s*")  # the common case ("17"), read without the full rule
+
+
+def _side_value(chunk: str) -> tuple[Fraction | None, bool]:
+    """(exact value, whether it is a number rather than an expression) of one side's arithmetic run."""
+    if _INTEGER.fullmatch(chunk):
+        return Fraction(int(chunk)), True
+    try:
+        ev = evaluate(chunk, numeric=True, **NUMERIC_LIMITS)
+    except ExprError:
+        return None, False
+    return ev.value, ev.operations == 0
 
 
 def stated_value(span: str) -> Fraction | None:
     """The one number a final-answer span states (exact_match), or None: see the module docstring."""
+    if _INTEGER.fullmatch(span):
+        return Fraction(int(span))
     text = plain_text(span)
-    if OTHER_RELATION.search(text) or HEDGE_WORDS.search(text):
+    if OTHER_RELATION.search(text) or has_hedge_word(text):
         return None
     values, numbers = [], []
     for side in text.split("="):
@@ -253,13 +290,12 @@ def stated_value(span: str) -> Fraction | None:
             return None  # glued to a word, or several candidates on one side
         if not chunks:
             continue  # a label ("x", "the answer")
-        try:
-            ev = evaluate(chunks[0][0], numeric=True, **NUMERIC_LIMITS)
-        except ExprError:
+        value, is_number = _side_value(chunks[0][0])
+        if value is None:
             return None  # not arithmetic, division by zero, beyond the limits: cannot be checked
-        values.append(ev.value)
-        if ev.operations == 0:
-            numbers.append(ev.value)
+        values.append(value)
+        if is_number:
+            numbers.append(value)
     if not numbers or any(v != values[0] for v in values):
         return None  # no number stated (`3+4`), or a false equation (`124=123`)
     return numbers[0]
@@ -275,7 +311,7 @@ _LATEX_LIST = re.compile(r"\\(?:pm|mp|lor|vee|land|wedge|cup|quad|qquad)(?![A-Za
 def lists_values(span: str) -> bool:
     """Whether the span lists several values: a hedge word, `;`, `\\pm`, `\\lor`, `\\cup`, `\\quad`, or a comma
     outside brackets that is not a thousands separator (`122, 123`; `(-2, 2)` and `1,000` are one value)."""
-    if HEDGE_WORDS.search(span) or _LATEX_LIST.search(span):
+    if has_hedge_word(span) or _LATEX_LIST.search(span):
         return True
     depth = 0
     for k, ch in enumerate(span):

@@ -49,11 +49,9 @@ MAX_ABS = 10**12
 # dash), '－123' (full-width) keep their minus; read as nothing, they made -123 score correct against 123.
 MINUS_SIGNS = "\u2212\u2013\u2014\u2012\u2010\u2011\ufe63\uff0d\u02d7\u2796"  # − – — ‒ ‐ ‑ ﹣ － ˗ ➖
 PLUS_SIGNS = "\ufe62\uff0b\u2795"  # ﹢ ＋ ➕
-_ALIASES = (
-    ("\\times", "*"), ("\\cdot", "*"), ("\\div", "/"),
-    ("×", "*"), ("·", "*"), ("∗", "*"), ("⋅", "*"), ("÷", "/"),
-    *((m, "-") for m in MINUS_SIGNS), *((p, "+") for p in PLUS_SIGNS),
-)
+_LATEX_ALIASES = (("\\times", "*"), ("\\cdot", "*"), ("\\div", "/"))
+_CHAR_ALIASES = str.maketrans({"×": "*", "·": "*", "∗": "*", "⋅": "*", "÷": "/",
+                               **{m: "-" for m in MINUS_SIGNS}, **{p: "+" for p in PLUS_SIGNS}})
 _OPS = "+-*/()"
 # numeric mode: a decimal number, optionally with thousands separators (groups of exactly 3) or a leading point
 _DECIMAL = re.compile(r"(?:[0-9]{1,3}(?:,[0-9]{3})+(?![0-9])|[0-9]+)(?:\.[0-9]+)?|\.[0-9]+")
@@ -72,9 +70,11 @@ class Evaluation:
 
 
 def normalize(text: str) -> str:
-    for a, b in _ALIASES:
-        text = text.replace(a, b)
-    return text
+    """Operator and sign aliases as ASCII operators."""
+    if "\\" in text:
+        for a, b in _LATEX_ALIASES:
+            text = text.replace(a, b)
+    return text.translate(_CHAR_ALIASES)
 
 
 def tokenize(text: str, *, max_len: int = MAX_LEN, max_literal: int = MAX_LITERAL,

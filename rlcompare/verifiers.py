@@ -50,10 +50,11 @@ from fractions import Fraction
 from typing import Any
 
 from rlcompare.answers import (  # noqa: F401 - last_tag, last_boxed, after_hashes: re-exported (datasets.py, callers)
+    DIGIT,
+    DIGIT_OR_BACKSLASH,
     MAX_CANDIDATES,
     after_hashes,
     distinct,
-    is_ascii_digit,
     last_boxed,
     last_tag,
     line_with,
@@ -196,7 +197,7 @@ class ExactMatch(Verifier):
         if kind is not None:
             return True, spans
         text = completion[: self.max_chars] if self.number == "first" else _tail(completion, self.max_chars)
-        line = line_with(text, is_ascii_digit, last=self.number == "last")
+        line = line_with(text, DIGIT, last=self.number == "last")
         return False, [] if line is None else [line]
 
     def score(self, completion: str, answer: str) -> Score:
@@ -310,7 +311,7 @@ class MathVerify(Verifier):
         tail = _tail(completion, self.max_chars)
         kind, spans = marked_spans(tail, ("answer", "boxed"))
         if kind is None:  # no marker: the last line that may hold math
-            line = line_with(tail, lambda ch: is_ascii_digit(ch) or ch == "\\", last=True)
+            line = line_with(tail, DIGIT_OR_BACKSLASH, last=True)
             spans = [] if line is None else [line]
         spans = distinct(spans)
         ok = 0 < len(spans) <= MAX_CANDIDATES and all(self._span_matches(t, kind == "boxed", gold, shape) for t in spans)
@@ -406,7 +407,7 @@ class Countdown(Verifier):
         kind, spans = marked_spans(tail, ("answer",))
         if kind is not None:
             return spans
-        line = line_with(tail, is_ascii_digit, last=True)
+        line = line_with(tail, DIGIT, last=True)
         return [] if line is None else [line]
 
     def extract(self, completion: str) -> str | None:
