@@ -162,7 +162,8 @@ class VerifierConfig:
     pattern: Optional[str] = None  # format: regex searched in the completion; null = R1 <think>..</think><answer>..</answer>
     components: Any = None  # weighted: list of {name, weight, ...}; the first one's `correct` is reported
     isolation: str = "auto"  # auto | process | inline: auto runs math_verify / custom patterns in worker processes
-    workers: Optional[int] = None  # worker processes for isolated verifiers; null = min(4, cpus // 2)
+    workers: Optional[int] = None  # worker processes for isolated verifiers; null = min(4, usable CPU cores)
+    batch_timeout_s: float = 30.0  # bound on scoring one batch (one step); completions not scored in time get 0 (error)
     extra: Any = field(default_factory=dict)
 
 

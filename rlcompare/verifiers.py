@@ -8,21 +8,28 @@ Every verifier has `score(completion, answer) -> Score(reward, correct, error)` 
 
 | name          | reward                                                                         | answer (reference)       |
 |---------------|--------------------------------------------------------------------------------|--------------------------|
-| `exact_match` | 1 when the extracted number equals the reference (`1,000` == `1000.0` == `+1000`) | a number (or exact text) |
-| `math_verify` | 1 when math-verify finds the answer equivalent (LaTeX, `\\boxed{}`, expressions) | LaTeX / number           |
+| `exact_match` | 1 when the final answer states one number equal to the reference (`1,000` == `1000.0`) | a number (or exact text) |
+| `math_verify` | 1 when math-verify finds the final answer equivalent (LaTeX, `\\boxed{}`, expressions) | LaTeX / number           |
 | `countdown`   | 1 when the expression uses the given numbers (at most once each) and hits the target | JSON `{"nums", "target"}` |
 | `format`      | 1 when the completion matches a regex (default: R1 `<think>..</think><answer>..</answer>`) | ignored          |
 | `weighted`    | sum of weight * reward of sub-verifiers; `correct` is the first component's    | the first's              |
 
+Which span is the final answer, and what it must state, is one rule for every verifier that reads an answer
+(docs/verifiers.md, `rlcompare/answers.py`): the `<answer>` content, else `\\boxed{}`, else (exact_match) `####`,
+else one line; it must state ONE value: `122 or 123`, `\\boxed{124=123}`, `between 122 and 123`, `123/0` score 0,
+and `-(123)`, `−123`, `- 123` are -123. `format` checks the form only; `weighted`'s `correct` is its first component's.
+
 Nothing is passed to eval/exec. Inputs are cut before parsing (`max_chars`, default 10_000): markers
 (`<answer>`, `\\boxed{}`, `####`), math-verify and format look at the LAST `max_chars` characters;
-exact_match's plain "first number" fallback looks at the FIRST `max_chars`.
+exact_match's unmarked first line is looked for in the FIRST `max_chars`.
 
-`score_batch` bounds every call: verifiers that are cheap by construction (exact_match, countdown,
-the default format pattern) run inline in the caller's thread; the others (math_verify, a custom
-format pattern, or a weighted mix holding one) run in worker processes (`verifier.workers`) with a
-per-item deadline of `timeout_s` (a SIGALRM inside the worker, then a hard kill at `timeout_s + 0.5 s`;
-a killed worker is replaced). An exception or timeout gives `Score(0.0, False, error=True)`; nothing raises.
+`score_batch` bounds every call and every batch: verifiers that are cheap by construction (exact_match,
+countdown, the default format pattern) run inline in the caller's thread; the others (math_verify, a custom
+format pattern, or a weighted mix holding one) run in worker processes (`verifier.workers`, default min(4, usable
+cores)) with a per-item deadline of `timeout_s` (a SIGALRM inside the worker, then a hard kill at `timeout_s +
+0.5 s`; a killed worker is replaced; `timeout_s` has a floor of 10 ms). The whole batch gets
+`verifier.batch_timeout_s` (30 s) of scoring time: items still running then are killed, the rest are not
+started. An exception or timeout gives `Score(0.0, False, error=True, reason=...)` (`error_counts`); nothing raises.
 """
 
 from __future__ import annotations
@@ -38,9 +45,26 @@ import time
 import warnings
 import weakref
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
+from rlcompare.answers import (  # noqa: F401 - last_tag, last_boxed, after_hashes: re-exported (datasets.py, callers)
+    DIGIT,
+    DIGIT_OR_BACKSLASH,
+    MAX_CANDIDATES,
+    after_hashes,
+    distinct,
+    last_boxed,
+    last_tag,
+    line_with,
+    marked_spans,
+    math_statement,
+    lists_values,
+    double_superscript,
+    normalize_signs,
+    stated_value,
+)
 from rlcompare.countdown_expr import ExprError, decode_countdown, evaluate, normalize as _normalize_ops, uses_numbers
 
 
@@ -49,26 +73,46 @@ class Score:
     reward: float
     correct: bool
     error: bool = False  # the verifier raised or timed out (reward 0)
+    # why an error scored 0 (one of ERROR_REASONS; "" when not an error). Not compared: Score(0.0, False, True)
+    # equals every error whatever its reason.
+    reason: str = field(default="", compare=False)
 
 
-ERROR = Score(0.0, False, True)
+ERROR_REASONS = ("raised", "timeout", "batch_timeout", "worker_lost", "no_worker")
+ERROR = Score(0.0, False, True, "raised")  # the verifier raised (or returned a non-finite reward)
+TIMEOUT = Score(0.0, False, True, "timeout")  # past verifier.timeout_s for this completion
+BATCH_TIMEOUT = Score(0.0, False, True, "batch_timeout")  # not scored within verifier.batch_timeout_s for the batch
+WORKER_LOST = Score(0.0, False, True, "worker_lost")  # its worker process died or answered garbage
+NO_WORKER = Score(0.0, False, True, "no_worker")  # worker processes failed to start
+WRONG = Score(0.0, False)
+RIGHT = Score(1.0, True)
 DEFAULT_MAX_CHARS = 10_000
 VERIFIERS = ("exact_match", "math_verify", "countdown", "format", "weighted")
+
+
+def error_counts(scores) -> dict[str, int]:
+    """How many scores are errors, by reason: {'timeout': 3, 'batch_timeout': 12} (reasons with none left out)."""
+    out: dict[str, int] = {}
+    for s in scores:
+        if s.error:
+            out[s.reason or "raised"] = out.get(s.reason or "raised", 0) + 1
+    return out
+
 
 # ----------------------------------------------------------------------------- text helpers
 # ASCII digits only: '١٢٣' / '１２３' are not numbers. Commas count only as thousands separators (groups of
 # exactly 3: '1,000,000'); the former `[0-9][0-9,]*` read the list '1,2,3' as 123. (Groups of 2, as in
-# '10,00,000', are not read: allowing them made the search quadratic on '12,12,12,...'.) The sign may be the
-# math minus U+2212 ('−5'): without it '−5' read as 5 and scored correct against the answer 5. A number may
-# start with its decimal point ('.5'; before, it read as 5), but not right after a digit ('1.2.3').
+# '10,00,000', are not read: allowing them made the search quadratic on '12,12,12,...'.) A number may start with
+# its decimal point ('.5'), but not right after a digit ('1.2.3'). Reading a completion's final answer is
+# answers.stated_value; this reads a reference.
 _DIGITS = r"(?:[0-9]{1,3}(?:,[0-9]{3})+(?![0-9])|[0-9]+)(?:\.[0-9]+)?|(?<![0-9])\.[0-9]+"
-_NUMBER = re.compile(rf"[-+\u2212]?(?:{_DIGITS})")
 _PLAIN_NUMBER = re.compile(rf"[-+]?(?:{_DIGITS})")
 
 
 def normalize_number(text: str) -> str | None:
-    """'1,000', '1000.0', '+1000' -> '1000'; None when not a plain decimal number (ASCII digits)."""
-    t = text.strip().replace("\u2212", "-")  # '−5' (U+2212 MINUS SIGN) is -5
+    """'1,000', '1000.0', '+1000' -> '1000'; None when not a plain decimal number (ASCII digits). Sign
+    look-alikes are signs: '−5' (U+2212), '–5', '－5' are -5."""
+    t = normalize_signs(text.strip())
     if len(t) > 100 or not _PLAIN_NUMBER.fullmatch(t):
         return None
     t = t.replace(",", "")
@@ -78,48 +122,6 @@ def normalize_number(text: str) -> str | None:
         t = t.rstrip("0").rstrip(".")
     t = t.lstrip("0") or "0"
     return ("-" + t) if neg and t != "0" else t
-
-
-def last_tag(text: str, tag: str = "answer") -> str | None:
-    """Content of the last `<tag>...</tag>` (linear time), or None; with nested tags the innermost
-    (`<answer><answer>5</answer></answer>` -> '5', not '5</answer>')."""
-    close = text.rfind(f"</{tag}>")
-    if close < 0:
-        return None
-    start = text.rfind(f"<{tag}>", 0, close)
-    if start < 0:
-        return None
-    start += len(tag) + 2
-    return text[start : text.find(f"</{tag}>", start)]  # the first close after the last open (found: <= close)
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last `\\boxed{...}` (or `\\fbox{...}`), nested braces kept; `\\boxed 5` form too."""
-    i = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
-    if i < 0:
-        return None
-    j = i + (6 if text.startswith("\\boxed", i) else 5)
-    if j < len(text) and text[j] == " ":  # "\boxed 5"
-        m = re.match(r" +([^\s$]+)", text[j : j + 200])
-        return m.group(1) if m else None
-    if j >= len(text) or text[j] != "{":
-        return None
-    depth = 0
-    for k in range(j, len(text)):
-        ch = text[k]
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return text[j + 1 : k]
-    return None  # unbalanced
-
-
-def after_hashes(text: str) -> str | None:
-    """Text after the last `####` (GSM8K style), up to the end of that line."""
-    i = text.rfind("####")
-    return None if i < 0 else text[i + 4 :].strip().split("\n", 1)[0]
 
 
 def _tail(text: str, n: int) -> str:
@@ -172,12 +174,13 @@ class Verifier:
 
 
 class ExactMatch(Verifier):
-    """Numeric exact match.
+    """Numeric exact match on the completion's final answer (docs/verifiers.md, `answers.py`).
 
-    The answer is taken from, in order: the last `<answer>...</answer>`, the last `\\boxed{...}`, the text
-    after the last `####` (each in the last `max_chars`); inside that region the whole text if it is a number,
-    else its LAST number. Without any marker: the FIRST number of the completion (`number: first`, the
-    embedded arithmetic task, "17" or "17 and more") or the last (`number: last`).
+    The final-answer spans: the `<answer>...</answer>` contents, else the `\\boxed{...}` contents, else the text
+    after `####` (each in the last `max_chars`); without any marker, one line: the first line holding a digit
+    (`number: first`, the embedded arithmetic task: "17") or the last (`number: last`). Each span must state one
+    number equal to the reference (`answers.stated_value`: `123`, `The answer is 123.`, `x = 123`, `3 + 120 = 123`;
+    never `122 or 123`, `124=123`, `-(123)`, `123/0`); with several non-empty markers every one must.
     A non-numeric reference is compared as whitespace-collapsed text.
     """
 
@@ -188,45 +191,38 @@ class ExactMatch(Verifier):
             raise ValueError(f"verifier.number={number!r} is not accepted; use one of: first, last")
         self.number, self.max_chars = number, int(max_chars)
 
-    def extract(self, completion: str) -> tuple[str | None, bool]:
-        """(answer text, whether it came from a marker)."""
-        tail = _tail(completion, self.max_chars)
-        for f in (last_tag, last_boxed, after_hashes):
-            region = f(tail)
-            if region is not None:
-                return region, True
-        return None, False
+    def spans(self, completion: str) -> tuple[bool, list[str]]:
+        """(whether a marker was found, the final-answer spans)."""
+        kind, spans = marked_spans(_tail(completion, self.max_chars), ("answer", "boxed", "hashes"))
+        if kind is not None:
+            return True, spans
+        text = completion[: self.max_chars] if self.number == "first" else _tail(completion, self.max_chars)
+        line = line_with(text, DIGIT, last=self.number == "last")
+        return False, [] if line is None else [line]
 
     def score(self, completion: str, answer: str) -> Score:
         answer = str(answer)
         ref = normalize_number(answer)
-        region, marked = self.extract(completion)
-        if marked:
-            got = normalize_number(region)
-            if got is None and ref is not None:
-                nums = _NUMBER.findall(region)
-                got = normalize_number(nums[-1]) if nums else None
-            ok = (got == ref) if ref is not None else " ".join(region.split()) == " ".join(answer.split())
+        marked, spans = self.spans(completion)
+        spans = distinct(spans)
+        if ref is None:  # a text reference ("A"): the span as text, or the whole unmarked completion
+            texts = spans if marked else [completion[: self.max_chars]]
+            ok = bool(texts) and all(" ".join(t.split()) == " ".join(answer.split()) for t in texts)
         else:
-            if self.number == "first":
-                m = _NUMBER.search(completion[: self.max_chars])
-                got_text = m.group(0) if m else None
-            else:
-                nums = _NUMBER.findall(_tail(completion, self.max_chars))
-                got_text = nums[-1] if nums else None
-            if ref is not None:
-                ok = got_text is not None and normalize_number(got_text) == ref
-            else:
-                ok = completion[: self.max_chars].strip() == answer.strip()
-        return Score(1.0 if ok else 0.0, ok)
+            want = Fraction(ref)
+            ok = 0 < len(spans) <= MAX_CANDIDATES and all(stated_value(t) == want for t in spans)
+        return RIGHT if ok else WRONG
 
 
 class MathVerify(Verifier):
     """math-verify equivalence (`\\frac{1}{2}` == `0.5`, `\\sqrt{2}/2` == `\\frac{\\sqrt{2}}{2}`).
 
-    The prediction is the last `<answer>...</answer>` content when present, else the last `max_chars`
-    characters (math-verify then prefers the last `\\boxed{}`). The reference is parsed as LaTeX
-    (`$answer$`, then as given, then `\\boxed{answer}`). Not bounded by construction (sympy): score_batch
+    The final-answer spans (docs/verifiers.md): the `<answer>...</answer>` contents, else the `\\boxed{}` contents,
+    else the last line holding a digit or a `\\` (in the last `max_chars`). Against a single-valued reference a
+    span must state one value (`answers.math_statement`: no `122 or 123`, `122, 123`, `\\pm`, `\\approx`, `<`; an
+    equation's sides must all be equivalent, so `\\boxed{124=123}` is false, `\\boxed{x = 123}` is 123); with
+    several non-empty markers every one must match. The reference is parsed as LaTeX (`$answer$`, then as given,
+    then `\\boxed{answer}`); a set, tuple, interval or relation reference is compared whole. Not bounded by construction (sympy): score_batch
     runs it in worker processes; a call in the main thread outside a worker (direct, `isolation: inline`) has
     one SIGALRM deadline of `timeout_s` and reports a timeout as `error`.
     """
@@ -257,13 +253,16 @@ class MathVerify(Verifier):
             return None  # the worker's SIGALRM / the caller bounds time instead
         return float(self.timeout_s)
 
-    def _gold(self, answer: str):
+    def _gold(self, answer: str) -> tuple[list, str]:
+        """The parsed reference and its shape: 'value' (one value), 'many' (a set, tuple, interval, or a list
+        such as `1, 2` / `1 \\pm \\sqrt{2}`) or 'relation' (`x = 2`, `x > 1`)."""
         from math_verify import parse
 
         cache = self.__dict__.setdefault("_gold_cache", {})
         if answer in cache:
             return cache[answer]
-        forms = [answer] if ("$" in answer or "\\boxed" in answer) else [f"${answer}$", answer, f"\\boxed{{{answer}}}"]
+        answer_text = normalize_signs(answer)
+        forms = [answer_text] if ("$" in answer_text or "\\boxed" in answer_text) else [f"${answer_text}$", answer_text, f"\\boxed{{{answer_text}}}"]
         gold = []
         for f in forms:
             gold = parse(f, parsing_timeout=None)
@@ -273,8 +272,8 @@ class MathVerify(Verifier):
             raise ValueError(f"math_verify could not parse the reference answer {answer[:80]!r}")
         if len(cache) > 4096:
             cache.clear()
-        cache[answer] = gold
-        return gold
+        cache[answer] = (gold, _shape(gold[0], answer_text))
+        return cache[answer]
 
     def score(self, completion: str, answer: str) -> Score:
         """Inline in the main thread (a direct call, `isolation: inline`): ONE deadline of `timeout_s` for the
@@ -300,24 +299,82 @@ class MathVerify(Verifier):
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
         except _ItemTimeout:
-            return ERROR
+            return TIMEOUT
         finally:
             signal.signal(signal.SIGALRM, old_handler if old_handler is not None else signal.SIG_DFL)
             if old_delay > 0:  # give back a caller's own timer, less the time spent here
                 signal.setitimer(signal.ITIMER_REAL, max(1e-3, old_delay - (time.monotonic() - start)), old_interval)
 
     def _score(self, completion: str, answer: str) -> Score:
-        from math_verify import parse, verify
-
         _quiet_math_verify()  # math-verify's own timeouts stay off (None): its signal.alarm would reset ours
-        gold = self._gold(str(answer).strip())
+        gold, shape = self._gold(str(answer).strip())
         tail = _tail(completion, self.max_chars)
-        tagged = last_tag(tail)
-        pred = parse(tagged if tagged is not None else tail, parsing_timeout=None)
-        if not pred and tagged is not None and tagged.strip():
-            pred = parse(f"${tagged.strip()}$", parsing_timeout=None)
-        ok = bool(pred) and bool(verify(gold, pred, float_rounding=self.float_rounding, strict=self.strict, timeout_seconds=None))
-        return Score(1.0 if ok else 0.0, ok)
+        kind, spans = marked_spans(tail, ("answer", "boxed"))
+        if kind is None:  # no marker: the last line that may hold math
+            line = line_with(tail, DIGIT_OR_BACKSLASH, last=True)
+            spans = [] if line is None else [line]
+        spans = distinct(spans)
+        ok = 0 < len(spans) <= MAX_CANDIDATES and all(self._span_matches(t, kind == "boxed", gold, shape) for t in spans)
+        return RIGHT if ok else WRONG
+
+    def _span_matches(self, span: str, boxed: bool, gold, shape: str) -> bool:
+        """Whether one final-answer span states the reference (docs/verifiers.md)."""
+        from math_verify import verify
+
+        if shape != "value":  # a set, tuple, interval or relation: math-verify compares the whole statement
+            text = normalize_signs(span)
+            pred = [] if double_superscript(text) else self._parse(text, latex=boxed)
+            return bool(pred) and self._verify(gold, pred)
+        sides = math_statement(span)
+        if sides is None:
+            return False  # several values, another relation, a LaTeX error
+        preds = [self._parse(text, latex=True) for text in sides]
+        if not all(preds) or any(_relation_or_set(p[0]) for p in preds):
+            return False
+        last = preds[-1]
+        # every side of an equation states the same value: `\\boxed{124=123}` is false, not 123
+        if any(not verify(p, last, float_rounding=self.float_rounding, strict=self.strict, timeout_seconds=None)
+               for p in preds[:-1]):
+            return False
+        return self._verify(gold, last)
+
+    def _verify(self, gold, pred) -> bool:
+        from math_verify import verify
+
+        return bool(verify(gold, pred, float_rounding=self.float_rounding, strict=self.strict, timeout_seconds=None))
+
+    @staticmethod
+    def _parse(text: str, latex: bool) -> list:
+        """math-verify's parse of one side: LaTeX as `$text$`; other text as given, then as `$text$`."""
+        from math_verify import parse
+
+        if latex:
+            return parse(f"${text}$", parsing_timeout=None)
+        return parse(text, parsing_timeout=None) or parse(f"${text.strip()}$", parsing_timeout=None)
+
+
+def _shape(gold, answer_text: str) -> str:
+    if _is_relation(gold):
+        return "relation"
+    if _is_set(gold) or lists_values(answer_text):
+        return "many"
+    return "value"
+
+
+def _is_relation(x) -> bool:
+    from sympy.core.relational import Relational
+
+    return isinstance(x, Relational)
+
+
+def _is_set(x) -> bool:
+    from sympy import Set, Tuple
+
+    return isinstance(x, (Set, Tuple, list, tuple))
+
+
+def _relation_or_set(x) -> bool:
+    return _is_relation(x) or _is_set(x)
 
 
 def _quiet_math_verify() -> None:
@@ -330,7 +387,8 @@ class Countdown(Verifier):
     """Countdown: the expression must use the given numbers (each at most once; `require_all`: exactly once),
     only `+ - * /` and parentheses, and equal the target exactly (rational arithmetic, `countdown_expr`).
 
-    The expression is the last `<answer>...</answer>` content, else the last line with a digit. `$`, `\\(`
+    The expression is the `<answer>...</answer>` content (several different non-empty ones: each must be right),
+    else the last line with a digit. `$`, `\\(`
     `\\)`, `\\[` `\\]` and a trailing `.` are dropped; with `=` the first side holding an operator is the
     expression (`3*5+7 = 22` and `22 = 3*5+7` both read `3*5+7`), and every other side must be a valid
     expression of the same value (`3*5+7 = 23` scores 0: a false equation). The reference is the JSON string
@@ -343,19 +401,23 @@ class Countdown(Verifier):
     def __init__(self, require_all: bool = False, max_chars: int = DEFAULT_MAX_CHARS):
         self.require_all, self.max_chars = bool(require_all), int(max_chars)
 
+    def spans(self, completion: str) -> list[str]:
+        """The final-answer spans: every non-empty `<answer>` content, else the last line holding a digit."""
+        tail = _tail(completion, self.max_chars)
+        kind, spans = marked_spans(tail, ("answer",))
+        if kind is not None:
+            return spans
+        line = line_with(tail, DIGIT, last=True)
+        return [] if line is None else [line]
+
     def extract(self, completion: str) -> str | None:
-        sides = self._sides(completion)
+        spans = self.spans(completion)
+        sides = self._sides(spans[-1]) if spans else None
         return None if sides is None else sides[0]
 
-    def _sides(self, completion: str) -> list[str] | None:
+    @staticmethod
+    def _sides(text: str) -> list[str] | None:
         """The expression, then the other sides of its equation (if any)."""
-        tail = _tail(completion, self.max_chars)
-        text = last_tag(tail)
-        if text is None:
-            lines = [ln for ln in tail.splitlines() if any("0" <= ch <= "9" for ch in ln)]
-            if not lines:
-                return None
-            text = lines[-1]
         for junk in ("$", "\\(", "\\)", "\\[", "\\]"):
             text = text.replace(junk, " ")
         text = text.strip().rstrip(".").strip()
@@ -369,19 +431,24 @@ class Countdown(Verifier):
 
     def score(self, completion: str, answer: str) -> Score:
         nums, target = decode_countdown(answer)  # a bad reference raises -> error=True in score_batch
-        sides = self._sides(completion)
+        spans = distinct(self.spans(completion))
+        # several different answers: each must be right (a hedge across <answer> tags scores 0)
+        ok = 0 < len(spans) <= MAX_CANDIDATES and all(self._hits(t, nums, target) for t in spans)
+        return RIGHT if ok else WRONG
+
+    def _hits(self, text: str, nums: list[int], target: int) -> bool:
+        sides = self._sides(text)
         if sides is None:
-            return Score(0.0, False)
+            return False
         try:
             ev = evaluate(sides[0])
             # The other sides must hold too: '3*5+7 = 23' (or '= 3*5+8') states a false equation and scored 1
             # when only the first side was read. Each is a checked expression (<= 512 chars), so this stays cheap.
             if any(evaluate(p).value != ev.value for p in sides[1:]):
-                return Score(0.0, False)
+                return False
         except ExprError:
-            return Score(0.0, False)
-        ok = uses_numbers(ev.numbers, nums, require_all=self.require_all) and ev.value == target
-        return Score(1.0 if ok else 0.0, ok)
+            return False
+        return uses_numbers(ev.numbers, nums, require_all=self.require_all) and ev.value == target
 
 
 R1_FORMAT = r"^(?:(?!</think>).)*</think>\s*<answer>(?:(?!</answer>).)*</answer>\s*\Z"
@@ -475,13 +542,33 @@ def build_verifier(cfg: Any) -> Verifier:
     if iso not in ("auto", "process", "inline"):
         raise ValueError(f"verifier.isolation={iso!r} is not accepted; use one of: auto, process, inline")
     v.isolation = iso
-    workers = d.get("workers")
-    v.workers = int(workers) if workers else None
+    v.workers = _workers_setting(d.get("workers"))
+    v.batch_timeout_s = _seconds_setting("verifier.batch_timeout_s", _opt(d, "batch_timeout_s", DEFAULT_BATCH_TIMEOUT_S))
     return v
+
+
+def _workers_setting(workers: Any) -> int | None:
+    if workers is None:
+        return None
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"verifier.workers={workers!r} is not accepted; use an integer >= 1, or null for "
+                         f"min({_MAX_DEFAULT_WORKERS}, usable CPU cores)")
+    return workers
+
+
+def _seconds_setting(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{key}={value!r} is not accepted; use a finite number of seconds > 0 "
+                         f"(values under {MIN_TIMEOUT_S} count as {MIN_TIMEOUT_S})")
+    return float(value)
 
 
 # ----------------------------------------------------------------------------- bounded batch scoring
 _IN_WORKER = False
+MIN_TIMEOUT_S = 0.01  # floor on verifier.timeout_s and batch_timeout_s: a shorter SIGALRM could not be armed reliably
+_MAX_TIMEOUT_S = 86_400.0  # a non-finite bound reaching score_batch (no config check upstream) counts as one day
+DEFAULT_BATCH_TIMEOUT_S = 30.0  # verifier.batch_timeout_s: the whole batch's bound (one trainer step's scoring)
+_MAX_DEFAULT_WORKERS = 4
 _HARD_GRACE_S = 0.5  # a worker past timeout_s + this is killed (SIGKILL) and replaced
 _STARTUP_S = 60.0  # a worker must import and report ready within this (not counted against items)
 _WORKER_EXTRA_MEMORY = 2 << 30  # address space a worker may add beyond its size when ready
@@ -489,7 +576,23 @@ _POOLS: "weakref.WeakSet[_WorkerPool]" = weakref.WeakSet()
 
 
 def _default_workers() -> int:
-    return min(4, max(1, (os.cpu_count() or 2) // 2))
+    """min(4, usable CPU cores): the trainer waits while a batch is scored, so every core can score."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(_MAX_DEFAULT_WORKERS, cores))
+
+
+def _bounded_seconds(value: Any) -> float:
+    """A time bound as score_batch uses it: at least MIN_TIMEOUT_S, at most a day; NaN or junk -> the floor."""
+    try:
+        t = float(value)
+    except (TypeError, ValueError):
+        return MIN_TIMEOUT_S
+    if math.isnan(t):
+        return MIN_TIMEOUT_S
+    return min(max(t, MIN_TIMEOUT_S), _MAX_TIMEOUT_S)
 
 
 def _limit_memory() -> None:
@@ -542,14 +645,19 @@ def _worker_entry(fd: int) -> None:
         i, completion, answer, timeout_s = msg
         try:
             try:
-                signal.setitimer(signal.ITIMER_REAL, max(0.01, float(timeout_s)))
+                signal.setitimer(signal.ITIMER_REAL, _bounded_seconds(timeout_s))
                 s = verifier.score(completion, answer)
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             r = float(s.reward)
-            out = (i, r if math.isfinite(r) else 0.0, bool(s.correct), bool(s.error) or not math.isfinite(r))
-        except BaseException:  # timeout, MemoryError, RecursionError, anything
-            out = (i, 0.0, False, True)
+            if math.isfinite(r):
+                out = (i, r, bool(s.correct), bool(s.error), str(s.reason or ("raised" if s.error else "")))
+            else:
+                out = (i, 0.0, False, True, "raised")
+        except _ItemTimeout:
+            out = (i, 0.0, False, True, "timeout")
+        except BaseException:  # MemoryError, RecursionError, anything
+            out = (i, 0.0, False, True, "raised")
         try:
             conn.send(out)
         except (EOFError, OSError):
@@ -624,70 +732,102 @@ class _WorkerPool:
         if w is not None:
             w.kill()
 
-    def score(self, completions, answers, timeout_s: float) -> list[Score]:
-        from multiprocessing.connection import wait
-
+    def score(self, completions, answers, timeout_s: float, batch_s: float) -> list[Score]:
+        """Each item within timeout_s (SIGALRM in the worker, a kill at timeout_s + 0.5 s), the whole batch within
+        batch_s of scoring time (time while no worker is ready yet, i.e. imports, does not count): past it, the
+        items still running are killed and the rest are not sent; all of them score BATCH_TIMEOUT."""
         n = len(completions)
         results: list[Score | None] = [None] * n
         pending = deque(range(n))
         busy: dict[int, tuple[int, float]] = {}  # worker slot -> (item, hard deadline)
+        spent, clock = 0.0, time.monotonic()  # scoring time used by this batch
         with self.lock:
             self.start_failures = 0
             while pending or busy:
                 if pending and self.start_failures >= 3 * len(self.workers):
                     warnings.warn("verifier worker processes fail to start; scoring the rest as errors")
                     break
-                for k in range(len(self.workers)):
-                    w = self.workers[k]
-                    if w is None or (k not in busy and not w.alive()):
-                        if not pending:
-                            continue
-                        self._drop(k)
-                        w = self.workers[k] = _Worker(self.blob)
-                    if w.ready and k not in busy and pending:
-                        i = pending.popleft()
-                        try:
-                            w.conn.send((i, _trim_for_transport(completions[i], self.cap), answers[i], timeout_s))
-                            busy[k] = (i, time.monotonic() + timeout_s + _HARD_GRACE_S)
-                        except Exception:
-                            results[i] = ERROR
-                            self._drop(k)
-                watch = {w.conn: k for k, w in enumerate(self.workers) if w is not None and (k in busy or not w.ready)}
-                if not watch:
-                    continue
-                ends = [d for _, d in busy.values()] + [w.started + _STARTUP_S for w in self.workers if w is not None and not w.ready]
-                for conn in wait(list(watch), timeout=max(0.0, min(ends) - time.monotonic())):
-                    k = watch[conn]
-                    try:
-                        msg = conn.recv()
-                    except Exception:  # the worker died (crash, memory limit)
-                        msg = None
-                    if k in busy:
-                        i, _ = busy.pop(k)
-                        ok = isinstance(msg, tuple) and msg[0] == i
-                        results[i] = Score(msg[1], msg[2], msg[3]) if ok else ERROR
-                        if not ok:
-                            self._drop(k)
-                    elif msg == "ready":
-                        self.workers[k].ready = True
-                    else:
-                        self.start_failures += 1
-                        self._drop(k)
                 now = time.monotonic()
-                for k, (i, d) in list(busy.items()):
-                    if now >= d:  # hard deadline: kill; the slot is refilled
-                        del busy[k]
-                        results[i] = ERROR
-                        self._drop(k)
-                for k, w in enumerate(self.workers):
-                    if w is not None and not w.ready and now >= w.started + _STARTUP_S:
-                        self.start_failures += 1
-                        self._drop(k)
+                if any(w is not None and w.ready for w in self.workers):
+                    spent += now - clock
+                clock = now
+                if spent >= batch_s:
+                    self._stop_batch(busy, pending, results)
+                    break
+                self._dispatch(busy, pending, results, completions, answers, timeout_s)
+                self._collect(busy, results, batch_s - spent)
             try:
                 self._refill()  # replace killed workers now: they start while the trainer generates
             except Exception:
                 pass
-        return [r if r is not None else ERROR for r in results]
+        return [r if r is not None else NO_WORKER for r in results]
+
+    def _dispatch(self, busy, pending, results, completions, answers, timeout_s: float) -> None:
+        """Give every idle ready worker its next item; start a worker in an empty or dead slot."""
+        for k in range(len(self.workers)):
+            w = self.workers[k]
+            if w is None or (k not in busy and not w.alive()):
+                if not pending:
+                    continue
+                self._drop(k)
+                w = self.workers[k] = _Worker(self.blob)
+            if w.ready and k not in busy and pending:
+                i = pending.popleft()
+                try:
+                    w.conn.send((i, _trim_for_transport(completions[i], self.cap), answers[i], timeout_s))
+                    busy[k] = (i, time.monotonic() + timeout_s + _HARD_GRACE_S)
+                except Exception:
+                    results[i] = WORKER_LOST
+                    self._drop(k)
+
+    def _collect(self, busy, results, batch_left: float) -> None:
+        """Wait for answers (or readiness) until the nearest deadline; kill workers past theirs."""
+        from multiprocessing.connection import wait
+
+        watch = {w.conn: k for k, w in enumerate(self.workers) if w is not None and (k in busy or not w.ready)}
+        if not watch:
+            return
+        ends = [d for _, d in busy.values()] + [w.started + _STARTUP_S for w in self.workers if w is not None and not w.ready]
+        now = time.monotonic()
+        if any(w is not None and w.ready for w in self.workers):
+            ends.append(now + batch_left)
+        for conn in wait(list(watch), timeout=max(0.0, min(ends) - now)):
+            k = watch[conn]
+            try:
+                msg = conn.recv()
+            except Exception:  # the worker died (crash, memory limit)
+                msg = None
+            if k in busy:
+                i, _ = busy.pop(k)
+                ok = isinstance(msg, tuple) and len(msg) == 5 and msg[0] == i
+                results[i] = Score(msg[1], msg[2], msg[3], msg[4]) if ok else WORKER_LOST
+                if not ok:
+                    self._drop(k)
+            elif msg == "ready":
+                self.workers[k].ready = True
+            else:
+                self.start_failures += 1
+                self._drop(k)
+        now = time.monotonic()
+        for k, (i, d) in list(busy.items()):
+            if now >= d:  # hard deadline: kill; the slot is refilled
+                del busy[k]
+                results[i] = TIMEOUT
+                self._drop(k)
+        for k, w in enumerate(self.workers):
+            if w is not None and not w.ready and now >= w.started + _STARTUP_S:
+                self.start_failures += 1
+                self._drop(k)
+
+    def _stop_batch(self, busy, pending, results) -> None:
+        """The batch bound is spent: kill the workers still scoring, and score those items and the unsent ones 0."""
+        for k, (i, _) in list(busy.items()):
+            results[i] = BATCH_TIMEOUT
+            self._drop(k)
+        busy.clear()
+        for i in pending:
+            results[i] = BATCH_TIMEOUT
+        pending.clear()
 
     def close(self) -> None:
         for k, w in enumerate(self.workers):
@@ -706,9 +846,15 @@ def _close_pools() -> None:
         p.close()
 
 
-def _score_inline(verifier, completions, answers) -> list[Score]:
+def _score_inline(verifier, completions, answers, batch_s: float) -> list[Score]:
+    """In this thread, one item after another; items not started within batch_s score BATCH_TIMEOUT (an item
+    already running is not interrupted: inline verifiers are cheap by construction, or bound themselves)."""
     out = []
+    deadline = time.monotonic() + batch_s
     for c, a in zip(completions, answers):
+        if time.monotonic() >= deadline:
+            out.append(BATCH_TIMEOUT)
+            continue
         try:
             s = verifier.score(c, a)
             r = float(s.reward)
@@ -718,16 +864,39 @@ def _score_inline(verifier, completions, answers) -> list[Score]:
     return out
 
 
-def score_batch(verifier, completions: list[str], answers: list[str], *, timeout_s: float = 2.0) -> list[Score]:
-    """Score many completions, each within `timeout_s`; an exception or timeout gives reward 0 with
-    error=True, never a crash. Cheap verifiers run inline; others in worker processes (see module doc)."""
+def score_batch(verifier, completions: list[str], answers: list[str], *, timeout_s: float = 2.0,
+                batch_timeout_s: float | None = None) -> list[Score]:
+    """Score many completions: each within `timeout_s` (floor MIN_TIMEOUT_S = 10 ms), the whole batch within
+    `batch_timeout_s` (default: the verifier's `verifier.batch_timeout_s`, else 30 s). A completion that raises,
+    times out or is not reached within the batch bound scores 0 with error=True and a `reason`
+    (`error_counts`). Never raises, except for mismatched lengths (a caller bug). Cheap verifiers run inline;
+    others in worker processes (see module doc)."""
     if len(completions) != len(answers):
         raise ValueError(f"score_batch: {len(completions)} completions but {len(answers)} answers")
     if not completions:
         return []
+    item_s = _bounded_seconds(timeout_s)
+    if batch_timeout_s is None:
+        batch_timeout_s = getattr(verifier, "batch_timeout_s", None) or DEFAULT_BATCH_TIMEOUT_S
+    batch_s = _bounded_seconds(batch_timeout_s)
+    try:
+        return _score_bounded(verifier, completions, answers, item_s, batch_s)
+    except Exception as e:  # noqa: BLE001 - documented never to raise: every item an error, the pool rebuilt
+        warnings.warn(f"verifier {getattr(verifier, 'name', verifier)!r}: scoring failed ({type(e).__name__}: {e}); "
+                      "the batch scores 0 as errors")
+        pool = getattr(verifier, "__dict__", {}).pop("_pool", None)
+        if pool is not None:
+            try:
+                pool.close()
+            except Exception:
+                pass
+        return [ERROR] * len(completions)
+
+
+def _score_bounded(verifier, completions, answers, item_s: float, batch_s: float) -> list[Score]:
     iso = getattr(verifier, "isolation", "auto")
     if iso == "inline" or (iso == "auto" and getattr(verifier, "bounded", False)):
-        return _score_inline(verifier, completions, answers)
+        return _warn_batch_bound(_score_inline(verifier, completions, answers, batch_s), batch_s)
     pool = getattr(verifier, "_pool", None)
     if pool is None:
         try:
@@ -735,5 +904,13 @@ def score_batch(verifier, completions: list[str], answers: list[str], *, timeout
             verifier._pool = pool
         except Exception as e:  # cannot isolate (e.g. an object without __dict__): score inline, say so once
             warnings.warn(f"verifier {getattr(verifier, 'name', verifier)!r}: no worker processes ({e}); scoring inline without a hard timeout")
-            return _score_inline(verifier, completions, answers)
-    return pool.score(completions, answers, float(timeout_s))
+            return _warn_batch_bound(_score_inline(verifier, completions, answers, batch_s), batch_s)
+    return _warn_batch_bound(pool.score(completions, answers, item_s, batch_s), batch_s)
+
+
+def _warn_batch_bound(scores: list[Score], batch_s: float) -> list[Score]:
+    late = error_counts(scores).get("batch_timeout", 0)
+    if late:
+        warnings.warn(f"verifier: {late} of {len(scores)} completions were not scored within "
+                      f"verifier.batch_timeout_s={batch_s:g} s; they score 0 and count in verifier/errors")
+    return scores

@@ -49,14 +49,15 @@ def test_normalize_number_refuses_non_plain_numbers(text):
 
 @pytest.mark.parametrize("completion, answer, expected", [
     ("17", "17", True),                          # the embedded arithmetic task
-    ("17 and then 5", "17", True),               # plain completions: the FIRST number
+    ("17 and then 5", "17", False),              # two numbers on the answer line: no single value (was True)
+    ("17\nand then 5", "17", True),              # plain completions: the first line holding a digit
     ("1,000", "1000", True),
     ("1000.0", "1,000", True),
     ("+1000", "1000", True),
     ("18", "17", False),
     ("", "17", False),
     ("The sum is 5, so 2+3 = <answer>5</answer>", "5", True),    # <answer> beats the first number
-    ("<answer>3 + 4 = 7</answer>", "7", True),                     # inside a marker: its last number
+    ("<answer>3 + 4 = 7</answer>", "7", True),                     # inside a marker: a true equation
     ("so the answer is \\boxed{1,024}.", "1024", True),
     ("x = 2, y = 3\n#### 42", "42", True),
     ("#### 41", "42", False),

@@ -37,9 +37,9 @@ def correct(v, completion, answer):
     ("\\boxed{-5}", "−5", True),      # a reference written with U+2212
     ("−0", "0", True),
     # commas are thousands separators only (groups of 3): a list is not one number
-    ("the roots are 1,2,3", "123", False),     # first number is 1
-    ("<answer>1,2,3</answer>", "123", False),  # marker: its last number, 3
-    ("<answer>1,2,3</answer>", "3", True),
+    ("the roots are 1,2,3", "123", False),     # a list: three numbers, no single value
+    ("<answer>1,2,3</answer>", "123", False),  # marker: a list, no single value
+    ("<answer>1,2,3</answer>", "3", False),    # a list of three candidates (was True: its last number)
     ("<answer>12,34</answer>", "1234", False),
     ("<answer>1,000,000</answer>", "1000000", True),
     ("1,000.5 dollars", "1000.5", True),
