@@ -265,6 +265,9 @@ LOGGER_MODES = ("offline", "online", "disabled")
 PROMPT_KINDS = ("arithmetic", "countdown", "file", "hf")
 
 
+MAX_TIMEOUT_S = 3600.0  # seconds per completion: an hour is already far past any verifier's need
+
+
 def _one_of(key: str, value: Any, accepted) -> None:
     if value not in accepted:
         raise ConfigError(f"{key}={value!r} is not accepted; use one of: {', '.join(map(str, accepted))}")
@@ -421,6 +424,8 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
         raise ConfigError("prompts.kind=hf needs prompts.hf_id (a dataset id on the Hugging Face hub)")
     if c.verifier.timeout_s is None or c.verifier.timeout_s <= 0:
         raise ConfigError(f"verifier.timeout_s={c.verifier.timeout_s} must be > 0 (seconds per completion)")
+    if c.verifier.timeout_s > MAX_TIMEOUT_S:  # 1e300 overflowed the workers' timers: score_batch raised
+        raise ConfigError(f"verifier.timeout_s={c.verifier.timeout_s} must be <= {MAX_TIMEOUT_S:g} (seconds per completion)")
     if not (isinstance(c.resume, (bool, str)) and c.resume != ""):
         raise ConfigError(f"resume={c.resume!r} is not accepted; use false, true (same overrides) or the path of a run folder")
     _one_of("logger.name", c.logger.name, LOGGERS)
@@ -582,7 +587,7 @@ RANGES: dict[str, Range] = {
     "prompts.max_numbers": Range(2),
     "prompts.max_number": AT_LEAST_ONE,
     "prompts.max_target": AT_LEAST_ONE,
-    "verifier.timeout_s": Range(0, 3600, low_open=True),  # seconds per completion; an hour overflows no timer
+    "verifier.timeout_s": POSITIVE,  # and at most MAX_TIMEOUT_S
     "verifier.max_chars": AT_LEAST_ONE,
     "verifier.workers": AT_LEAST_ONE,
     "budget.max_new_tokens": AT_LEAST_ONE,
