@@ -4,8 +4,9 @@ Hydra creates the run folder (`hydra.run.dir`, or `hydra.sweep.dir` in a multiru
 and the job function imports torch and transformers (about 3 s) before `train()` validates. So a bad value used to
 leave a folder behind, take 4 s to report, and an uncreatable `results_dir` gave Hydra's raw `mkdir` traceback.
 Here each job of the command line is composed with Hydra's compose API (the same config Hydra will compose),
-validated with `rlcompare.config.validate`, and its run folder is checked creatable; the first error comes back as
-one line naming the key. `train()` validates again inside the job (it is also called without the CLI).
+validated with `rlcompare.config.validate`, its verifier built and (for local prompt sets and inline verifiers)
+probed with the prompts (`rlcompare.verifier_probe`), and its run folder checked creatable; the first error comes
+back as one line naming the key. `train()` validates again inside the job (it is also called without the CLI).
 
 Command lines this cannot compose exactly as Hydra will are left to Hydra and `train()`: informational flags
 (`--help`, `--cfg`, `--info`, ...), another config source (`--config-dir`, `--config-name`), or another sweeper or
@@ -76,7 +77,8 @@ def check_job(overrides: list[str], multirun: bool = False) -> str | None:
     except Exception as e:  # noqa: BLE001 - unknown preset, key not in the config, a sweep without -m, ...
         return _composition_error(e, overrides)
     try:
-        validate(cfg)
+        checked = validate(cfg)
+        _check_prompts_and_verifier(checked)
     except ConfigError as e:
         return str(e)
     key, folder = _run_folder(cfg, overrides, multirun)
@@ -88,6 +90,21 @@ def check_job(overrides: list[str], multirun: bool = False) -> str | None:
         except ConfigError as e:
             return str(e)
     return None
+
+
+def _check_prompts_and_verifier(cfg) -> None:
+    """Build the verifier (a misspelt name, a bad pattern) and, for prompt sets made or read locally, the prompts,
+    and probe the verifier with them when it scores inline (rlcompare.verifier_probe). A hub prompt set (a download)
+    and a verifier in worker processes (math-verify: seconds to start) are checked in the job's preflight only."""
+    from rlcompare.verifier_probe import build_prompt_set, build_run_verifier, check_verifier_reads_prompts
+
+    verifier = build_run_verifier(cfg)
+    try:
+        inline = verifier.isolation == "inline" or (verifier.isolation == "auto" and verifier.bounded)
+        if cfg.prompts.kind != "hf" and inline:
+            check_verifier_reads_prompts(cfg, build_prompt_set(cfg), verifier)  # a warning is printed by the job
+    finally:
+        verifier.close()
 
 
 def _run_folder(cfg, overrides: list[str], multirun: bool) -> tuple[str, str | None]:

@@ -265,23 +265,10 @@ def preflight(cfg: DictConfig, run_dir: Path | None = None):
     """Checks that need more than the config but nothing heavy: build the prompt set and the verifier, read the
     model's context length, check the run folder is writable. Raises ConfigError naming the key.
     Returns (prompt splits, verifier) so that the trainer does not build them again."""
-    from rlcompare.prompts import build_prompts
-    from rlcompare.verifiers import build_verifier
+    from rlcompare.verifier_probe import build_prompt_set, build_run_verifier
 
-    try:
-        splits = build_prompts(cfg.prompts)
-    except ConfigError:
-        raise
-    except Exception as e:  # noqa: BLE001 - missing file or field, bad template, hub errors: all name their key
-        msg = str(e)
-        raise ConfigError(msg if "prompts." in msg else f"prompts (prompts.kind={cfg.prompts.kind}): {msg}") from None
-    try:
-        verifier = build_verifier(cfg.verifier)
-    except ConfigError:
-        raise
-    except Exception as e:  # noqa: BLE001
-        msg = str(e)
-        raise ConfigError(msg if "verifier" in msg else f"verifier.name={cfg.verifier.name!r}: {msg}") from None
+    splits = build_prompt_set(cfg)
+    verifier = build_run_verifier(cfg)
     ctx = model_context_length(cfg)
     need = cfg.budget.max_prompt_tokens + cfg.budget.max_new_tokens
     if ctx is not None and need > ctx:

@@ -33,6 +33,34 @@ MAX_SOLVE_NUMBERS = 4  # the search for a Countdown solution tries every express
 THINK = "I work it out."  # reasoning without digits: no verifier may read a number from it
 
 
+# ----------------------------------------------------------------------------- the two sides, built (no torch)
+def build_prompt_set(cfg: Any):
+    """The run's prompt splits; any failure (missing file or field, bad template, hub error) as a ConfigError."""
+    from rlcompare.prompts import build_prompts
+
+    try:
+        return build_prompts(cfg.prompts)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the loaders' messages name their key
+        msg = str(e)
+        raise ConfigError(msg if "prompts." in msg else f"prompts (prompts.kind={cfg.prompts.kind}): {msg}") from None
+
+
+def build_run_verifier(cfg: Any):
+    """The run's verifier; any failure (unknown name, bad pattern or component) as a ConfigError."""
+    from rlcompare.verifiers import build_verifier
+
+    try:
+        return build_verifier(cfg.verifier)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        msg = str(e)
+        raise ConfigError(msg if "verifier" in msg else f"verifier.name={cfg.verifier.name!r}: {msg}") from None
+
+
+# ----------------------------------------------------------------------------- the completions
 def completions_for(template: str, answer_text: str) -> tuple[str, ...]:
     """Completions of a prompt made from `template` that answer `answer_text` in the form it asks for; a template
     that asks for no form gets the bare answer, in $...$ and in \\boxed{} (a model may write any of them)."""
