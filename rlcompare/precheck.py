@@ -9,8 +9,8 @@ probed with the prompts (`rlcompare.verifier_probe`), and its run folder checked
 back as one line naming the key. `train()` validates again inside the job (it is also called without the CLI).
 
 Command lines this cannot compose exactly as Hydra will are left to Hydra and `train()`: informational flags
-(`--help`, `--cfg`, `--info`, ...), another config source (`--config-dir`, `--config-name`), or another sweeper or
-launcher plugin.
+(`--help`, `--cfg`, `--info`, ...), another config source (`--config-dir`, `--config-name`), another sweeper or
+launcher plugin, and `resume=<run dir>` (train() checks the run's own saved config).
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ def check_train_args(argv: list[str]) -> str | None:
     if multirun and any(o.key_or_group.startswith(PLUGIN_GROUPS) for o in parsed):
         return None
     jobs = _jobs(parsed) if multirun else [overrides]
+    probed: set[str] = set()  # (prompts, verifier) settings probed already: seeds of a sweep share them
     for job in jobs[:MAX_JOBS_CHECKED]:
-        err = check_job(job, multirun=multirun)
+        err = check_job(job, multirun=multirun, probed=probed)
         if err is not None:
             return (f"{err} (multirun job {' '.join(job)})" if multirun and len(jobs) > 1 else err)
     return None
@@ -63,7 +64,7 @@ def _jobs(parsed) -> list[list[str]]:
     return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
 
 
-def check_job(overrides: list[str], multirun: bool = False) -> str | None:
+def check_job(overrides: list[str], multirun: bool = False, probed: set[str] | None = None) -> str | None:
     """Compose one job's config as Hydra will, validate it and check its run folder; the error (one line) or None."""
     from hydra import compose, initialize_config_dir
 
@@ -76,9 +77,11 @@ def check_job(overrides: list[str], multirun: bool = False) -> str | None:
             cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
     except Exception as e:  # noqa: BLE001 - unknown preset, key not in the config, a sweep without -m, ...
         return _composition_error(e, overrides)
+    if _resumes_a_folder(cfg):  # train() checks it against that run's own config, not this composed one
+        return None
     try:
         checked = validate(cfg)
-        _check_prompts_and_verifier(checked)
+        _check_prompts_and_verifier(checked, set() if probed is None else probed)
     except ConfigError as e:
         return str(e)
     key, folder = _run_folder(cfg, overrides, multirun)
@@ -92,12 +95,23 @@ def check_job(overrides: list[str], multirun: bool = False) -> str | None:
     return None
 
 
-def _check_prompts_and_verifier(cfg) -> None:
+def _resumes_a_folder(cfg) -> bool:
+    r = cfg.get("resume")
+    return isinstance(r, str) and r.strip().lower() not in ("true", "false", "0", "1", "no", "yes", "")
+
+
+def _check_prompts_and_verifier(cfg, probed: set[str]) -> None:
     """Build the verifier (a misspelt name, a bad pattern) and, for prompt sets made or read locally, the prompts,
     and probe the verifier with them when it scores inline (rlcompare.verifier_probe). A hub prompt set (a download)
     and a verifier in worker processes (math-verify: seconds to start) are checked in the job's preflight only."""
+    from omegaconf import OmegaConf
+
     from rlcompare.verifier_probe import build_prompt_set, build_run_verifier, check_verifier_reads_prompts
 
+    both = OmegaConf.to_yaml(cfg.prompts) + OmegaConf.to_yaml(cfg.verifier)
+    if both in probed:
+        return
+    probed.add(both)
     verifier = build_run_verifier(cfg)
     try:
         inline = verifier.isolation == "inline" or (verifier.isolation == "auto" and verifier.bounded)

@@ -86,6 +86,8 @@ def test_good_command_lines_and_ones_for_hydra_itself_pass(tmp_path):
     assert check_train_args(["-m", "algorithm=grpo,dapo", "seed=0,1", res]) is None
     assert check_train_args(["--cfg", "job", "trainer.lr=inf"]) is None  # printing the config: Hydra's business
     assert check_train_args(["--help"]) is None
+    # resume=<run dir>: train() checks the run's own saved config, not the defaults composed here
+    assert check_train_args(["resume=/nonexistent/run", "verifier=countdown"]) is None
     assert not (tmp_path / "results").exists()
 
 
