@@ -99,6 +99,12 @@ def train_main(argv: list[str]) -> int:
               f"({summary['tokens/generated']} generated tokens, {summary['wall_time_s']:.0f} s); results in {summary['run_dir']}",
               file=sys.stderr)
 
+    from rlcompare.precheck import check_train_args
+
+    error = check_train_args(argv)  # before Hydra makes the run folder and the job imports torch
+    if error is not None:
+        print(f"rlcompare: config error: {error}", file=sys.stderr)
+        return 2
     sys.argv = ["rlcompare train"] + argv
     _app()
     return 0

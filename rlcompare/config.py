@@ -7,9 +7,12 @@ before anything heavy runs.
 
 from __future__ import annotations
 
+import functools
+import math
 import os
-from dataclasses import dataclass, field
-from typing import Any, Optional
+import tempfile
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError as OmegaValidationError
@@ -164,6 +167,7 @@ class VerifierConfig:
     isolation: str = "auto"  # auto | process | inline: auto runs math_verify / custom patterns in worker processes
     workers: Optional[int] = None  # worker processes for isolated verifiers; null = min(4, usable CPU cores)
     batch_timeout_s: float = 30.0  # bound on scoring one batch (one step); completions not scored in time get 0 (error)
+    probe: bool = True  # before training, a few reference answers written as correct completions must score correct
     extra: Any = field(default_factory=dict)
 
 
@@ -262,6 +266,9 @@ LOGGER_MODES = ("offline", "online", "disabled")
 PROMPT_KINDS = ("arithmetic", "countdown", "file", "hf")
 
 
+MAX_TIMEOUT_S = 3600.0  # seconds per completion: an hour is already far past any verifier's need
+
+
 def _one_of(key: str, value: Any, accepted) -> None:
     if value not in accepted:
         raise ConfigError(f"{key}={value!r} is not accepted; use one of: {', '.join(map(str, accepted))}")
@@ -287,7 +294,7 @@ def to_schema(cfg: DictConfig | dict) -> DictConfig:
         raise ConfigError(f"unknown config key '{key}'; accepted keys here: {accepted}") from None
     except OmegaValidationError as e:
         first = str(e.msg).strip().splitlines()[0] if str(e.msg).strip() else str(e)
-        raise ConfigError(f"bad value for '{e.full_key}': {first}") from None
+        raise ConfigError(f"{e.full_key}={getattr(e, 'value', None)!r} is not accepted (bad value for '{e.full_key}'): {first}") from None
     return merged
 
 
@@ -298,6 +305,7 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
         OmegaConf.resolve(c)
     except Exception as e:  # a bad interpolation
         raise ConfigError(f"config interpolation failed: {e}") from None
+    _check_finite(OmegaConf.to_container(c, resolve=True))  # first: nan passes every comparison below
     a, t, b = c.algorithm, c.trainer, c.budget
 
     _one_of("device", c.device, DEVICES)
@@ -390,6 +398,7 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
         if b.total_tokens < one_step:
             raise ConfigError(f"budget.total_tokens={b.total_tokens} is smaller than one step ({t.prompts_per_step} prompts x {t.group_size} completions = at least {one_step} tokens); raise budget.total_tokens or lower trainer.prompts_per_step")
 
+    _check_ranges(c)  # every numeric key the checks above did not cover (the model's sizes divide below)
     _one_of("model.kind", c.model.kind, MODEL_KINDS)
     _one_of("model.dtype", c.model.dtype, DTYPES)
     if c.model.kind == "hf" and not c.model.name_or_path:
@@ -400,6 +409,11 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
             raise ConfigError(f"budget.max_prompt_tokens + budget.max_new_tokens = {need} exceeds the model's context model.max_position_embeddings={c.model.max_position_embeddings}; lower the budget or raise the context")
         if c.model.hidden_size % c.model.num_heads:
             raise ConfigError(f"model.hidden_size={c.model.hidden_size} must be divisible by model.num_heads={c.model.num_heads}")
+        if (c.model.hidden_size // c.model.num_heads) % 2:  # RoPE rotates pairs of dimensions of every head
+            raise ConfigError(f"model.hidden_size={c.model.hidden_size} / model.num_heads={c.model.num_heads} = "
+                              f"{c.model.hidden_size // c.model.num_heads} dimensions per head must be even (rotary "
+                              f"embeddings rotate pairs); e.g. model.hidden_size=128 model.num_heads=4")
+        _check_warm_start(c.model.warm_start)
         _at_least("model.num_layers", c.model.num_layers, 1)
     _one_of("prompts.kind", c.prompts.kind, PROMPT_KINDS)
     _at_least("prompts.n_eval", c.prompts.n_eval, 1)
@@ -411,20 +425,211 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
         raise ConfigError("prompts.kind=hf needs prompts.hf_id (a dataset id on the Hugging Face hub)")
     if c.verifier.timeout_s is None or c.verifier.timeout_s <= 0:
         raise ConfigError(f"verifier.timeout_s={c.verifier.timeout_s} must be > 0 (seconds per completion)")
+    if c.verifier.timeout_s > MAX_TIMEOUT_S:  # 1e300 overflowed the workers' timers: score_batch raised
+        raise ConfigError(f"verifier.timeout_s={c.verifier.timeout_s} must be <= {MAX_TIMEOUT_S:g} (seconds per completion)")
     if not (isinstance(c.resume, (bool, str)) and c.resume != ""):
         raise ConfigError(f"resume={c.resume!r} is not accepted; use false, true (same overrides) or the path of a run folder")
     _one_of("logger.name", c.logger.name, LOGGERS)
     _one_of("logger.mode", c.logger.mode, LOGGER_MODES)
+    if c.prompts.kind == "arithmetic":
+        _check_arithmetic_template(c.prompts.template)
+    _check_folder_name("experiment", c.experiment)
+    if c.run_name is not None:
+        _check_folder_name("run_name", c.run_name)
     _check_results_dir(c.results_dir)
+    if c.model.cache_dir is not None:
+        check_creatable("model.cache_dir", c.model.cache_dir)
     return c
 
 
 def _check_results_dir(path: str) -> None:
-    p = os.path.abspath(path)
-    while not os.path.exists(p):
-        parent = os.path.dirname(p)
-        if parent == p:
-            break
-        p = parent
-    if not os.path.isdir(p) or not os.access(p, os.W_OK):
-        raise ConfigError(f"results_dir={path!r} is not writable (checked {p}); choose a folder you can write, e.g. results_dir=./results")
+    check_creatable("results_dir", path)
+
+
+def check_creatable(key: str, path: str) -> None:
+    """`path` is a folder, or can be made one (by Hydra, or the run) with its parents; else ConfigError naming `key`."""
+    why = _why_not_creatable(str(path))
+    if why is not None:
+        raise ConfigError(f"{key}={str(path)!r} is not writable ({why}); choose a folder you can write"
+                          + (", e.g. results_dir=./results" if key == "results_dir" else ""))
+
+
+def _why_not_creatable(path: str) -> str | None:
+    if not path.strip() or "\0" in path:
+        return "an empty path or one holding a NUL character"
+    full = os.path.abspath(path)
+    missing = []
+    while not os.path.lexists(full):  # lexists: a dangling symlink is in the way, not missing
+        full, name = os.path.dirname(full), os.path.basename(full)
+        missing.append(name)
+    too_long = [n for n in missing if len(os.fsencode(n)) > _NAME_MAX]
+    if too_long:
+        return f"the folder name {too_long[0][:40]!r}... is longer than {_NAME_MAX} bytes"
+    if not os.path.isdir(full):
+        return f"checked {full}: not a folder"
+    try:  # os.access says yes to root on read-only mounts and /proc: make (and remove) a folder there instead
+        os.rmdir(tempfile.mkdtemp(prefix=".rlcompare-write-check-", dir=full))
+    except OSError as e:
+        return f"checked {full}: {e.strerror or e}"
+    return None
+
+
+_NAME_MAX = 255  # bytes in one folder name on Linux and macOS file systems
+
+
+def _check_folder_name(key: str, value: Any) -> None:
+    """`experiment` and `run_name` name one folder under results_dir: no separators, no `..`, nothing absolute."""
+    name = str(value)
+    bad = (not name.strip() or name in (".", "..") or any(ch in name for ch in "/\\\0")
+           or len(os.fsencode(name)) > _NAME_MAX)
+    if bad:
+        raise ConfigError(f"{key}={value!r} must be one folder name inside results_dir: not empty, not '.' or '..', no "
+                          f"'/' or '\\', at most {_NAME_MAX} bytes; e.g. {key}=my_{key}")
+
+
+def _check_arithmetic_template(template: str) -> None:
+    """The embedded arithmetic set formats its template with str.format: it must hold {question} and no other field."""
+    try:
+        ok = "{question}" in template and template.format(question="") is not None
+    except (KeyError, IndexError, ValueError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"prompts.template={template!r} does not work with prompts.kind=arithmetic: it needs a string "
+                          f"holding {{question}} and no other {{...}} field (doubled braces {{{{ }}}} stay literal); "
+                          f"e.g. prompts.template='{{question}}'")
+
+
+def _check_warm_start(ws) -> None:
+    """The tiny model's supervised warm start draws noisy labels from `noise_offsets` (integers added to answers)."""
+    offsets = ws.noise_offsets
+    seq = None if isinstance(offsets, (str, bytes, int, float)) else list(offsets)
+    ints = seq is not None and all(isinstance(x, int) and not isinstance(x, bool) for x in seq)
+    if not ints or (ws.noisy_label_frac > 0 and not seq):
+        raise ConfigError(f"model.warm_start.noise_offsets={offsets!r} must be a list of integers (how far noisy labels "
+                          f"are off), non-empty while model.warm_start.noisy_label_frac > 0; e.g. [1, 2]")
+
+
+# ----------------------------------------------------------------------------- numbers: finite, within range
+@functools.lru_cache(maxsize=None)
+def numeric_keys(schema: type = None, prefix: str = "") -> dict[str, type]:
+    """Every int and float key of the schema (dotted path -> int | float), walked from the dataclasses: a key added
+    to the schema is covered by `_check_ranges` without being listed anywhere. (Cached: do not mutate.)"""
+    schema = RunConfig if schema is None else schema
+    out: dict[str, type] = {}
+    hints = get_type_hints(schema)
+    for f in fields(schema):
+        tp = _unwrap_optional(hints[f.name])
+        if is_dataclass(tp):
+            out.update(numeric_keys(tp, f"{prefix}{f.name}."))
+        elif tp in (int, float):
+            out[prefix + f.name] = tp
+    return out
+
+
+def _unwrap_optional(tp):
+    if get_origin(tp) is Union:
+        args = [a for a in get_args(tp) if a is not type(None)]
+        return args[0] if len(args) == 1 else tp
+    return tp
+
+
+@dataclass(frozen=True)
+class Range:
+    low: float
+    high: float = math.inf
+    low_open: bool = False  # low itself is refused
+    high_open: bool = False
+
+    def holds(self, v) -> bool:
+        above = v > self.low if self.low_open else v >= self.low
+        below = v < self.high if self.high_open else v <= self.high
+        return above and below
+
+    def __str__(self) -> str:
+        if self.high == math.inf:
+            return f"{'>' if self.low_open else '>='} {_num(self.low)}"
+        return f"in {'(' if self.low_open else '['}{_num(self.low)}, {_num(self.high)}{')' if self.high_open else ']'}"
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+NON_NEGATIVE = Range(0)  # every numeric key not in RANGES: counts, sizes, coefficients, seeds (a negative seed
+# collides with its absolute value in Python's random.Random)
+AT_LEAST_ONE = Range(1)
+POSITIVE = Range(0, low_open=True)
+PROBABILITY = Range(0, 1)
+FRACTION = Range(0, 1, high_open=True)
+
+# Keys whose accepted range is narrower than NON_NEGATIVE. Optional keys are checked when set.
+RANGES: dict[str, Range] = {
+    "algorithm.horizon": AT_LEAST_ONE,
+    "algorithm.clip.dual_clip": Range(1, low_open=True),
+    "algorithm.critic.gamma": PROBABILITY,
+    "algorithm.critic.lam": PROBABILITY,
+    "algorithm.critic.value_clip": POSITIVE,
+    "algorithm.critic.lr": POSITIVE,
+    "model.hidden_size": AT_LEAST_ONE,
+    "model.num_layers": AT_LEAST_ONE,
+    "model.num_heads": AT_LEAST_ONE,
+    "model.intermediate_size": AT_LEAST_ONE,
+    "model.max_position_embeddings": AT_LEAST_ONE,
+    "model.lora.r": AT_LEAST_ONE,
+    "model.lora.alpha": AT_LEAST_ONE,
+    "model.lora.dropout": FRACTION,
+    "model.warm_start.steps": AT_LEAST_ONE,  # the schedule divides by it; a start from scratch solves nothing
+    "model.warm_start.batch_size": AT_LEAST_ONE,
+    "model.warm_start.lr": POSITIVE,
+    "model.warm_start.noisy_label_frac": PROBABILITY,
+    "prompts.n_eval": AT_LEAST_ONE,
+    "prompts.eval_fraction": FRACTION,
+    "prompts.min_numbers": Range(2),
+    "prompts.max_numbers": Range(2),
+    "prompts.max_number": AT_LEAST_ONE,
+    "prompts.max_target": AT_LEAST_ONE,
+    "verifier.timeout_s": POSITIVE,  # and at most MAX_TIMEOUT_S
+    "verifier.max_chars": AT_LEAST_ONE,
+    "verifier.workers": AT_LEAST_ONE,
+    "budget.max_new_tokens": AT_LEAST_ONE,
+    "budget.max_prompt_tokens": AT_LEAST_ONE,
+    "budget.total_tokens": AT_LEAST_ONE,
+    "budget.max_steps": AT_LEAST_ONE,
+    "trainer.prompts_per_step": AT_LEAST_ONE,
+    "trainer.group_size": AT_LEAST_ONE,
+    "trainer.lr": POSITIVE,
+    "trainer.max_grad_norm": POSITIVE,
+    "trainer.updates_per_rollout": AT_LEAST_ONE,
+    "trainer.micro_batch_size": AT_LEAST_ONE,
+    "trainer.eval_every": AT_LEAST_ONE,
+    "trainer.eval_batch_size": AT_LEAST_ONE,
+    "trainer.sample_max_chars": AT_LEAST_ONE,
+    "trainer.keep_checkpoints": AT_LEAST_ONE,
+    "trainer.max_bad_steps": AT_LEAST_ONE,
+    "trainer.threads": AT_LEAST_ONE,
+    "trainer.inject_nan_at_step": AT_LEAST_ONE,
+    "rollout.temperature": POSITIVE,
+    "rollout.top_p": Range(0, 1, low_open=True),
+}
+
+
+def _check_ranges(c: DictConfig) -> None:
+    for key in numeric_keys():
+        value = OmegaConf.select(c, key)
+        rule = RANGES.get(key, NON_NEGATIVE)
+        if value is not None and not rule.holds(value):
+            raise ConfigError(f"{key}={value!r} must be {rule}")
+
+
+def _check_finite(node: Any, key: str = "") -> None:
+    """Every float anywhere in the config (typed keys, lists such as trainer.betas, verifier.components) is finite:
+    nan passes every comparison (kl.coef=nan silently turned KL off) and inf poisons the weights."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            _check_finite(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(node, (list, tuple)):
+        for i, v in enumerate(node):
+            _check_finite(v, f"{key}[{i}]")
+    elif isinstance(node, float) and not math.isfinite(node):
+        rule = RANGES.get(key, NON_NEGATIVE) if key in numeric_keys() else None
+        raise ConfigError(f"{key}={node} is not a finite number; use a finite number" + (f" {rule}" if rule else ""))

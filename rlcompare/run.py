@@ -5,7 +5,9 @@ Order of work, so that a bad setting fails in seconds with one message naming th
 1. `validate(cfg)`: schema (unknown keys, types), values, combinations, results_dir writable;
 2. the run folder: resume checks (a differing config names the keys), an occupied folder is refused;
 3. `preflight`: builds the prompt set (missing file or field), the verifier (unknown name), reads the model's
-   context length from its config.json (hf) without loading weights, checks the run folder is writable;
+   context length from its config.json (hf) without loading weights, probes the verifier with a few of the prompt
+   set's reference answers written as correct completions (rlcompare.verifier_probe), checks the run folder is
+   writable;
 4. only then the heavy part: `Trainer(...)` (warm start, model load) and the loop.
 
 Failure capture: summary.json says "running" from the start, "completed" at the end, "failed" (with the error)
@@ -71,7 +73,7 @@ def fingerprint(cfg: DictConfig, tr) -> dict:
         "warm_start_key": tr.policy.warm_start_key,
         "model": tr.policy.source if c["model"]["kind"] == "hf" else c["model"]["name"],
         "prompts": prompts,
-        "verifier": c["verifier"],
+        "verifier": {k: v for k, v in c["verifier"].items() if k != "probe"},  # a check before training, not the reward
         "budget": c["budget"],
         # kv_cache is how decoding is computed, not what is sampled: runs that differ only there compare
         "sampling": {**{k: v for k, v in c["rollout"].items() if k != "kv_cache"}, "group_size": c["trainer"]["group_size"],
@@ -263,31 +265,32 @@ def preflight(cfg: DictConfig, run_dir: Path | None = None):
     """Checks that need more than the config but nothing heavy: build the prompt set and the verifier, read the
     model's context length, check the run folder is writable. Raises ConfigError naming the key.
     Returns (prompt splits, verifier) so that the trainer does not build them again."""
-    from rlcompare.prompts import build_prompts
-    from rlcompare.verifiers import build_verifier
+    from rlcompare.verifier_probe import build_prompt_set, build_run_verifier
 
-    try:
-        splits = build_prompts(cfg.prompts)
-    except ConfigError:
-        raise
-    except Exception as e:  # noqa: BLE001 - missing file or field, bad template, hub errors: all name their key
-        msg = str(e)
-        raise ConfigError(msg if "prompts." in msg else f"prompts (prompts.kind={cfg.prompts.kind}): {msg}") from None
-    try:
-        verifier = build_verifier(cfg.verifier)
-    except ConfigError:
-        raise
-    except Exception as e:  # noqa: BLE001
-        msg = str(e)
-        raise ConfigError(msg if "verifier" in msg else f"verifier.name={cfg.verifier.name!r}: {msg}") from None
+    splits = build_prompt_set(cfg)
+    verifier = build_run_verifier(cfg)
     ctx = model_context_length(cfg)
     need = cfg.budget.max_prompt_tokens + cfg.budget.max_new_tokens
     if ctx is not None and need > ctx:
         raise ConfigError(f"budget.max_prompt_tokens + budget.max_new_tokens = {need} exceeds the model's context "
                           f"({ctx} positions, from model.name_or_path={cfg.model.name_or_path!r}'s config); lower the budget")
+    _probe_verifier(cfg, splits, verifier)
     if run_dir is not None:
         _check_writable(run_dir, "the run folder")
     return splits, verifier
+
+
+def _probe_verifier(cfg: DictConfig, splits, verifier) -> None:
+    """The verifier must score a few of the prompt set's reference answers correct (rlcompare.verifier_probe)."""
+    from rlcompare.verifier_probe import check_verifier_reads_prompts
+
+    try:
+        warning = check_verifier_reads_prompts(cfg, splits, verifier)
+    except ConfigError:
+        verifier.close()  # its worker processes, if the probe started any
+        raise
+    if warning:
+        print(f"[rlcompare] {warning}", file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------- SIGTERM
