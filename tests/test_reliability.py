@@ -228,6 +228,14 @@ def test_resume_continues_the_wandb_run(compose):
     assert (run / "wandb_id.txt").read_text().strip() == wid
     dirs = sorted((run / "wandb").glob("offline-run-*"))
     assert len(dirs) == 2 and all(d.name.endswith(wid) for d in dirs)
+    # the first process finished, so W&B holds its steps 0-3; the resumed one must not log 3 again (W&B's step
+    # only increases: a second step 3 would be dropped or misfiled)
+    steps = []
+    for d in dirs:
+        out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(d / f"run-{wid}.wandb")],
+                             capture_output=True, text=True, timeout=300)
+        steps += [json.loads(ln)["history"]["item"]["_step"] for ln in out.stdout.splitlines() if '"type":"history"' in ln]
+    assert steps == [0, 1, 2, 3]
 
 
 # ----------------------------------------------------------------------------- non-finite values
