@@ -7,7 +7,8 @@ it: nothing is guessed from pids or timestamps, and two runs racing for a folder
 belong to the process, so a forked helper (a verifier worker) does not keep the folder locked after the run
 dies, which `flock` would. The file also records the holder (pid, host, start time) so that a refused run can
 name it; it is emptied on a clean release, so a pid found in it when the lock is taken is a writer that was
-killed, and the take-over is reported.
+killed, and the take-over is reported. A folder the lock created and nothing wrote to (a run refused by a later
+check) is removed on release.
 
 Two POSIX-lock rules shape the code: locks never conflict within one process, and closing *any* descriptor of
 the file drops the process's lock. So this process's own locks are kept in `_HELD`, checked first, and the file
@@ -36,24 +37,41 @@ class RunFolderBusy(ConfigError):
 
 
 class RunLock:
-    def __init__(self, run_dir: Path, fd: int):
+    def __init__(self, run_dir: Path, fd: int, created: list[Path]):
         self.run_dir = run_dir
         self._fd = fd
+        self._created = created  # folders acquire() made, deepest first
 
     def release(self) -> None:
-        """Empty the holder record (a clean exit), then unlock; idempotent."""
+        """Empty the holder record (a clean exit), then unlock; idempotent. A folder this lock created and nothing
+        else wrote to (a run refused before it started) is removed again, so a refused run leaves no trace."""
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
         _HELD.pop(_key(self.run_dir), None)
+        untouched = self._only_the_lock_file()
         try:
-            os.ftruncate(fd, 0)
+            if untouched:  # unlinked while held: a process that opened it before sees it gone and retries
+                os.unlink(self.run_dir / LOCK_FILE)
+            else:
+                os.ftruncate(fd, 0)
         except OSError:
             pass
         try:
             fcntl.lockf(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
+        for d in self._created if untouched else ():
+            try:
+                d.rmdir()  # only if empty
+            except OSError:
+                break
+
+    def _only_the_lock_file(self) -> bool:
+        try:
+            return bool(self._created) and [p.name for p in self.run_dir.iterdir()] == [LOCK_FILE]
+        except OSError:
+            return False
 
     def __enter__(self) -> "RunLock":
         return self
@@ -103,10 +121,10 @@ def _busy_message(run_dir: Path, rec: dict, pid: int | None) -> str:
         who += f" on host {rec['host']}"
     if rec.get("started"):
         who += f", started {rec['started']}"
-    stop = f"`kill {pid}` " if pid else ""
+    stop = f" (`kill {pid}`: SIGTERM saves a checkpoint when checkpointing is on)" if pid else ""
     return (f"{run_dir} is being written by another rlcompare process ({who}); a second writer would interleave or "
-            f"lose its rows. Wait for that run to end (or stop it: {stop}SIGTERM checkpoints it), then resume=true; "
-            f"or write a new run elsewhere with run_name=<another name> or experiment=<another folder>")
+            f"lose its rows. Wait for that run to end, or stop it{stop}, then continue it with resume=true; or "
+            f"write a new run elsewhere with run_name=<another name> or experiment=<another folder>")
 
 
 def acquire(run_dir: str | Path) -> RunLock:
@@ -114,6 +132,27 @@ def acquire(run_dir: str | Path) -> RunLock:
     run_dir = Path(run_dir)
     if _key(run_dir) in _HELD:
         raise RunFolderBusy(_busy_message(run_dir, {"pid": os.getpid()}, os.getpid()) + " (this same process)")
+    created = [p for p in (run_dir, *run_dir.parents) if not p.exists()]
+    while True:
+        fd = _open_and_lock(run_dir)
+        try:  # the file may have been removed by a releasing writer between our open and our lock: retry
+            if os.stat(run_dir / LOCK_FILE, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                break
+        except OSError:
+            pass
+        os.close(fd)
+    stale = _read_record(fd)
+    if stale.get("pid") and stale.get("pid") != os.getpid():
+        print(f"[rlcompare] {run_dir}: its previous writer (pid {stale['pid']}) ended without releasing the folder "
+              f"(killed or crashed); its lock went with it, taking over", file=sys.stderr)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, (json.dumps(_holder_record()) + "\n").encode(), 0)
+    lock = RunLock(run_dir, fd, created)
+    _HELD[_key(run_dir)] = lock
+    return lock
+
+
+def _open_and_lock(run_dir: Path) -> int:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -126,15 +165,7 @@ def acquire(run_dir: str | Path) -> RunLock:
         rec, owner = _read_record(fd), _kernel_owner(fd)
         os.close(fd)
         raise RunFolderBusy(_busy_message(run_dir, rec, owner)) from None
-    stale = _read_record(fd)
-    if stale.get("pid") and stale.get("pid") != os.getpid():
-        print(f"[rlcompare] {run_dir}: its previous writer (pid {stale['pid']}) ended without releasing the folder "
-              f"(killed); its lock went with it, taking over", file=sys.stderr)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, (json.dumps(_holder_record()) + "\n").encode(), 0)
-    lock = RunLock(run_dir, fd)
-    _HELD[_key(run_dir)] = lock
-    return lock
+    return fd
 
 
 def holder(run_dir: str | Path) -> int | None:

@@ -150,3 +150,12 @@ def test_a_derived_name_whose_folder_a_live_process_holds_is_not_reused(tmp_path
         holder.wait()
     # once that process is gone the name is free again (a fresh key: run_name caches per Hydra job)
     assert run_name("grpo", 0, "", results_dir=results, experiment="default", resume="false") == "grpo__s0"
+
+
+def test_a_folder_the_lock_made_and_nothing_wrote_to_is_removed_on_release(tmp_path):
+    with run_lock.acquire(tmp_path / "a" / "b"):  # a run refused by a check after the lock
+        assert (tmp_path / "a" / "b" / run_lock.LOCK_FILE).exists()
+    assert not (tmp_path / "a").exists()
+    with run_lock.acquire(tmp_path / "c"):
+        (tmp_path / "c" / "config.yaml").write_text("seed: 0\n")
+    assert (tmp_path / "c" / run_lock.LOCK_FILE).read_text() == "" and (tmp_path / "c" / "config.yaml").exists()
