@@ -264,7 +264,33 @@ def read(path: Path) -> dict:
     blob = read_file(path / FILE)
     if blob.get("step") != step_of(path):
         raise CheckpointError(f"it records step {blob.get('step')!r}, not the step in its name")
+    _check_shape(blob)
     return blob
+
+
+def _check_shape(blob: dict) -> None:
+    """What `load` reads has the types it expects (a crafted file fails here, before the model loads)."""
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            raise CheckpointError(f"its {what} is malformed")
+
+    tensors = lambda d: isinstance(d, dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor)  # noqa: E731
+                                                    for k, v in d.items())
+    optim = lambda d: (isinstance(d, dict) and isinstance(d.get("state"), dict)  # noqa: E731
+                       and isinstance(d.get("param_groups"), list) and all(isinstance(g, dict) for g in d["param_groups"]))
+    need(tensors(blob.get("policy")), "policy weights")
+    need(optim(blob.get("opt")), "optimizer state")
+    need(isinstance(blob.get("sched"), dict), "scheduler state")
+    st = blob.get("state")
+    need(isinstance(st, dict) and st.get("step") == blob["step"] and isinstance(st.get("tokens"), int), "trainer state")
+    need(isinstance(blob.get("stream_position"), int) and blob["stream_position"] >= 0, "data position")
+    rng = blob.get("rng")
+    need(isinstance(rng, dict) and isinstance(rng.get("python"), tuple) and isinstance(rng.get("numpy"), tuple), "RNG state")
+    byte_state = lambda t: isinstance(t, torch.Tensor) and t.dtype == torch.uint8  # noqa: E731
+    need(all(byte_state(rng.get(k)) for k in ("torch", "sampler", "shuffle")), "RNG state")
+    need(rng.get("cuda") is None or (isinstance(rng["cuda"], list) and all(map(byte_state, rng["cuda"]))), "CUDA RNG state")
+    if "critic" in blob or "critic_opt" in blob:
+        need(tensors(blob.get("critic")) and optim(blob.get("critic_opt")), "critic state")
 
 
 def read_latest(run_dir: Path, max_step: int | None = None) -> tuple[Path, dict] | None:

@@ -509,7 +509,12 @@ def _train_locked(cfg: DictConfig, run_dir: Path) -> dict:
             ckpt = None
             if found is not None:
                 ckpt, blob = found
-                checkpoint.load(tr, ckpt, blob)
+                try:
+                    checkpoint.load(tr, ckpt, blob)
+                except (RuntimeError, KeyError, TypeError, ValueError) as e:  # read back, but not this run's
+                    raise ConfigError(f"resume: checkpoint {ckpt} does not fit this run ({type(e).__name__}: "
+                                      f"{str(e)[:300]}); its rows and checkpoints are kept. Start a new run with "
+                                      f"run_name=<another name>") from None
                 del blob, found
             if ckpt is not None:
                 step = tr.state["step"]

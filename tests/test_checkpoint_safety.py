@@ -139,6 +139,40 @@ def test_crafted_json_in_a_checkpoint_is_refused(tmp_path, tree, why):
     assert not (tmp_path / "pwned").exists()
 
 
+def _rewrite(step_dir: Path, change) -> None:
+    f = step_dir / checkpoint.FILE
+    blob = checkpoint.read_file(f)
+    change(blob)
+    checkpoint.write_file(blob, f)
+
+
+@pytest.mark.parametrize("change, what", [
+    (lambda b: b.update(stream_position="0; rm -rf /"), "data position"),
+    (lambda b: b["rng"].update(torch=[1, 2, 3]), "RNG state"),
+    (lambda b: b["opt"].update(state=[]), "optimizer state"),
+    (lambda b: b["state"].update(step=99), "trainer state"),
+    (lambda b: b["policy"].update(extra="text"), "policy weights"),
+])
+def test_a_well_formed_file_with_contents_of_the_wrong_kind_is_refused_before_the_model_loads(compose, change, what):
+    run = _interrupted_run(compose, "wrongkind", after=2)
+    for c in checkpoint.candidates(run):
+        _rewrite(c, change)
+    with pytest.raises(checkpoint.CheckpointError, match=f"its {what} is malformed"):
+        checkpoint.read(checkpoint.latest(run))
+    with pytest.raises(ConfigError, match="none of the checkpoints"):
+        train(compose(*OV, "run_name=wrongkind", "resume=true"))
+
+
+def test_a_checkpoint_that_does_not_fit_the_model_fails_cleanly_and_keeps_the_run(compose):
+    run = _interrupted_run(compose, "misfit", after=2)
+    name = next(iter(checkpoint.read_file(checkpoint.latest(run) / checkpoint.FILE)["policy"]))
+    _rewrite(checkpoint.latest(run), lambda b: b["policy"].update({name: torch.zeros(3, 3)}))
+    rows = read_jsonl(run / "metrics.jsonl")
+    with pytest.raises(ConfigError, match=r"checkpoint .*step_00000002 does not fit this run \(RuntimeError"):
+        train(compose(*OV, "run_name=misfit", "resume=true"))
+    assert read_jsonl(run / "metrics.jsonl") == rows and len(checkpoint.candidates(run)) == 2
+
+
 def test_a_file_that_is_not_safetensors_is_unreadable_not_fatal(tmp_path):
     d = tmp_path / "checkpoints" / "step_00000001"
     d.mkdir(parents=True)
@@ -162,7 +196,7 @@ def test_plain_data_and_tensors_round_trip_exactly(tmp_path):
     d = tmp_path / "checkpoints" / "step_00000001"
     d.mkdir(parents=True)
     checkpoint.write_file(blob, d / checkpoint.FILE)
-    got = checkpoint.read(d)
+    got = checkpoint.read_file(d / checkpoint.FILE)
     assert torch.equal(got["tied"]["embed"], w) and torch.equal(got["tied"]["head"], w)
     assert torch.equal(got["view"], torch.tensor([-2.0, 3.0]))
     assert set(got["opt"]) == {0} and float(got["opt"][0]["step"]) == 3.0
