@@ -1,7 +1,12 @@
 """Checkpoints that let a run continue exactly: weights, optimizer/scheduler, every RNG, data position, counters.
 
-A checkpoint is `checkpoints/step_<n>/state.pt`, written under a temporary name (`.tmp_step_<n>_<pid>`) and
-renamed, so a kill mid-save leaves the previous checkpoints intact; only the newest `keep` are kept.
+A checkpoint is `checkpoints/step_<n>/state.safetensors`, written under a temporary name (`.tmp_step_<n>_<pid>`)
+and renamed, so a kill mid-save leaves the previous checkpoints intact; only the newest `keep` are kept.
+
+Loading one never runs code: every tensor (weights, optimizer moments, RNG states) is a safetensors tensor, and
+everything else (scheduler, counters, the python/numpy RNG's integers, optimizer hyperparameters) is JSON in the
+file's metadata, with tensors referenced by name. No pickle is read: an older `state.pt` (torch.save, which
+unpickles on load and so can execute code) is refused like a damaged file, with a message saying why.
 
 What it holds (everything `Trainer.step()` reads that is not rebuilt identically from the config):
 policy weights (only the trainable ones with LoRA), critic weights and optimizer, policy optimizer and LR
@@ -10,10 +15,17 @@ the prompt stream's position, and `Trainer.state` (step and token counters, non-
 updates, verifier errors, elapsed training time, eval initial/best/last). Dynamic sampling keeps no state
 across steps (each step refills its own batch), so there is nothing more to save for it. The reference model
 is the initial policy, rebuilt from the same (cached) initial weights.
+
+Which one a resume loads: the newest that reads back and is at or below the last step in metrics.jsonl; a damaged
+or refused one is skipped (with a message) for the one before it. When there are checkpoints but none can be
+used, `read_latest` raises `NoUsableCheckpoint` (the run is refused, nothing is deleted) instead of letting the
+run restart from step 0.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import random
 import shutil
@@ -23,9 +35,100 @@ from pathlib import Path
 import numpy as np
 import torch
 
-FORMAT_VERSION = 2
+FORMAT = "rlcompare-checkpoint"
+FORMAT_VERSION = 3  # 3: safetensors + JSON (2 was a pickled state.pt)
+FILE = "state.safetensors"
+PICKLE_FILE = "state.pt"  # the format before version 3: never read
+_TREE_KEY = "tree"  # the metadata entry holding the JSON tree
+_NUMPY_DTYPES = {"uint32", "int64", "int32", "float64", "float32"}  # what an RNG state array may be
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read back safely (damaged, another format, or one that needs pickle)."""
+
+
+class NoUsableCheckpoint(CheckpointError):
+    """The run folder holds checkpoints, but none can be resumed from."""
+
+
+# ----------------------------------------------------------------------------- JSON + tensors encoding
+def _encode(obj, path: str, tensors: dict, seen: dict):
+    """The JSON form of `obj`; its tensors go to `tensors` under their path. Only plain data is accepted, so that
+    decoding needs no code: dicts, lists, tuples, str, int, float (non-finite ones marked), bool, None, tensors,
+    numpy arrays and numpy scalars."""
+    if isinstance(obj, torch.Tensor):
+        return {"__tensor__": _store(obj, path, tensors, seen)}
+    if isinstance(obj, np.ndarray):
+        if str(obj.dtype) not in _NUMPY_DTYPES:
+            raise TypeError(f"checkpoint: numpy array of dtype {obj.dtype} at {path} is not supported")
+        key = _store(torch.from_numpy(obj.astype(np.int64 if obj.dtype.kind in "ui" else np.float64)), path, tensors, seen)
+        return {"__ndarray__": key, "dtype": str(obj.dtype)}
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, bool) or obj is None or isinstance(obj, (int, str)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else {"__float__": repr(obj)}  # 'nan', 'inf', '-inf'
+    if isinstance(obj, dict):
+        if all(isinstance(k, str) and not k.startswith("__") for k in obj):
+            return {k: _encode(v, f"{path}/{k}", tensors, seen) for k, v in obj.items()}
+        return {"__dict__": [[_encode(k, f"{path}/key{i}", tensors, seen), _encode(v, f"{path}/{k}", tensors, seen)]
+                             for i, (k, v) in enumerate(obj.items())]}  # optimizer state: integer keys
+    if isinstance(obj, tuple):
+        return {"__tuple__": [_encode(v, f"{path}/{i}", tensors, seen) for i, v in enumerate(obj)]}
+    if isinstance(obj, list):
+        return [_encode(v, f"{path}/{i}", tensors, seen) for i, v in enumerate(obj)]
+    raise TypeError(f"checkpoint: cannot store a {type(obj).__name__} at {path} (only plain data and tensors)")
+
+
+def _store(t: torch.Tensor, path: str, tensors: dict, seen: dict) -> str:
+    """Add `t` under `path`; the same tensor twice (tied weights) is stored once and referenced twice. safetensors
+    refuses tensors that share memory, so a view of another stored tensor is copied."""
+    t = t.detach().cpu()
+    ident = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+    if t.numel() and ident in seen["views"]:
+        return seen["views"][ident]
+    storage = t.untyped_storage().data_ptr()
+    if not t.is_contiguous() or (t.numel() and storage in seen["storages"]):
+        t = t.clone(memory_format=torch.contiguous_format)
+    if t.numel():
+        seen["views"][ident] = path
+        seen["storages"].add(storage)
+    tensors[path] = t
+    return path
+
+
+def _decode(obj, tensors: dict):
+    if isinstance(obj, list):
+        return [_decode(v, tensors) for v in obj]
+    if not isinstance(obj, dict):
+        return obj
+    marks = [k for k in obj if k.startswith("__")]
+    if not marks:
+        return {k: _decode(v, tensors) for k, v in obj.items()}
+    kind = marks[0]
+    if kind == "__tensor__" and set(obj) == {kind}:
+        return _tensor(tensors, obj[kind])
+    if kind == "__ndarray__" and set(obj) == {kind, "dtype"} and obj["dtype"] in _NUMPY_DTYPES:
+        return _tensor(tensors, obj[kind]).numpy().astype(obj["dtype"])
+    if kind == "__float__" and set(obj) == {kind} and obj[kind] in ("nan", "inf", "-inf"):
+        return float(obj[kind])
+    if kind == "__tuple__" and set(obj) == {kind} and isinstance(obj[kind], list):
+        return tuple(_decode(v, tensors) for v in obj[kind])
+    if kind == "__dict__" and set(obj) == {kind} and isinstance(obj[kind], list):
+        if not all(isinstance(kv, list) and len(kv) == 2 for kv in obj[kind]):
+            raise CheckpointError("malformed __dict__ entry")
+        return {_decode(k, tensors): _decode(v, tensors) for k, v in obj[kind]}
+    raise CheckpointError(f"unknown entry {sorted(obj)[:3]} in the checkpoint's JSON")
+
+
+def _tensor(tensors: dict, key) -> torch.Tensor:
+    if not isinstance(key, str) or key not in tensors:
+        raise CheckpointError(f"the checkpoint's JSON names a tensor {key!r} that its file does not hold")
+    return tensors[key]
+
+
+# ----------------------------------------------------------------------------- what is saved
 def _rng_state(tr) -> dict:
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
@@ -41,6 +144,49 @@ def _policy_weights(tr) -> dict:
     return sd
 
 
+def _blob(tr) -> dict:
+    blob = {"version": FORMAT_VERSION, "step": tr.state["step"], "policy": _policy_weights(tr), "opt": tr.opt.state_dict(),
+            "sched": tr.sched.state_dict(), "state": dict(tr.state), "stream_position": tr.stream.position,
+            "rng": _rng_state(tr), "lora": bool(getattr(tr.policy, "lora", False))}
+    if tr.critic is not None:
+        blob["critic"] = tr.critic.state_dict()
+        blob["critic_opt"] = tr.critic_opt.state_dict()
+    return blob
+
+
+def write_file(blob: dict, path: Path) -> None:
+    """`blob` (plain data and tensors) as one safetensors file: tensors by path, the rest as JSON metadata."""
+    from safetensors.torch import save_file
+
+    tensors: dict = {}
+    tree = _encode(blob, "", tensors, {"views": {}, "storages": set()})
+    meta = {"format": FORMAT, "version": str(FORMAT_VERSION), _TREE_KEY: json.dumps(tree, allow_nan=False)}
+    save_file(tensors, str(path), metadata=meta)
+
+
+def read_file(path: Path) -> dict:
+    """The blob `write_file` wrote; raises CheckpointError for anything else. Reads tensors and JSON only."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            meta = f.metadata() or {}
+            if meta.get("format") != FORMAT or meta.get("version") != str(FORMAT_VERSION):
+                raise CheckpointError(f"not an rlcompare checkpoint of format {FORMAT_VERSION} "
+                                      f"(format={meta.get('format')!r}, version={meta.get('version')!r})")
+            tree = json.loads(meta[_TREE_KEY])
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+        blob = _decode(tree, tensors)
+    except CheckpointError:
+        raise
+    except Exception as e:  # noqa: BLE001 - torn, truncated, not safetensors, bad or too deep JSON: "unreadable"
+        raise CheckpointError(f"{type(e).__name__}: {str(e)[:200]}") from None
+    if not isinstance(blob, dict) or blob.get("version") != FORMAT_VERSION:
+        raise CheckpointError("its JSON is not a checkpoint of this format")
+    return blob
+
+
+# ----------------------------------------------------------------------------- files
 def _fsync_dir(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -58,6 +204,14 @@ def _step_dirs(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.name.startswith("step_") and p.is_dir())
 
 
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def save(tr, keep: int) -> Path:
     """Write checkpoints/step_<n>/ under a temporary name, rename, keep the newest `keep`."""
     root = tr.run_dir / "checkpoints"
@@ -69,16 +223,8 @@ def save(tr, keep: int) -> Path:
     tmp = root / f".tmp_step_{step:08d}_{os.getpid()}"
     tmp.mkdir()
     try:
-        blob = {"version": FORMAT_VERSION, "step": step, "policy": _policy_weights(tr), "opt": tr.opt.state_dict(),
-                "sched": tr.sched.state_dict(), "state": dict(tr.state), "stream_position": tr.stream.position,
-                "rng": _rng_state(tr), "lora": bool(getattr(tr.policy, "lora", False))}
-        if tr.critic is not None:
-            blob["critic"] = tr.critic.state_dict()
-            blob["critic_opt"] = tr.critic_opt.state_dict()
-        with open(tmp / "state.pt", "wb") as f:
-            torch.save(blob, f)
-            f.flush()
-            os.fsync(f.fileno())
+        write_file(_blob(tr), tmp / FILE)
+        _fsync_file(tmp / FILE)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
     except BaseException:
@@ -91,11 +237,11 @@ def save(tr, keep: int) -> Path:
 
 
 def candidates(run_dir: Path) -> list[Path]:
-    """Complete checkpoints, newest first."""
+    """Checkpoint folders (complete ones were renamed into place), newest first, whatever their format."""
     root = Path(run_dir) / "checkpoints"
     if not root.exists():
         return []
-    return [p for p in reversed(_step_dirs(root)) if (p / "state.pt").exists()]
+    return list(reversed(_step_dirs(root)))
 
 
 def latest(run_dir: Path) -> Path | None:
@@ -107,14 +253,69 @@ def step_of(path: Path) -> int:
     return int(Path(path).name.split("_", 1)[1])
 
 
-def read(path: Path, device="cpu") -> dict:
-    return torch.load(Path(path) / "state.pt", map_location=device, weights_only=False)
+def read(path: Path) -> dict:
+    """The checkpoint in folder `path`; CheckpointError when it is damaged or not in the safe format."""
+    path = Path(path)
+    if not (path / FILE).exists():
+        if (path / PICKLE_FILE).exists():
+            raise CheckpointError(f"it is a pickled {PICKLE_FILE} (the format before version {FORMAT_VERSION}); loading "
+                                  f"one can execute code, so it is not read")
+        raise CheckpointError(f"it holds no {FILE}")
+    blob = read_file(path / FILE)
+    if blob.get("step") != step_of(path):
+        raise CheckpointError(f"it records step {blob.get('step')!r}, not the step in its name")
+    _check_shape(blob)
+    return blob
 
 
-def load(tr, path: Path, blob: dict | None = None) -> None:
+def _check_shape(blob: dict) -> None:
+    """What `load` reads has the types it expects (a crafted file fails here, before the model loads)."""
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            raise CheckpointError(f"its {what} is malformed")
+
+    tensors = lambda d: isinstance(d, dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor)  # noqa: E731
+                                                    for k, v in d.items())
+    optim = lambda d: (isinstance(d, dict) and isinstance(d.get("state"), dict)  # noqa: E731
+                       and isinstance(d.get("param_groups"), list) and all(isinstance(g, dict) for g in d["param_groups"]))
+    need(tensors(blob.get("policy")), "policy weights")
+    need(optim(blob.get("opt")), "optimizer state")
+    need(isinstance(blob.get("sched"), dict), "scheduler state")
+    st = blob.get("state")
+    need(isinstance(st, dict) and st.get("step") == blob["step"] and isinstance(st.get("tokens"), int), "trainer state")
+    need(isinstance(blob.get("stream_position"), int) and blob["stream_position"] >= 0, "data position")
+    rng = blob.get("rng")
+    need(isinstance(rng, dict) and isinstance(rng.get("python"), tuple) and isinstance(rng.get("numpy"), tuple), "RNG state")
+    byte_state = lambda t: isinstance(t, torch.Tensor) and t.dtype == torch.uint8  # noqa: E731
+    need(all(byte_state(rng.get(k)) for k in ("torch", "sampler", "shuffle")), "RNG state")
+    need(rng.get("cuda") is None or (isinstance(rng["cuda"], list) and all(map(byte_state, rng["cuda"]))), "CUDA RNG state")
+    if "critic" in blob or "critic_opt" in blob:
+        need(tensors(blob.get("critic")) and optim(blob.get("critic_opt")), "critic state")
+
+
+def read_latest(run_dir: Path, max_step: int | None = None) -> tuple[Path, dict] | None:
+    """The newest checkpoint at or below `max_step` that reads back, with its contents; a damaged or refused one
+    is skipped (with a message) for the one before it. None when there are no checkpoints; NoUsableCheckpoint
+    when there are some but none can be used."""
+    found = candidates(run_dir)
+    why = []
+    for path in found:
+        if max_step is not None and step_of(path) > max_step:
+            why.append(f"{path.name}: after the last row in metrics.jsonl (step {max_step})")
+            print(f"[rlcompare] skipping checkpoint {path.name}: the run's rows stop before it", file=sys.stderr)
+            continue
+        try:
+            return path, read(path)
+        except CheckpointError as e:
+            why.append(f"{path.name}: {e}")
+            print(f"[rlcompare] checkpoint {path} could not be used ({e}); trying an older one", file=sys.stderr)
+    if not found:
+        return None
+    raise NoUsableCheckpoint("; ".join(why))
+
+
+def load(tr, path: Path, blob: dict) -> None:
     """Put the trainer in the state saved at `path` (weights, optimizers, RNGs, data position, counters)."""
-    if blob is None:
-        blob = read(path, tr.device)
     if blob.get("lora"):
         missing, unexpected = tr.policy.model.load_state_dict(blob["policy"], strict=False)
         if unexpected:
@@ -131,26 +332,17 @@ def load(tr, path: Path, blob: dict | None = None) -> None:
     rng = blob["rng"]
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])
-    torch.set_rng_state(rng["torch"].cpu())
+    torch.set_rng_state(rng["torch"])
     if rng["cuda"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])
-    tr.gen.set_state(rng["sampler"].cpu())
-    tr.shuffle_gen.set_state(rng["shuffle"].cpu())
+        torch.cuda.set_rng_state_all(list(rng["cuda"]))
+    tr.gen.set_state(rng["sampler"])
+    tr.shuffle_gen.set_state(rng["shuffle"])
 
 
 def load_latest(tr, run_dir: Path, max_step: int | None = None) -> Path | None:
-    """Load the newest checkpoint at or below `max_step` that reads back; a damaged one is skipped (with a
-    message) for the one before it. Returns its path, or None when there is none."""
-    for path in candidates(run_dir):
-        if max_step is not None and step_of(path) > max_step:
-            print(f"[rlcompare] skipping checkpoint {path.name}: the run's rows stop before it", file=sys.stderr)
-            continue
-        try:
-            blob = read(path, tr.device)
-        except Exception as e:  # noqa: BLE001 - a torn or corrupt file: fall back to an older one
-            print(f"[rlcompare] checkpoint {path} could not be read ({type(e).__name__}: {e}); trying an older one",
-                  file=sys.stderr)
-            continue
-        load(tr, path, blob)  # a file that reads but does not fit the model is a real error: raise
-        return path
-    return None
+    """read_latest + load: the path loaded, or None when the run has no checkpoint."""
+    found = read_latest(run_dir, max_step)
+    if found is None:
+        return None
+    load(tr, *found)
+    return found[0]

@@ -62,11 +62,40 @@ def run_name(algorithm: str, seed, overrides: str, explicit=None, results_dir=No
     resuming = str(resume).lower() not in ("false", "none", "0", "")
     if results_dir is not None and not resuming:
         base, n = name, 1
-        while (Path(str(results_dir)) / str(experiment) / name / "config.yaml").exists():
+        while _name_taken(Path(str(results_dir)) / str(experiment) / name):
             n += 1
             name = f"{base}-{n}"
     _NAME_CACHE[key] = name
     return name
+
+
+def _name_taken(folder: Path) -> bool:
+    """A run folder is taken once it holds a run, or while a live process writes it (it locks the folder
+    before it writes its config.yaml)."""
+    if (folder / "config.yaml").exists():
+        return True
+    from rlcompare.run_lock import holder
+
+    return holder(folder) is not None
+
+
+_RESUME_ARG = re.compile(r"(\+{0,2}resume=)(.*)", re.S)
+
+
+def quote_resume_path(arg: str) -> str:
+    """`resume=<run dir>` as typed, made one Hydra value: derived run names hold `=` (and may hold `,`), which
+    Hydra's override grammar rejects or splits in an unquoted value, so the path is passed as a quoted string.
+    true/false/null and values already quoted are left as they are."""
+    m = _RESUME_ARG.fullmatch(arg)
+    if m is None:
+        return arg
+    key, value = m.groups()
+    if re.fullmatch(r"[A-Za-z0-9_]*", value) or value[:1] in ("'", '"'):
+        return arg
+    # Hydra's quoted strings: backslashes before a quote or the closing quote are doubled, quotes escaped;
+    # OmegaConf's: `${` starts an interpolation unless escaped
+    escaped = re.sub(r"(\\*)('|$)", lambda q: q.group(1) * 2 + ("\\'" if q.group(2) else ""), value.replace("${", "\\${"))
+    return f"{key}'{escaped}'"
 
 
 def register_resolvers() -> None:
@@ -99,6 +128,7 @@ def train_main(argv: list[str]) -> int:
               f"({summary['tokens/generated']} generated tokens, {summary['wall_time_s']:.0f} s); results in {summary['run_dir']}",
               file=sys.stderr)
 
+    argv = [quote_resume_path(a) for a in argv]  # resume=<dir> whose name holds '=' (Hydra's grammar needs quotes)
     from rlcompare.precheck import check_train_args
 
     error = check_train_args(argv)  # before Hydra makes the run folder and the job imports torch

@@ -3,7 +3,10 @@
 Order of work, so that a bad setting fails in seconds with one message naming the key:
 
 1. `validate(cfg)`: schema (unknown keys, types), values, combinations, results_dir writable;
-2. the run folder: resume checks (a differing config names the keys), an occupied folder is refused;
+2. the run folder: locked for this process (`run_lock`: one writer per folder; a live writer is named), resume
+   checks (a differing config names the keys; resume=true under a derived name that matches no run but a run of
+   the same preset and seed names how they differ), an occupied folder is refused, the checkpoint to resume
+   from is read (none usable: refused);
 3. `preflight`: builds the prompt set (missing file or field), the verifier (unknown name), reads the model's
    context length from its config.json (hf) without loading weights, probes the verifier with a few of the prompt
    set's reference answers written as correct completions (rlcompare.verifier_probe), checks the run folder is
@@ -16,11 +19,15 @@ saved, and the process exits 143; without it, it stops at once. Rows already wri
 
 Resume (`resume=true` with the same overrides, or `resume=<run dir>`): the newest checkpoint is loaded, rows after
 it are dropped from metrics/eval/samples.jsonl (a torn last line too), and the run continues; on the CPU its rows
-equal an uninterrupted run's (timing columns aside). With no checkpoint yet, the run restarts cleanly.
+equal an uninterrupted run's (timing columns aside). With no checkpoint yet, the run restarts cleanly; when it
+has checkpoints but none can be read, it is refused (nothing is deleted). Only the keys in RESUME_IGNORED may
+differ from the run's config. summary.json's counters are those of the last row written to metrics.jsonl, so
+the two agree however the run stops.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -34,7 +41,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rlcompare import checkpoint
+from rlcompare import checkpoint, run_lock
 from rlcompare.flat import flatten
 from rlcompare.config import ConfigError, to_schema, validate
 from rlcompare.tracking import (NullLogger, RunWriter, WandbLogger, atomic_write_json, atomic_write_text, read_jsonl,
@@ -45,8 +52,9 @@ ROW_FILES = ("metrics.jsonl", "eval.jsonl", "samples.jsonl")
 SIGTERM_ERROR = "terminated (SIGTERM)"
 SIGTERM_EXIT = 143  # 128 + SIGTERM, what a shell reports for a process killed by SIGTERM
 
-# Keys that may differ between a run and its resumption: how it runs, not what it computes.
-RESUME_IGNORED = {"resume", "results_dir", "device", "trainer.threads", "trainer.keep_freed_memory", "trainer.progress", "trainer.inject_nan_at_step",
+# Keys that may differ between a run and its resumption: how it runs, not what it computes. None of them is in a
+# derived run name (conf/config.yaml's override_dirname.exclude_keys), so changing one keeps the run's folder.
+RESUME_IGNORED = {"resume", "results_dir", "device", "trainer.threads", "trainer.keep_freed_memory", "trainer.progress",
                   "trainer.checkpoint_every", "trainer.keep_checkpoints", "trainer.max_bad_steps", "logger.mode"}
 
 
@@ -121,15 +129,99 @@ def _check_resume_config(run_dir: Path, cfg: DictConfig, only: set[str] | None =
     `only`: compare just these keys (those the command line set explicitly, for resume=<run dir>)."""
     saved = flatten(OmegaConf.to_container(_saved_config(run_dir), resolve=True))
     now = flatten(OmegaConf.to_container(cfg, resolve=True))
+    diffs = _differing_keys(saved, now, only)
+    if diffs:
+        raise ConfigError(f"resume: the config differs from the run being resumed in: {', '.join(diffs)} "
+                          f"({_shown_diffs(saved, now, diffs)}); resume with the same overrides, or start a new run. "
+                          f"Only these keys may differ on resume: {', '.join(sorted(RESUME_IGNORED))}")
+
+
+def _differing_keys(saved: dict, now: dict, only: set[str] | None = None) -> list[str]:
+    """Flattened keys whose values differ (absent counts), but those in RESUME_IGNORED; `only`: just these keys."""
     keys = set(saved) | set(now)
     if only is not None:
         keys = {k for k in keys if any(k == o or k.startswith(o + ".") for o in only)}
-    diffs = sorted(k for k in keys if k not in RESUME_IGNORED and saved.get(k) != now.get(k))
-    if diffs:
-        shown = "; ".join(f"{k}: {saved.get(k, '<absent>')!r} in the run, {now.get(k, '<absent>')!r} now" for k in diffs[:8])
-        more = f" (and {len(diffs) - 8} more)" if len(diffs) > 8 else ""
-        raise ConfigError(f"resume: the config differs from the run being resumed in: {', '.join(diffs)} ({shown}{more}); "
-                          f"resume with the same overrides, or start a new run")
+    return sorted(k for k in keys if k not in RESUME_IGNORED and saved.get(k) != now.get(k))
+
+
+def _shown_diffs(saved: dict, now: dict, diffs: list[str]) -> str:
+    shown = "; ".join(f"{k}: {saved.get(k, '<absent>')!r} in the run, {now.get(k, '<absent>')!r} now" for k in diffs[:8])
+    return shown + (f" (and {len(diffs) - 8} more)" if len(diffs) > 8 else "")
+
+
+def _refuse_resuming_another_run(cfg: DictConfig, run_dir: Path) -> None:
+    """resume=true under a derived run name that names no run: the settings differ from the run meant to be
+    continued (its name would be this one otherwise). When the experiment folder holds runs of the same preset
+    and seed, refuse, naming how the closest one differs, instead of silently starting a new run."""
+    if cfg.run_name not in (None, "") or _resume_is_path(cfg) or (run_dir / "config.yaml").exists():
+        return
+    now = flatten(OmegaConf.to_container(cfg, resolve=True))
+    closest = None
+    for other in _same_preset_and_seed(run_dir.parent, cfg, exclude=run_dir):
+        try:
+            saved = flatten(OmegaConf.to_container(_saved_config(other), resolve=True))
+        except ConfigError:
+            continue
+        diffs = _differing_keys(saved, now)
+        if closest is None or len(diffs) < len(closest[2]):
+            closest = (other, saved, diffs)
+    if closest is None:
+        return
+    other, saved, diffs = closest
+    _drop_hydra_only_folder(run_dir)
+    how = (f"differs in: {', '.join(diffs)} ({_shown_diffs(saved, now, diffs)})" if diffs else
+           f"differs only in keys that may change on resume (its name predates them being left out of names)")
+    raise ConfigError(f"resume=true: no run named {run_dir.name} in {run_dir.parent}, so nothing with these settings "
+                      f"can be continued. The run there with the same preset and seed closest to them, {other.name}, "
+                      f"{how}. To continue it, give the overrides it was started with, or resume={other}; to start "
+                      f"a new run with these settings, leave out resume=true. Only these keys may differ on resume: "
+                      f"{', '.join(sorted(RESUME_IGNORED))}")
+
+
+def _same_preset_and_seed(folder: Path, cfg: DictConfig, exclude: Path) -> list[Path]:
+    """Run folders in `folder` (their summary.json, else config.yaml, says so) with cfg's preset and seed."""
+    found = []
+    try:
+        children = sorted(p for p in folder.iterdir() if p.is_dir() and p != exclude)
+    except OSError:
+        return found
+    for d in children:
+        if not (d / "config.yaml").is_file():
+            continue
+        try:
+            s = json.loads((d / "summary.json").read_text())
+            algo, seed = s.get("algorithm"), s.get("seed")
+        except (OSError, ValueError, AttributeError):
+            try:
+                c = OmegaConf.load(d / "config.yaml")
+                algo, seed = OmegaConf.select(c, "algorithm.name"), OmegaConf.select(c, "seed")
+            except Exception:  # noqa: BLE001 - not a readable run folder
+                continue
+        if algo == cfg.algorithm.name and seed == cfg.seed:
+            found.append(d)
+    return found
+
+
+def _drop_hydra_only_folder(run_dir: Path) -> None:
+    """A run refused before it wrote anything: remove the folder Hydra made for it (only Hydra's files in it)."""
+    try:
+        if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {".hydra", "train.log"}:
+            shutil.rmtree(run_dir, ignore_errors=True)
+    except OSError:
+        pass
+
+
+def _checkpoint_to_resume(run_dir: Path) -> tuple[Path, dict] | None:
+    """The newest usable checkpoint at or below the last contiguous metrics row, read (not yet loaded); None when
+    the run has none. Checkpoints that are all unusable refuse the resume, so a run is never silently restarted."""
+    done = _contiguous_steps(read_jsonl(run_dir / "metrics.jsonl"))
+    try:
+        return checkpoint.read_latest(run_dir, max_step=done)
+    except checkpoint.NoUsableCheckpoint as e:
+        raise ConfigError(f"resume: none of the checkpoints in {run_dir / 'checkpoints'} can be resumed from ({e}); "
+                          f"nothing was changed. To start this run over from step 0, move or delete {run_dir} and run "
+                          f"the same command without resume=true; or keep it and start a new run with "
+                          f"run_name=<another name>") from None
 
 
 def _command_line_keys() -> set[str] | None:
@@ -297,11 +389,13 @@ def _probe_verifier(cfg: DictConfig, splits, verifier) -> None:
 class _SigtermGuard:
     """SIGTERM -> Terminated. While `defer` is on (inside the loop, checkpointing on), the handler only records the
     termination (summary failed) and sets `requested`; the loop saves a checkpoint at the end of the step in flight
-    and raises. A second SIGTERM raises at once."""
+    and raises. A second SIGTERM raises at once. Inside `no_interrupt()` nothing is raised until the block ends."""
 
     def __init__(self, on_signal):
         self.requested = False
         self.defer = False
+        self.received = 0  # SIGTERMs so far
+        self._held = False
         self._on_signal = on_signal
         self._prev = None
         self._installed = False
@@ -317,14 +411,30 @@ class _SigtermGuard:
             signal.signal(signal.SIGTERM, self._prev if self._prev is not None else signal.SIG_DFL)
         return False
 
-    def _handle(self, signum, frame):
-        if self.requested or not self.defer:
-            raise Terminated()
-        self.requested = True
+    @contextlib.contextmanager
+    def no_interrupt(self):
+        """A block SIGTERM does not cut (writing a row and the counters that go with it): a SIGTERM in it is acted
+        on when it ends, as it would have been at once (deferred only for a first one while `defer` is on)."""
+        before = self.received
+        self._held = True
         try:
-            self._on_signal()
-        except Exception:  # noqa: BLE001 - recording is best effort; the loop will record again
-            pass
+            yield
+        finally:
+            self._held = False
+        if self.received > before and (not self.defer or self.received > 1):
+            raise Terminated()
+
+    def _handle(self, signum, frame):
+        self.received += 1
+        if self._held or (self.defer and not self.requested):
+            if not self.requested:
+                self.requested = True
+                try:
+                    self._on_signal()
+                except Exception:  # noqa: BLE001 - recording is best effort; the loop will record again
+                    pass
+            return
+        raise Terminated()
 
 
 # ----------------------------------------------------------------------------- the run
@@ -340,16 +450,26 @@ def _quiet_libraries() -> None:
 
 def train(cfg: DictConfig | dict) -> dict:
     """Run one training job; returns the summary dict (also written to summary.json)."""
-    from rlcompare.trainer import Trainer, resolve_run_dir
+    from rlcompare.trainer import resolve_run_dir
 
     _quiet_libraries()
     cfg = validate(cfg)
     run_dir = resolve_run_dir(cfg)
-    resuming = _resume_requested(cfg)
-    if resuming:
+    if _resume_requested(cfg):
         if _resume_is_path(cfg) and not run_dir.is_dir():
             raise ConfigError(f"resume={cfg.resume!r}: no run folder there; pass the folder of the run to continue "
                               f"(results/<experiment>/<run name>) or resume=true with the run's overrides")
+        _refuse_resuming_another_run(cfg, run_dir)
+    with run_lock.acquire(run_dir):  # one writer per run folder, from before anything in it is read
+        return _train_locked(cfg, run_dir)
+
+
+def _train_locked(cfg: DictConfig, run_dir: Path) -> dict:
+    """train() once this process holds the run folder."""
+    from rlcompare.trainer import Trainer
+
+    resuming = _resume_requested(cfg)
+    if resuming:
         if (run_dir / "config.yaml").exists():
             if _resume_is_path(cfg):
                 _drop_stray_hydra_dir(run_dir)
@@ -369,6 +489,7 @@ def train(cfg: DictConfig | dict) -> dict:
     elif read_jsonl(run_dir / "metrics.jsonl"):
         raise ConfigError(f"{run_dir} already holds a run; pass resume=true to continue it, or set run_name/experiment for a new one")
     splits, verifier = preflight(cfg, run_dir)
+    found = _checkpoint_to_resume(run_dir) if resuming else None  # before the model loads: refuse early
 
     t_wall = time.time()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -379,7 +500,7 @@ def train(cfg: DictConfig | dict) -> dict:
     atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     atomic_write_json(run_dir / "summary.json", summary)
 
-    tr = writer = pbar = None
+    tr = writer = pbar = recorded = None
     logger = NullLogger()
 
     def record_sigterm():
@@ -389,9 +510,15 @@ def train(cfg: DictConfig | dict) -> dict:
         try:
             tr = Trainer(cfg, run_dir, splits=splits, verifier=verifier)  # heavy: warm start, model load
             ckpt = None
-            if resuming:
-                done = _contiguous_steps(read_jsonl(run_dir / "metrics.jsonl"))
-                ckpt = checkpoint.load_latest(tr, run_dir, max_step=done)
+            if found is not None:
+                ckpt, blob = found
+                try:
+                    checkpoint.load(tr, ckpt, blob)
+                except (RuntimeError, KeyError, TypeError, ValueError) as e:  # read back, but not this run's
+                    raise ConfigError(f"resume: checkpoint {ckpt} does not fit this run ({type(e).__name__}: "
+                                      f"{str(e)[:300]}); its rows and checkpoints are kept. Start a new run with "
+                                      f"run_name=<another name>") from None
+                del blob, found
             if ckpt is not None:
                 step = tr.state["step"]
                 tr.log(f"[rlcompare] resuming {run_dir} from step {step} ({ckpt.name})")
@@ -411,6 +538,10 @@ def train(cfg: DictConfig | dict) -> dict:
                     prev = {"resume_id": (run_dir / "wandb_id.txt").read_text().strip()}
                 logger = WandbLogger(cfg.logger, run_dir, run_dir.name, resolved, **prev)
                 writer.write_text("wandb_id.txt", logger.id + "\n")
+                if prev and logger.replay(run_dir, through=tr.state["step"]):
+                    tr.log(f"[rlcompare] W&B: logged the rows it had lost up to step {tr.state['step']} from the run folder")
+
+            recorded = dict(tr.state)  # the counters as of the last row written: what summary.json reports
 
             def do_eval():
                 ev, samples = tr.evaluate()
@@ -425,6 +556,7 @@ def train(cfg: DictConfig | dict) -> dict:
                     tr.state["eval_initial"] = acc
                 tr.state["eval_best"] = acc if tr.state["eval_best"] is None else max(tr.state["eval_best"], acc)
                 tr.state["eval_last"] = acc
+                recorded.update(eval_initial=tr.state["eval_initial"], eval_best=tr.state["eval_best"], eval_last=acc)
                 return acc
 
             if tr.state["step"] == 0:
@@ -434,7 +566,10 @@ def train(cfg: DictConfig | dict) -> dict:
             term.defer = bool(every)
             while not _budget_spent(cfg, tr.state):
                 row = tr.step()
-                writer.metrics.write(row)
+                with term.no_interrupt():  # the row and the counters summary.json reports go together
+                    writer.metrics.write(row)
+                    recorded.clear()
+                    recorded.update(tr.state)
                 logger.log(row, step=tr.state["step"])
                 last = _budget_spent(cfg, tr.state)
                 if tr.state["step"] % cfg.trainer.eval_every == 0 or last:
@@ -464,11 +599,11 @@ def train(cfg: DictConfig | dict) -> dict:
                 err = f"{type(e).__name__}: {e}"
             summary.update(status="failed", error=err, traceback=traceback.format_exc(limit=8))
             try:
-                _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code=1)
+                _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code=1, state=recorded)
             except Exception as fe:  # noqa: BLE001 - never hide the run's own error behind a bookkeeping one
                 print(f"[rlcompare] could not record the failure in {run_dir}: {type(fe).__name__}: {fe}", file=sys.stderr)
             raise
-    _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code=0)
+    _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code=0, state=recorded)
     return summary
 
 
@@ -510,7 +645,8 @@ def _clear_run_outputs(run_dir: Path) -> None:
     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
 
 
-def _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code):
+def _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code, state=None):
+    """`state`: the trainer's counters as of the last metrics row written (default: its current ones)."""
     if pbar is not None:
         try:
             pbar.close()
@@ -518,7 +654,7 @@ def _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code):
             pass
     summary["wall_time_s"] = time.time() - t_wall
     if tr is not None:
-        s = tr.state
+        s = state if state is not None else tr.state
         summary.update({"steps": s["step"], "tokens/generated": s["tokens"],
                         "train_time_s": s["elapsed"], "eval/accuracy_initial": s["eval_initial"],
                         "eval/accuracy_final": s["eval_last"], "eval/accuracy_best": s["eval_best"],

@@ -169,32 +169,76 @@ class RunWriter:
 
 
 class WandbLogger:
-    """Logs the same rows to W&B; offline by default, files under the run folder."""
+    """Logs the same rows to W&B; offline by default. Every file W&B writes lands under the run folder: the run's
+    own files (`dir`), and its cache (the core service's debug log) and data (artifact staging, e.g. the sample
+    tables) folders, which default to ~/.cache/wandb and ~/.local/share/wandb; a WANDB_CACHE_DIR / WANDB_DATA_DIR
+    set by the user is kept. Restored at `finish`, so runs in one process (a multirun) each keep their own.
+
+    Resuming (`resume_id`): the same W&B run continues (`resume="allow"`), and W&B keeps every step once. Its step
+    only increases, so a step it already holds cannot be logged again: the steps the interrupted process got
+    into W&B (read back from the earlier segments in the run folder, `logged_through`) are not logged again, and
+    rows the run folder holds that W&B lost (the W&B service writes its file in blocks, so a SIGKILL loses its
+    tail) are logged from the run folder's files by `replay` before training continues.
+    """
 
     def __init__(self, cfg: Any, run_dir: Path, run_name: str, config: dict, resume_id: str | None = None):
         import wandb
 
         os.environ.setdefault("WANDB_SILENT", "true")
         self.wandb = wandb
+        self._saved_env = _point_wandb_dirs_into(Path(run_dir) / "wandb")
+        self.logged_through = last_step_in_wandb(Path(run_dir) / "wandb", resume_id) if resume_id else -1
         self.run = wandb.init(
             project=cfg.project, entity=cfg.entity, group=cfg.group, name=run_name, dir=str(run_dir),
             mode=cfg.mode, config=config, id=resume_id, resume="allow" if resume_id else None,
             settings=wandb.Settings(console="off", x_disable_stats=True, silent=True),
         )
         self.id = self.run.id
+        if self.run.resumed and self.logged_through is not None:  # online: the server's history counts too
+            self.logged_through = max(self.logged_through, int(self.run.starting_step) - 1)
         self.run.define_metric("tokens/generated")
         for prefix in ("eval/*", "reward/*", "objective/*"):
             self.run.define_metric(prefix, step_metric="tokens/generated")
 
+    def _has(self, step: int) -> bool:
+        return self.logged_through is not None and step <= self.logged_through
+
     def log(self, row: dict, step: int) -> None:
+        if self._has(step):
+            return
         self.run.log({k: v for k, v in row.items() if isinstance(v, (int, float)) and v is not None}, step=step)
 
     def log_samples(self, rows: list[dict], step: int) -> None:
-        if not rows:
+        if not rows or self._has(step):
             return
         cols = list(rows[0].keys())
         table = self.wandb.Table(columns=cols, data=[[r[c] for c in cols] for r in rows])
         self.run.log({"samples": table}, step=step)
+
+    def replay(self, run_dir: Path, through: int) -> int:
+        """Log the run folder's rows for the steps W&B does not hold, up to `through` (the step training continues
+        from), in the order the run logged them: metrics, then eval and its samples. Returns the steps logged.
+        When the earlier segments could not be read, nothing is replayed (W&B may then miss or drop steps)."""
+        if self.logged_through is None:
+            return 0
+        first = self.logged_through + 1
+        want = lambda r: isinstance(r.get("step"), int) and first <= r["step"] <= through  # noqa: E731
+        by_step: dict[int, dict] = {}
+        for kind in ("metrics", "eval", "samples"):
+            for r in read_jsonl(Path(run_dir) / f"{kind}.jsonl"):
+                if want(r):
+                    slot = by_step.setdefault(r["step"], {"metrics": None, "eval": None, "samples": []})
+                    if kind == "samples":
+                        slot["samples"].append(r)
+                    else:
+                        slot[kind] = r
+        for step in sorted(by_step):
+            slot = by_step[step]
+            for kind in ("metrics", "eval"):
+                if slot[kind] is not None:
+                    self.log(slot[kind], step=step)
+            self.log_samples(slot["samples"], step=step)
+        return len(by_step)
 
     def summary(self, values: dict) -> None:
         for k, v in values.items():
@@ -202,7 +246,90 @@ class WandbLogger:
                 self.run.summary[k] = v
 
     def finish(self, exit_code: int = 0) -> None:
-        self.run.finish(exit_code=exit_code)
+        try:
+            self.run.finish(exit_code=exit_code)
+            self.wandb.teardown()  # the service keeps the dirs it started with: the next run starts its own
+        finally:
+            _restore_env(self._saved_env)
+
+
+_WANDB_DIRS = {"WANDB_CACHE_DIR": "cache", "WANDB_DATA_DIR": "data"}
+
+
+def _point_wandb_dirs_into(root: Path) -> dict:
+    """Set W&B's cache and data folders to root/cache and root/data unless the user set them; returns what to
+    restore."""
+    saved = {}
+    for var, sub in _WANDB_DIRS.items():
+        if var not in os.environ:
+            saved[var] = None
+            os.environ[var] = str(root / sub)
+    return saved
+
+
+def _restore_env(saved: dict) -> None:
+    for var, value in saved.items():
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
+
+
+def wandb_segments(wandb_dir: Path, run_id: str) -> list[Path]:
+    """The transaction logs (`.wandb` files) of W&B run `run_id` under a run folder's wandb/, oldest first: one per
+    process that logged to it (offline-run-<time>-<id>/ or run-<time>-<id>/)."""
+    found = []
+    for d in sorted(Path(wandb_dir).glob(f"*run-*-{run_id}")):
+        f = d / f"run-{run_id}.wandb"
+        if d.is_dir() and not d.is_symlink() and f.is_file():
+            found.append(f)
+    return found
+
+
+def wandb_records(path: Path) -> list[dict]:
+    """The records of a .wandb file, read by wandb's own reader (`wandb leet inspect --json`). Raises OSError when it
+    cannot be read. The file is only parsed, never executed."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(path)], capture_output=True,
+                         text=True, timeout=300, stdin=subprocess.DEVNULL)
+    if out.returncode != 0:
+        raise OSError(f"wandb leet inspect {path} exited {out.returncode}: {out.stderr.strip()[-300:]}")
+    recs = []
+    for line in out.stdout.splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            recs.append(rec)
+    return recs
+
+
+def history_steps(records: list[dict]) -> list[int]:
+    """The step of each history record, in file order."""
+    steps = []
+    for rec in records:
+        if rec.get("type") == "history":
+            hist = rec.get("history") or {}
+            num = (hist.get("step") or {}).get("num", (hist.get("item") or {}).get("_step"))
+            steps.append(int(num) if num is not None else 0)  # protobuf's JSON leaves a zero out
+    return steps
+
+
+def last_step_in_wandb(wandb_dir: Path, run_id: str) -> int | None:
+    """The last step W&B holds for `run_id` from this run folder's earlier segments (-1: none), or None when a
+    segment could not be read."""
+    last = -1
+    for seg in wandb_segments(wandb_dir, run_id):
+        try:
+            steps = history_steps(wandb_records(seg))
+        except (OSError, ValueError) as e:
+            print(f"[rlcompare] W&B: could not read {seg} ({e}); steps the interrupted run logged may be missing or "
+                  f"dropped in W&B", file=sys.stderr)
+            return None
+        last = max([last, *steps])
+    return last
 
 
 class NullLogger:
@@ -213,6 +340,9 @@ class NullLogger:
 
     def log_samples(self, rows, step):
         pass
+
+    def replay(self, run_dir, through):
+        return 0
 
     def summary(self, values):
         pass

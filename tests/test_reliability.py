@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from conftest import FAST
 from rlcompare import checkpoint
@@ -56,8 +55,18 @@ def _cli(*overrides: str) -> list[str]:
     return [sys.executable, "-m", "rlcompare.cli", "train", *FAST, *overrides]
 
 
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _env(**extra) -> dict:
+    """The environment for a child `rlcompare` process: this checkout's package first on the path (a child started
+    elsewhere would import whichever rlcompare is installed)."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
 def _start(tmp_path: Path, *overrides: str, log: str) -> subprocess.Popen:
-    env = {**os.environ, "WANDB_MODE": "offline"}
+    env = _env(WANDB_MODE="offline")
     return subprocess.Popen(_cli(*overrides), cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
                             stderr=open(tmp_path / log, "w"))
 
@@ -87,11 +96,12 @@ def test_sigkill_at_a_random_step_then_resume_equals_an_uninterrupted_run(compos
     n_before = len(read_jsonl(run / "metrics.jsonl"))
     assert n_before < 8
 
-    env = {**os.environ, "WANDB_MODE": "offline"}
+    env = _env(WANDB_MODE="offline")
     out = subprocess.run(_cli(*KILL, "run_name=killed", f"results_dir={results}", "resume=true"), cwd=tmp_path,
                          env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "resuming" in out.stderr
+    assert f"previous writer (pid {proc.pid}) ended without releasing" in out.stderr  # its stale lock, taken over
     assert _summary(run)["status"] == "completed"
 
     ref = train(compose(*KILL, "run_name=ref"))
@@ -118,7 +128,7 @@ def test_sigterm_saves_a_checkpoint_marks_failed_and_exits_nonzero_then_resumes_
 
     # resume=<run dir>: the run's own config; only how it runs (threads, progress bar) from the command line
     out = subprocess.run([sys.executable, "-m", "rlcompare.cli", "train", f"resume={run}", "trainer.threads=1",
-                          "trainer.progress=false", "logger=none"], cwd=tmp_path, env={**os.environ}, capture_output=True,
+                          "trainer.progress=false", "logger=none"], cwd=tmp_path, env=_env(), capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     resumed = _summary(run)
@@ -187,7 +197,8 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(compose):
     run = Path(ref["run_dir"])
     want = _rows(run)
     _simulate_kill_after(run, 3, torn=False)
-    (run / "checkpoints" / "step_00000003" / "state.pt").write_bytes(b"not a checkpoint")
+    for f in (run / "checkpoints" / "step_00000003").iterdir():  # every file of it, whatever the format
+        f.write_bytes(b"not a checkpoint")
     s = train(compose(*ov, "resume=true"))
     assert s["status"] == "completed" and _rows(run) == want
 
@@ -217,6 +228,14 @@ def test_resume_continues_the_wandb_run(compose):
     assert (run / "wandb_id.txt").read_text().strip() == wid
     dirs = sorted((run / "wandb").glob("offline-run-*"))
     assert len(dirs) == 2 and all(d.name.endswith(wid) for d in dirs)
+    # the first process finished, so W&B holds its steps 0-3; the resumed one must not log 3 again (W&B's step
+    # only increases: a second step 3 would be dropped or misfiled)
+    steps = []
+    for d in dirs:
+        out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(d / f"run-{wid}.wandb")],
+                             capture_output=True, text=True, timeout=300)
+        steps += [json.loads(ln)["history"]["item"]["_step"] for ln in out.stdout.splitlines() if '"type":"history"' in ln]
+    assert steps == [0, 1, 2, 3]
 
 
 # ----------------------------------------------------------------------------- non-finite values
@@ -318,7 +337,7 @@ def test_results_grow_with_steps_not_with_the_batch(compose):
 
 def test_checkpoint_holds_every_rng_and_counter(compose):
     s = train(compose("algorithm=ppo", "budget.max_steps=2", "trainer.checkpoint_every=2", "run_name=blob"))
-    blob = torch.load(checkpoint.latest(Path(s["run_dir"])) / "state.pt", weights_only=False)
+    blob = checkpoint.read(checkpoint.latest(Path(s["run_dir"])))
     assert set(blob["rng"]) >= {"python", "numpy", "torch", "sampler", "shuffle"}
     assert {"critic", "critic_opt", "opt", "sched", "policy", "stream_position"} <= set(blob)
     st = blob["state"]
