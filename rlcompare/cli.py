@@ -85,10 +85,11 @@ def train_main(argv: list[str]) -> int:
     @hydra.main(config_path=conf_dir(), config_name="config", version_base=None)
     def _app(cfg: DictConfig) -> None:
         from rlcompare.config import ConfigError
+        from rlcompare.placement import place_job
         from rlcompare.run import train
 
         try:
-            summary = train(cfg)
+            summary = train(place_job(cfg))  # a multirun job's threads and device (docs/scaling.md)
         except ConfigError as e:
             print(f"rlcompare: config error: {e}", file=sys.stderr)
             if _is_multirun():
@@ -99,6 +100,9 @@ def train_main(argv: list[str]) -> int:
               f"({summary['tokens/generated']} generated tokens, {summary['wall_time_s']:.0f} s); results in {summary['run_dir']}",
               file=sys.stderr)
 
+    from rlcompare.placement import note_multirun_jobs
+
+    note_multirun_jobs(argv)  # how many jobs `-m` makes, so that concurrent ones split the machine
     sys.argv = ["rlcompare train"] + argv
     _app()
     return 0
