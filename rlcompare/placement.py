@@ -232,3 +232,33 @@ def note_multirun_jobs(argv: list[str]) -> None:
         os.environ[LAUNCH_JOBS_ENV] = str(sum(len(b) for b in batches))
     except Exception:  # noqa: BLE001 - glob() or anything the plain parser cannot expand: leave it to the launcher
         return
+
+
+# ----------------------------------------------------------------------------- W&B grouping
+WANDB_MAX_CHARS = 64  # W&B refuses tags (and job types) longer than this
+
+
+def _cut(text: str, limit: int = WANDB_MAX_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    import hashlib
+
+    return text[:limit - 9] + "~" + hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+def wandb_grouping(group: Optional[str], config: dict, run_name: str) -> dict:
+    """W&B's group / job_type / tags for a run, so that its UI aggregates seeds per variant (docs/scaling.md):
+    group = logger.group, else the sweep's name, else the experiment; job_type = the sweep's variant, else the run
+    name without its seed (`dapo__trainer.lr=1e-05__s2` -> `dapo__trainer.lr=1e-05`); tags = the component's
+    config keys (`algorithm.clip`), `base` for a sweep's base, none outside a sweep."""
+    sweep = config.get("sweep") or {}
+    variant = sweep.get("variant")
+    job_type = variant or re.sub(r"__s-?\d+(-\d+)?$", "", run_name)
+    if not sweep.get("name"):
+        tags: list[str] = []
+    elif sweep.get("component"):
+        tags = [c.strip() for c in str(sweep["component"]).split(",") if c.strip()]
+    else:
+        tags = ["base"]
+    return {"group": group or sweep.get("name") or config.get("experiment"), "job_type": _cut(str(job_type)),
+            "tags": [_cut(t) for t in tags]}
