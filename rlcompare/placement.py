@@ -13,6 +13,7 @@ launcher's settings and the number of jobs launched):
   show it one device, and nothing is changed.
 
 `place_job(cfg)` applies the rule inside a job; `rlcompare train -m` and `rlcompare sweep` both go through it.
+`wandb_grouping` says how W&B groups a job's run (group, job type, tags), so that seeds aggregate per variant.
 """
 
 from __future__ import annotations
