@@ -365,3 +365,28 @@ def test_wandb_grouping_aggregates_seeds_per_variant():
         "group": "default", "job_type": "dapo__trainer.lr=1e-05", "tags": []}
     long = pl.wandb_grouping(None, plain, "x" * 80 + "__s0")["job_type"]
     assert len(long) == 64 and long.startswith("x" * 55 + "~")
+
+
+def test_resume_launches_the_unfinished_runs_as_one_batch(tmp_path, monkeypatch, capsys):
+    """--resume keeps completed runs, continues the failed one (resume=true) and starts the missing one, all in
+    one launch."""
+    p = write_sweep(tmp_path)
+    root = tmp_path / "results" / "par"
+    for run, status in (("grpo__s0", "completed"), ("boom__s0", "failed")):
+        (root / run).mkdir(parents=True)
+        (root / run / "summary.json").write_text(json.dumps({"status": status, "error": None}))
+    launches = []
+
+    def fake_launch_jobs(spec, root_, jobs, hydra_extra):
+        launches.append([(j.member.name, j.seed, j.resume) for j in jobs])
+        assert "resume=true" in jobs[1].overrides(spec) and "resume=true" not in jobs[0].overrides(spec)
+        for j in jobs:
+            _start(root_, j, status="completed")
+        return 0
+
+    monkeypatch.setattr(sw, "launch_jobs", fake_launch_jobs)
+    assert sw.run_sweep(p, [f"results_dir={tmp_path / 'results'}"], resume=True) == 0
+    assert launches == [[("clip_higher", 0, False), ("boom", 0, True)]]
+    runs = yaml.safe_load((root / "sweep.yaml").read_text())["runs"]
+    assert runs["grpo"]["0"]["note"] == "kept from an earlier launch"
+    assert runs["boom"]["0"]["status"] == runs["clip_higher"]["0"]["status"] == "completed"
