@@ -114,10 +114,11 @@ def train_main(argv: list[str]) -> int:
     @hydra.main(config_path=conf_dir(), config_name="config", version_base=None)
     def _app(cfg: DictConfig) -> None:
         from rlcompare.config import ConfigError
+        from rlcompare.placement import place_job
         from rlcompare.run import train
 
         try:
-            summary = train(cfg)
+            summary = train(place_job(cfg))  # a multirun job's threads and device (docs/scaling.md)
         except ConfigError as e:
             print(f"rlcompare: config error: {e}", file=sys.stderr)
             if _is_multirun():
@@ -135,6 +136,9 @@ def train_main(argv: list[str]) -> int:
     if error is not None:
         print(f"rlcompare: config error: {error}", file=sys.stderr)
         return 2
+    from rlcompare.placement import note_multirun_jobs
+
+    note_multirun_jobs(argv)  # how many jobs `-m` makes, so that concurrent ones split the machine
     sys.argv = ["rlcompare train"] + argv
     _app()
     return 0

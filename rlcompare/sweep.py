@@ -4,10 +4,12 @@ A sweep file (YAML, see sweeps/ and docs/components.md) names a base and its var
 config is composed with Hydra's compose API and validated; each variant is diffed against its reference
 (the base in ``mode: independent``, the previous rung in ``mode: ladder``) and the whole sweep is refused
 before anything trains when a variant changes a key outside the component it declares, or changes nothing.
-Then each member runs as one Hydra multirun over the seeds (``rlcompare train -m ... seed=0,1,2``, in a
-subprocess, so that a failing member never stops the others and any Hydra launcher applies), landing in
+Then every member x seed is one job of a single Hydra multirun (``rlcompare train -m
+hydra/sweeper=rlcompare_jobs ...``, in a subprocess; the jobs are listed in ``<results_dir>/<sweep name>/.jobs.yaml``),
+so that the chosen launcher (``hydra/launcher=joblib``, ``submitit_slurm``, ``ray``, ...) runs as many at once as it
+has workers, and a failing run never stops the others (`run_jobs`). Runs land in
 ``<results_dir>/<sweep name>/<label>__s<seed>/`` with ``sweep.{name,variant,reference,component}`` set
-for the report.
+for the report. docs/scaling.md has the launchers and the device rule.
 
     rlcompare sweep sweeps/one_knob.yaml [overrides...] [--dry-run] [--seeds 0,1] [--resume]
 
@@ -31,8 +33,8 @@ from typing import Any, Optional
 import yaml
 from rlcompare.flat import flatten
 
-__all__ = ["COMPONENTS", "IGNORED_KEYS", "SweepError", "SweepSpec", "VariantSpec", "Member", "load_sweep",
-           "resolve_members", "check_one_change", "component_prefixes", "run_sweep", "main"]
+__all__ = ["COMPONENTS", "IGNORED_KEYS", "SweepError", "SweepSpec", "VariantSpec", "Member", "Job", "load_sweep",
+           "resolve_members", "check_one_change", "component_prefixes", "run_jobs", "run_sweep", "main"]
 
 # ----------------------------------------------------------------------------- components
 # one-word component -> the config key prefixes it covers (a key is covered when it equals a prefix or starts
@@ -548,17 +550,81 @@ def _has_metrics(path: Path) -> bool:
         return False
 
 
-def train_command(spec: SweepSpec, m: Member, seeds: list[int], hydra_extra: list[str], resume: bool = False) -> list[str]:
-    """`python -m rlcompare.cli train -m ...` for one member over seeds (the sweep's tags last but hydra.*)."""
+def _member_tags(spec: SweepSpec, m: Member, seed: str) -> list[str]:
+    """The keys the sweep sets on each run of a member (seed: one seed, or a comma list for a multirun)."""
     comp = ",".join(component_prefixes(m.component)) if m.component else "null"
     if "," in comp:
         comp = _quote(comp)  # a quoted string, not a Hydra sweep over values
-    tags = [f"seed={','.join(str(s) for s in seeds)}", f"experiment={spec.name}", f"sweep.name={spec.name}",
+    return [f"seed={seed}", f"experiment={spec.name}", f"sweep.name={spec.name}",
             f"sweep.variant={m.name}", f"sweep.reference={m.reference or 'null'}", f"sweep.component={comp}",
             "run_name=" + m.name + "__s${seed}"]
+
+
+def train_command(spec: SweepSpec, m: Member, seeds: list[int], hydra_extra: list[str], resume: bool = False) -> list[str]:
+    """`python -m rlcompare.cli train -m ...` for one member over seeds (the sweep's tags last but hydra.*): what
+    the sweep's jobs of that member are, as one multirun one can type."""
+    tags = _member_tags(spec, m, ",".join(str(s) for s in seeds))
     if resume:
         tags.append("resume=true")
     return [sys.executable, "-m", "rlcompare.cli", "train", "-m", *m.overrides, *tags, *hydra_extra]
+
+
+@dataclass
+class Job:
+    """One run of a sweep: a member at a seed (resume: its folder already holds a run to continue)."""
+    member: Member
+    seed: int
+    resume: bool = False
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.member.name, self.seed)
+
+    def overrides(self, spec: SweepSpec) -> list[str]:
+        return [*self.member.overrides, *_member_tags(spec, self.member, str(self.seed))] + (
+            ["resume=true"] if self.resume else [])
+
+
+JOBS_FILE = ".jobs.yaml"  # in <results_dir>/<sweep name>/: the job list of the latest launch
+
+
+def launch_command(spec: SweepSpec, root: Path, jobs_file: Path, hydra_extra: list[str]) -> list[str]:
+    """One Hydra multirun whose jobs are those listed in jobs_file (hydra_plugins.rlcompare_sweeper); results_dir
+    and experiment on the command line place Hydra's own sweep files (multirun.yaml) in <results_dir>/<name>/."""
+    return [sys.executable, "-m", "rlcompare.cli", "train", "-m", "hydra/sweeper=rlcompare_jobs",
+            f"hydra.sweeper.jobs_file={_quote(str(jobs_file.resolve()))}", f"results_dir={_quote(str(root.parent))}",
+            f"experiment={spec.name}", *hydra_extra]
+
+
+def read_jobs_file(path: Optional[str]) -> list[list[str]]:
+    """The job list of hydra/sweeper=rlcompare_jobs: `jobs: [[override, ...], ...]` (plain YAML, safe-loaded)."""
+    from hydra.errors import HydraException
+
+    if not path:
+        raise HydraException("hydra.sweeper.jobs_file is not set: hydra/sweeper=rlcompare_jobs launches the jobs "
+                             "listed in that file (`jobs: [[key=value, ...], ...]`, as `rlcompare sweep` writes it)")
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise HydraException(f"hydra.sweeper.jobs_file={path}: cannot be read ({e})") from None
+    jobs = data.get("jobs") if isinstance(data, dict) else None
+    if (not isinstance(jobs, list) or not jobs
+            or not all(isinstance(j, list) and all(isinstance(o, str) for o in j) for j in jobs)):
+        raise HydraException(f"hydra.sweeper.jobs_file={path}: expected `jobs:` holding a non-empty list of override "
+                             f"lists, e.g. jobs: [[algorithm=grpo, seed=0], [algorithm=dapo, seed=0]]")
+    return jobs
+
+
+def job_batch(arguments: list[str], jobs: list[list[str]]) -> list[list[str]]:
+    """Each job's overrides after the command line's (a job's own value of a key wins); the command line may not
+    sweep over values here (the job list is the sweep)."""
+    from hydra.errors import HydraException
+
+    for raw, o in zip(arguments, _override_parser().parse_overrides(list(arguments))):
+        if o.is_sweep_override():
+            raise HydraException(f"`{raw}`: hydra/sweeper=rlcompare_jobs launches the jobs of hydra.sweeper.jobs_file; "
+                                 f"list each value as its own job there instead of sweeping on the command line")
+    return [_merge_overrides(list(arguments), job) for job in jobs]
 
 
 def _quote(s: str) -> str:
@@ -644,6 +710,18 @@ def _launch(cmd: list[str]) -> int:
         return 127
 
 
+def launch_jobs(spec: SweepSpec, root: Path, jobs: list[Job], hydra_extra: list[str]) -> int:
+    """Every job in one Hydra multirun (its launcher runs as many at once as it has workers); the exit code."""
+    jobs_file = root / JOBS_FILE
+    tmp = root / f".{JOBS_FILE}.tmp"
+    tmp.write_text(yaml.safe_dump({"jobs": [j.overrides(spec) for j in jobs]}, sort_keys=False, width=1000))
+    os.replace(tmp, jobs_file)
+    cmd = launch_command(spec, root, jobs_file, hydra_extra)
+    names = ", ".join(f"{j.member.name}__s{j.seed}" + (" (resume)" if j.resume else "") for j in jobs)
+    print(f"[rlcompare sweep] launching {len(jobs)} job(s): {names}\n  {_shell(cmd)}", file=sys.stderr, flush=True)
+    return _launch(cmd)
+
+
 def _fresh_summary(d: Path, since: float) -> Optional[dict]:
     """summary.json written by this launch (an older one, e.g. of a run being resumed, does not count)."""
     try:
@@ -654,51 +732,77 @@ def _fresh_summary(d: Path, since: float) -> Optional[dict]:
     return _summary(d)
 
 
-def run_member(spec: SweepSpec, m: Member, root: Path, seeds: list[int], hydra_extra: list[str],
-               resume_seeds: tuple = ()) -> dict[int, dict]:
-    """Run one member over its seeds as Hydra multiruns (subprocesses); returns {seed: {status, error, dir}}.
+def _started(d: Path, since: float) -> bool:
+    """Did this launch start the job? Hydra writes the job's .hydra/ before it calls rlcompare, which writes
+    summary.json ("running") before anything heavy."""
+    for f in (d / ".hydra" / "overrides.yaml", d / "summary.json"):
+        try:
+            if f.stat().st_mtime >= since - 1.0:
+                return True
+        except OSError:
+            pass
+    return False
 
-    Hydra's basic launcher runs a multirun's jobs in order, keeps going after a job raises an exception and
-    raises at the end; a job that exits (SystemExit) or a crashed process stops the rest. So seeds left without a
-    summary after a failed multirun are relaunched; when nothing in that launch explains the failure, the first of
-    them (in launch order) is the one that stopped it and is recorded as failed. Every launch settles at least one
-    seed, so this ends.
+
+def run_jobs(jobs: list[Job], root: Path, launch, results: Optional[dict] = None) -> dict[tuple[str, int], dict]:
+    """Run jobs through `launch(jobs) -> exit code` until each is settled; returns {(label, seed): {status, error,
+    dir}} (filled into `results` as jobs settle, so an interrupted sweep still records them).
+
+    A job that raises is recorded as failed by its own summary and never stops the others (every launcher finishes
+    the other jobs). A job whose process dies (an exit, a crash, a kill) can stop the launch: Hydra's basic launcher
+    skips the jobs after it, joblib's stops every worker. After each launch: jobs with a summary of their own are
+    settled; a job that started but left no final summary died: when it is the only one, it is the cause and
+    failed; when several died at once (a parallel launcher stopped them together), each is relaunched alone, with
+    resume=true, to tell the cause from the bystanders; jobs that never started are relaunched together. A launch
+    that started no job at all failed as a whole (a bad launcher setting): its jobs are failed with its exit code.
+    Every launch settles at least one job or moves one to a launch of its own, so this ends.
     """
-    results: dict[int, dict] = {}
-    batches = ((False, [s for s in seeds if s not in resume_seeds]), (True, [s for s in seeds if s in resume_seeds]))
-    for resume, batch in batches:
-        todo = list(batch)
-        while todo:
-            cmd = train_command(spec, m, todo, hydra_extra, resume=resume)
-            print(f"[rlcompare sweep] {m.name}: seeds {','.join(map(str, todo))}: {_shell(cmd)}", file=sys.stderr, flush=True)
-            t0 = time.time()
-            rc = _launch(cmd)
-            left, explained = [], False
-            for s in todo:
-                d = run_dir(root, m.name, s)
-                status = (_fresh_summary(d, t0) or {}).get("status")
-                if status == "completed":
-                    results[s] = {"status": "completed", "error": None, "dir": str(d)}
-                elif status in ("failed", "running"):  # running: the process died mid-run
-                    err = (_summary(d) or {}).get("error") or f"the training process died mid-run (exit code {rc})"
-                    results[s] = {"status": "failed", "error": err, "dir": str(d)}
-                    explained = True
-                else:
-                    left.append(s)
-            if left and rc == 0:
-                for s in left:
-                    results[s] = {"status": "failed", "dir": str(run_dir(root, m.name, s)),
-                                  "error": "the multirun ended (exit code 0) without this run's summary.json"}
-                left = []
-            elif left and not explained:
-                s = left.pop(0)
-                results[s] = {"status": "failed", "dir": str(run_dir(root, m.name, s)),
-                              "error": f"`rlcompare train` exited with code {rc} before this run wrote a summary"}
-            elif rc != 0 and not left and not explained:
-                print(f"[rlcompare sweep] warning: {m.name}: `rlcompare train` exited with code {rc} although "
-                      f"every run completed; its results are kept", file=sys.stderr)
-            todo = left
+    results = {} if results is None else results
+    todo, alone = list(jobs), []
+    while todo or alone:
+        batch = [alone.pop(0)] if alone else todo
+        t0 = time.time()
+        rc = launch(batch)
+        died, waiting, progressed = [], [], False
+        for j in batch:
+            d = run_dir(root, *j.key)
+            status = (_fresh_summary(d, t0) or {}).get("status")
+            if status in ("completed", "failed"):
+                results[j.key] = {"status": status, "error": (_summary(d) or {}).get("error") if status == "failed" else None,
+                                  "dir": str(d)}
+                progressed = True
+            elif _started(d, t0):
+                died.append(j)
+            else:
+                waiting.append(j)
+        if len(died) == 1:
+            results[died[0].key] = _died(root, died[0], rc)
+        elif died:
+            alone += [Job(j.member, j.seed, resume=True) for j in died]
+        if waiting and (rc == 0 or not (progressed or died)):
+            why = ("the multirun ended (exit code 0) without this run's summary.json" if rc == 0 else
+                   f"the launch failed before this job started (exit code {rc}); see the launcher's messages above")
+            for j in waiting:
+                results[j.key] = {"status": "failed", "error": why, "dir": str(run_dir(root, *j.key))}
+            waiting = []
+        if rc != 0 and not (died or waiting) and all(results[j.key]["status"] == "completed" for j in batch):
+            print(f"[rlcompare sweep] warning: `rlcompare train` exited with code {rc} although every run it launched "
+                  f"completed; their results are kept", file=sys.stderr)
+        if batch is todo:
+            todo = waiting
+        else:
+            todo += waiting
     return results
+
+
+def _died(root: Path, j: Job, rc: int) -> dict:
+    d = run_dir(root, *j.key)
+    summ = _summary(d) or {}
+    if summ.get("status") == "running":
+        err = summ.get("error") or f"the training process died mid-run (exit code {rc})"
+    else:
+        err = f"`rlcompare train` exited with code {rc} before this run wrote a summary"
+    return {"status": "failed", "error": err, "dir": str(d)}
 
 
 def _existing(root: Path, members: list[Member], seeds: list[int]) -> dict[tuple[str, int], str]:
@@ -736,6 +840,55 @@ def _check_kept_runs(root: Path, members: list[Member], existing: dict) -> None:
                          f"{'; '.join(bad)}. Keep the same file and overrides, or use another results_dir / sweep name")
 
 
+def _runs_record(root: Path, members: list[Member], seeds: list[int], settled: dict, existing: dict,
+                 interrupted: bool = False) -> dict[str, dict]:
+    """{label: {seed: result}} for sweep.yaml: this launch's results, and runs kept from an earlier one (an
+    interrupted sweep records only the runs it settled)."""
+    runs: dict[str, dict] = {}
+    for m in members:
+        for s in seeds:
+            if (m.name, s) in settled:
+                res = settled[(m.name, s)]
+            elif existing.get((m.name, s)) == "completed":
+                res = {"status": "completed", "error": None, "dir": str(run_dir(root, m.name, s)),
+                       "note": "kept from an earlier launch"}
+            elif interrupted:
+                continue
+            else:  # run_jobs settles every job it is given
+                raise AssertionError(f"{m.name}__s{s} was neither run nor kept")
+            runs.setdefault(m.name, {})[str(s)] = res
+    return runs
+
+
+def check_launch_settings(hydra_extra: list[str]) -> str:
+    """Compose the launch's Hydra settings (launcher and its options) before anything runs; returns the launcher's
+    name. A launcher that is not installed or an unknown option refuses the sweep, naming the fix."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+
+    from rlcompare.cli import conf_dir, register_resolvers
+
+    for raw in hydra_extra:
+        if raw.lstrip("+~").startswith(("hydra/sweeper", "hydra.sweeper")):
+            raise SweepError(f"`{raw}`: a sweep launches its members x seeds through its own sweeper "
+                             f"(hydra/sweeper=rlcompare_jobs); choose the launcher instead, e.g. hydra/launcher=joblib")
+    register_resolvers()
+    try:
+        with initialize_config_dir(config_dir=conf_dir(), version_base=None):
+            cfg = compose(config_name="config", overrides=["hydra/sweeper=rlcompare_jobs", *hydra_extra],
+                          return_hydra_config=True)
+    except HydraException as e:
+        msg = str(e).strip()
+        if "hydra/sweeper/rlcompare_jobs" in msg:
+            raise SweepError("Hydra cannot find rlcompare's sweeper (hydra_plugins/rlcompare_sweeper, shipped with "
+                             "rlcompare): reinstall with `pip install -e .` from the repository") from None
+        raise SweepError(f"the Hydra settings {' '.join(hydra_extra)} do not compose: {msg}\n"
+                         f"(launchers: pip install -e \".[launchers]\" adds hydra/launcher=joblib, submitit_local and "
+                         f"submitit_slurm; docs/scaling.md)") from None
+    target = str(cfg.hydra.launcher.get("_target_", ""))
+    return target.rsplit(".", 1)[-1] or "basic launcher"
+
+
 def prepare(path, extra: list[str], seeds: Optional[list[int]] = None) -> tuple[SweepSpec, list[Member]]:
     spec = load_sweep(path)
     if seeds:
@@ -760,8 +913,9 @@ def run_sweep(path, extra: Optional[list[str]] = None, seeds: Optional[list[int]
         print(f"extra overrides (all members): {' '.join(extra)}", file=out)
     print(f"results: {root}/<label>__s<seed>/\n", file=out)
     print(member_table(spec, members), file=out)
+    launcher = check_launch_settings(hydra_extra)
     if dry_run:
-        print("\ncommands (one Hydra multirun per member):", file=out)
+        print(f"\nthe {n_runs} runs are the jobs of one Hydra multirun ({launcher}); member by member they are:", file=out)
         for m in members:
             print("  " + _shell(train_command(spec, m, spec.seeds, hydra_extra)), file=out)
         print("\none-change check passed; nothing was run (--dry-run)", file=out)
@@ -779,22 +933,18 @@ def run_sweep(path, extra: Optional[list[str]] = None, seeds: Optional[list[int]
     created = _now()
     write_record(root, spec, members, extra, record_argv, created=created)
     print("", file=out)
-    runs: dict[str, dict] = {}
+    jobs = [Job(m, s, resume=(m.name, s) in existing) for m in members for s in spec.seeds
+            if existing.get((m.name, s)) != "completed"]
+    settled: dict[tuple[str, int], dict] = {}
     try:
-        for m in members:
-            seeds_todo = [s for s in spec.seeds if existing.get((m.name, s)) != "completed"]
-            resume_seeds = tuple(s for s in seeds_todo if (m.name, s) in existing)
-            res = run_member(spec, m, root, seeds_todo, hydra_extra, resume_seeds) if seeds_todo else {}
-            for s in spec.seeds:
-                if s not in res:
-                    res[s] = {"status": "completed", "error": None, "dir": str(run_dir(root, m.name, s)),
-                              "note": "kept from an earlier launch"}
-            runs[m.name] = {str(s): res[s] for s in spec.seeds}
+        run_jobs(jobs, root, lambda batch: launch_jobs(spec, root, batch, hydra_extra), results=settled)
     except KeyboardInterrupt:
-        print("\nrlcompare sweep: interrupted; finished members: " + (", ".join(runs) or "none")
+        runs = _runs_record(root, members, spec.seeds, settled, existing, interrupted=True)
+        print("\nrlcompare sweep: interrupted; finished runs: " + (", ".join(f"{lb}__s{s}" for lb, s in settled) or "none")
               + ". Continue with --resume.", file=sys.stderr)
         write_record(root, spec, members, extra, record_argv, runs=runs, created=created)
         return 130
+    runs = _runs_record(root, members, spec.seeds, settled, existing)
     write_record(root, spec, members, extra, record_argv, runs=runs, created=created)
 
     failed = [(lb, int(s), r["error"]) for lb, rs in runs.items() for s, r in rs.items() if r["status"] != "completed"]

@@ -184,12 +184,15 @@ class WandbLogger:
     def __init__(self, cfg: Any, run_dir: Path, run_name: str, config: dict, resume_id: str | None = None):
         import wandb
 
+        from rlcompare.placement import wandb_grouping
+
         os.environ.setdefault("WANDB_SILENT", "true")
         self.wandb = wandb
         self._saved_env = _point_wandb_dirs_into(Path(run_dir) / "wandb")
         self.logged_through = last_step_in_wandb(Path(run_dir) / "wandb", resume_id) if resume_id else -1
         self.run = wandb.init(
-            project=cfg.project, entity=cfg.entity, group=cfg.group, name=run_name, dir=str(run_dir),
+            project=cfg.project, entity=cfg.entity, name=run_name, dir=str(run_dir),
+            **wandb_grouping(cfg.group, config, run_name),  # seeds of a variant aggregate in W&B's UI
             mode=cfg.mode, config=config, id=resume_id, resume="allow" if resume_id else None,
             settings=wandb.Settings(console="off", x_disable_stats=True, silent=True),
         )

@@ -282,8 +282,8 @@ def test_shipped_sweep_on_the_embedded_default_runs_at_least_five_seeds(path, tm
 
 # ----------------------------------------------------------------------------- running
 @pytest.mark.parametrize("scenario", ["exit", "raise_then_exit"])
-def test_failure_isolation_relaunches_seeds_after_a_job_exits(tmp_path, monkeypatch, scenario):
-    """A job that exits (rather than raises) stops Hydra's multirun: the seeds after it are relaunched."""
+def test_failure_isolation_relaunches_seeds_after_a_job_exits(tmp_path, scenario):
+    """A job that exits (rather than raises) stops Hydra's basic launcher: the seeds after it are relaunched."""
     p = write(tmp_path, """
         name: iso
         seeds: [0, 1, 2, 3]
@@ -291,36 +291,37 @@ def test_failure_isolation_relaunches_seeds_after_a_job_exits(tmp_path, monkeypa
         variants:
           - {label: v, component: lr, overrides: [trainer.lr=3e-4]}
     """)
-    spec = load_sweep(p)
     members = members_of(p, tmp_path)
     root = tmp_path / "results" / "iso"
     calls = []
-    # "exit": seed 1 exits before writing anything. "raise_then_exit": seed 0 raises (summary failed, Hydra goes
-    # on), then seed 2 exits before writing anything.
+    # "exit": seed 1 exits once started (Hydra made its folder), before writing a summary. "raise_then_exit":
+    # seed 0 raises (summary failed, Hydra goes on), then seed 2 exits once started.
     raises, exits = ({-1}, {1}) if scenario == "exit" else ({0}, {2})
 
-    def fake_launch(cmd):
-        seeds = [int(s) for s in next(a for a in cmd if a.startswith("seed=")).split("=")[1].split(",")]
-        calls.append(seeds)
+    def fake_launch(jobs):
+        calls.append([j.seed for j in jobs])
         rc = 0
-        for s in seeds:
-            if s in exits:
+        for j in jobs:
+            d = root / f"grpo__s{j.seed}"
+            (d / ".hydra").mkdir(parents=True, exist_ok=True)
+            (d / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(j.overrides(load_sweep(p))))
+            if j.seed in exits:
                 return 1
-            d = root / f"grpo__s{s}"
-            d.mkdir(parents=True, exist_ok=True)
-            status = "failed" if s in raises else "completed"
-            (d / "summary.json").write_text(json.dumps({"status": status, "error": "ValueError: x" if s in raises else None}))
-            rc = 1 if s in raises else rc
+            status = "failed" if j.seed in raises else "completed"
+            (d / "summary.json").write_text(json.dumps({"status": status, "error": "ValueError: x" if j.seed in raises else None}))
+            rc = 1 if j.seed in raises else rc
         return rc
 
-    monkeypatch.setattr(sw, "_launch", fake_launch)
-    res = sw.run_member(spec, members[0], root, [0, 1, 2, 3], [])
+    res = sw.run_jobs([sw.Job(members[0], s) for s in (0, 1, 2, 3)], root, fake_launch)
+    res = {seed: r for (_, seed), r in res.items()}
     if scenario == "exit":
         assert calls == [[0, 1, 2, 3], [2, 3]]
         assert res[1]["status"] == "failed" and "exited with code 1" in res[1]["error"]
         assert all(res[s]["status"] == "completed" for s in (0, 2, 3))
     else:
-        assert calls == [[0, 1, 2, 3], [2, 3], [3]]
+        # the job that exited is told by its folder (Hydra made it when it started): one relaunch fewer than
+        # when the first seed without a summary had to be blamed
+        assert calls == [[0, 1, 2, 3], [3]]
         assert res[0] == {"status": "failed", "error": "ValueError: x", "dir": str(root / "grpo__s0")}
         assert res[2]["status"] == "failed" and "before this run wrote a summary" in res[2]["error"]
         assert res[1]["status"] == res[3]["status"] == "completed"

@@ -1,0 +1,63 @@
+"""`hydra/sweeper=rlcompare_jobs`: launch an explicit list of jobs, each with its own overrides, as one batch of the
+configured launcher (joblib, submitit, Ray, ...), so that a launcher with N workers runs N of them at once.
+
+`rlcompare sweep` needs this: its jobs are members x seeds, and members differ in whole override sets, which the
+basic sweeper's cartesian product cannot express. The list is a YAML file written by `rlcompare sweep`
+(`hydra.sweeper.jobs_file=<path>`, `jobs: [[override, ...], ...]`); overrides given on the command line apply to
+every job, a job's own override of the same key winning. Like Hydra's basic sweeper, a job that raises does not
+stop the others and the first failure is raised once every job has returned.
+
+Plugin classes must live under the `hydra_plugins` namespace for Hydra to instantiate them; the rest is in rlcompare.
+"""
+
+# no `from __future__ import annotations`: Hydra imports plugin modules outside sys.modules, where dataclass
+# cannot resolve string annotations
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.plugins import Plugins
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+
+@dataclass
+class JobListSweeperConf:
+    _target_: str = "hydra_plugins.rlcompare_sweeper.JobListSweeper"
+    jobs_file: Optional[str] = None
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="rlcompare_jobs", node=JobListSweeperConf, provider="rlcompare")
+
+
+class JobListSweeper(Sweeper):
+    def __init__(self, jobs_file: Optional[str] = None) -> None:
+        self.jobs_file = jobs_file
+        self.config: Optional[DictConfig] = None
+        self.launcher = None
+        self.hydra_context: Optional[HydraContext] = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def sweep(self, arguments: List[str]) -> Any:
+        from rlcompare.placement import LAUNCH_JOBS_ENV
+        from rlcompare.sweep import job_batch, read_jobs_file
+
+        assert self.config is not None and self.launcher is not None
+        batch = job_batch(arguments, read_jobs_file(self.jobs_file))
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        self.validate_batch_is_legal(batch)  # every job composes, before any runs
+        os.environ[LAUNCH_JOBS_ENV] = str(len(batch))  # inherited by the launcher's workers (rlcompare.placement)
+        results = self.launcher.launch(batch, initial_job_idx=0)
+        for r in results:
+            _ = r.return_value  # raises the first job's failure, as Hydra's basic sweeper does
+        return [results]
