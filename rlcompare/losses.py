@@ -14,6 +14,7 @@ weights, top-entropy masking, k3+, prompt-level aggregation) follow docs/algorit
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Optional, Union
@@ -29,6 +30,8 @@ __all__ = [
     "MIXES",
     "SURROGATES",
     "SURROGATE_KNOBS",
+    "SURROGATE_DEFAULTS",
+    "SURROGATE_RATIOS",
     "SURROGATE_METRICS",
     "COV_SURROGATES",
     "COV_RATIO_DEFAULTS",
@@ -43,6 +46,8 @@ __all__ = [
     "policy_loss",
     "token_covariance",
     "cov_selection",
+    "check_surrogate_knobs",
+    "check_mismatch_bounds",
     "mismatch_weights",
     "entropy_threshold",
     "entropy_mask",
@@ -672,13 +677,19 @@ def _check_cov_knobs(k: dict) -> None:
 
 
 def _check_surrogate(surrogate: str, ratio: str, dual_clip, k: dict) -> None:
-    """Every knob of the chosen surrogate: name it and what it accepts."""
+    """The surrogate, the ratio level and dual clip it goes with, and its knobs."""
     _one_of("surrogate", surrogate, SURROGATES)
     if ratio not in SURROGATE_RATIOS[surrogate]:
         opts = ", ".join(repr(r) for r in SURROGATE_RATIOS[surrogate])
         raise ValueError(f"surrogate={surrogate!r} takes ratio in {opts}, got {ratio!r}")
     if dual_clip is not None and surrogate != "clip":
         raise ValueError(f"dual_clip applies to surrogate='clip' only, got surrogate={surrogate!r}; pass dual_clip=None")
+    check_surrogate_knobs(surrogate, k)
+
+
+def check_surrogate_knobs(surrogate: str, k: dict) -> None:
+    """Every knob the chosen surrogate reads (``k``: :data:`SURROGATE_KNOBS` -> value); a ValueError whose
+    message starts with the knob's name and says what it accepts."""
     if surrogate == "cispo":
         lo, hi = k["cispo_w_min"], k["cispo_w_max"]
         if lo is not None:
@@ -882,6 +893,10 @@ def policy_loss(
     return loss, metrics
 
 
+# the surrogates' knobs' defaults, read from policy_loss's signature (the one place they are written)
+SURROGATE_DEFAULTS = {name: inspect.signature(policy_loss).parameters[name].default for name in SURROGATE_KNOBS}
+
+
 def _constant_like(x: torch.Tensor, t: _Tokens, name: str) -> torch.Tensor:
     """A constant per-token input (weight, selection): shape-checked, detached, 0 at padding."""
     if tuple(x.shape) != tuple(t.real.shape):
@@ -933,6 +948,12 @@ def _mismatch_bounds(mode: str, c_min, c_max) -> tuple[Optional[float], float]:
     if lo is not None and (isinstance(lo, bool) or not (0 <= lo <= hi)):
         raise ValueError(f"c_min must be a number in [0, c_max={hi}] or None (no lower bound), got {c_min!r}")
     return lo, hi
+
+
+def check_mismatch_bounds(mode: str, c_min=None, c_max=None) -> None:
+    """ValueError naming ``mode``, ``c_min`` or ``c_max`` when :func:`mismatch_weights` would refuse them."""
+    _one_of("mode", mode, MISMATCH_MODES)
+    _mismatch_bounds(mode, c_min, c_max)
 
 
 def mismatch_weights(
