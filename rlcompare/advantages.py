@@ -11,14 +11,21 @@ from __future__ import annotations
 import torch
 
 __all__ = [
+    "GROUP_SCALES",
+    "REINFORCE_PP_BASELINES",
     "group_advantages",
     "rloo_advantages",
     "gae_advantages",
+    "outcome_token_rewards",
+    "reinforce_pp_advantages",
     "whiten",
     "informative_groups",
 ]
 
-_SCALES = ("group", "batch", "none")
+# group_advantages(scale=...): group (GRPO), batch (Lite PPO), batch-centered (ScaleRL), none (Dr. GRPO)
+GROUP_SCALES = ("group", "batch", "batch-centered", "none")
+# reinforce_pp_advantages(baseline=...): none (REINFORCE++, k = 1), group (REINFORCE++-baseline, k > 1)
+REINFORCE_PP_BASELINES = ("none", "group")
 
 
 def _float(x: torch.Tensor) -> torch.Tensor:
@@ -47,6 +54,11 @@ def _grouped(rewards: torch.Tensor, group_size: int, *, min_group: int) -> torch
             "the batch must hold whole groups of contiguous completions"
         )
     return rewards.view(-1, group_size)
+
+
+def _check_ddof(std_ddof) -> None:
+    if std_ddof not in (0, 1) or isinstance(std_ddof, bool):
+        raise ValueError(f"std_ddof must be 0 (population std) or 1 (sample std), got {std_ddof!r}")
 
 
 def _masked_where(mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -78,10 +90,9 @@ def group_advantages(
     Returns:
         ``[B]`` advantages. A group whose rewards are all equal gets exactly 0.
     """
-    if scale not in _SCALES:
-        raise ValueError(f"scale must be one of 'group', 'batch', 'none', got {scale!r}")
-    if std_ddof not in (0, 1) or isinstance(std_ddof, bool):
-        raise ValueError(f"std_ddof must be 0 (population std) or 1 (sample std), got {std_ddof!r}")
+    if scale not in GROUP_SCALES:
+        raise ValueError(f"scale must be one of {', '.join(repr(x) for x in GROUP_SCALES)}, got {scale!r}")
+    _check_ddof(std_ddof)
     if not eps >= 0:
         raise ValueError(f"eps must be >= 0, got {eps!r}")
     grouped = _grouped(rewards, group_size, min_group=2)
@@ -90,6 +101,8 @@ def group_advantages(
         adv = centred / (grouped.std(dim=1, correction=std_ddof, keepdim=True) + eps)
     elif scale == "batch":
         adv = centred / (grouped.reshape(-1).std(correction=std_ddof) + eps)
+    elif scale == "batch-centered":
+        adv = centred / (centred.reshape(-1).std(correction=std_ddof) + eps)
     else:
         adv = centred
     # Force exact zeros for all-equal groups: a float mean need not equal the values bit-for-bit.
@@ -176,18 +189,129 @@ def gae_advantages(
     return advantages, returns
 
 
+def outcome_token_rewards(
+    scores: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    kl: torch.Tensor | None = None,
+    beta: float = 0.0,
+) -> torch.Tensor:
+    """Token-level rewards of an outcome-scored batch: the score on each row's last real token, plus
+    ``-beta * kl_t`` on every real token when KL is in the reward (PPO/InstructGPT, REINFORCE++).
+
+    Summed over the row, ``score_i - beta * sum_t kl_t``: the KL-penalised sequence reward that
+    group estimators (GRPO, RLOO) centre, as verl's ``token_level_rewards.sum(-1)``.
+
+    Args:
+        scores: ``[B]`` outcome reward per completion.
+        mask: ``[B, T]`` real-token mask; a row without real tokens gets no score.
+        kl: ``[B, T]`` per-token KL estimate (constant), or None.
+        beta: KL coefficient (>= 0).
+
+    Returns:
+        ``[B, T]`` float, 0 at padding.
+    """
+    if mask.dim() != 2:
+        raise ValueError(f"mask must be [B, T], got shape {tuple(mask.shape)}")
+    scores = _float(scores).detach()
+    if tuple(scores.shape) != (mask.shape[0],):
+        raise ValueError(f"scores must be [B] = ({mask.shape[0]},), got {tuple(scores.shape)}")
+    if not beta >= 0:
+        raise ValueError(f"beta must be >= 0 (the KL coefficient), got {beta!r}")
+    real = mask.bool()
+    B, T = real.shape
+    positions = torch.arange(T, device=real.device).expand(B, T)
+    last = torch.where(real, positions, torch.full_like(positions, -1)).max(dim=-1).values if T else positions.new_full((B,), -1)
+    is_last = (positions == last.unsqueeze(-1)) & real
+    rewards = torch.where(is_last, scores.to(real.device).unsqueeze(-1).expand(B, T), torch.zeros((), dtype=scores.dtype))
+    if kl is not None and beta > 0:
+        if tuple(kl.shape) != (B, T):
+            raise ValueError(f"kl must be [B, T] = {(B, T)}, got {tuple(kl.shape)}")
+        rewards = rewards - beta * _masked_where(real, _float(kl).detach().to(rewards.dtype))
+    return _masked_where(real, rewards)
+
+
+def _returns_to_go(rewards: torch.Tensor, real: torch.Tensor, gamma: float) -> torch.Tensor:
+    """``G_t = sum_{t' >= t} gamma^{t'-t} r_{t'}`` over real tokens; padding is skipped (the running return is
+    carried across it), 0 at padded positions."""
+    B, T = rewards.shape
+    running = rewards.new_zeros(B)
+    out = [None] * T
+    for t in reversed(range(T)):
+        g = rewards[:, t] + gamma * running
+        running = torch.where(real[:, t], g, running)
+        out[t] = torch.where(real[:, t], g, torch.zeros_like(g))
+    return torch.stack(out, dim=1) if T else rewards.clone()
+
+
+def reinforce_pp_advantages(
+    scores: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    kl: torch.Tensor | None = None,
+    beta: float = 0.0,
+    gamma: float = 1.0,
+    baseline: str = "none",
+    group_size: int | None = None,
+    std_ddof: int = 1,
+    eps: float = 1e-8,
+) -> torch.Tensor:
+    """REINFORCE++ and REINFORCE++-baseline (arXiv 2501.03262; OpenRLHF, verl), per token.
+
+    ``baseline="none"`` (REINFORCE++): token rewards from :func:`outcome_token_rewards` (the
+    score on the last real token, ``-beta kl_t`` on each, k1 of the rollout policy in the paper),
+    return to go ``A_t = sum_{t'>=t} gamma^{t'-t} r_{t'}``. ``baseline="group"``
+    (REINFORCE++-baseline): ``A'_i = R_i - mean_g(R)`` with ``R_i = score_i - beta sum_t kl_t``,
+    broadcast to the row's tokens (gamma must be 1, as OpenRLHF forces). Both are then whitened
+    over all real tokens of the batch, mean and std (:func:`whiten`; ``std_ddof=1`` as verl,
+    0 as OpenRLHF; ``eps`` inside the square root, as both).
+
+    Args:
+        scores: ``[B]`` outcome rewards (groups of ``group_size`` contiguous for ``"group"``).
+        mask: ``[B, T]`` real-token mask.
+        kl: ``[B, T]`` per-token KL for the reward, or None; beta: its coefficient.
+        gamma: discount in [0, 1].
+        baseline: one of :data:`REINFORCE_PP_BASELINES`.
+        group_size: ``G`` >= 2, required for ``"group"``.
+
+    Returns:
+        ``[B, T]`` advantages, 0 at padding (constants).
+    """
+    if baseline not in REINFORCE_PP_BASELINES:
+        raise ValueError(f"baseline must be one of {', '.join(repr(b) for b in REINFORCE_PP_BASELINES)}, got {baseline!r}")
+    if not 0 <= gamma <= 1:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+    _check_ddof(std_ddof)
+    real = mask.bool()
+    rewards = outcome_token_rewards(scores, mask, kl=kl, beta=beta)
+    if baseline == "none":
+        raw = _returns_to_go(rewards, real, gamma)
+    else:
+        if gamma != 1:
+            raise ValueError(f"baseline='group' needs gamma=1 (every token carries the centred sequence reward), got {gamma!r}")
+        if group_size is None:
+            raise ValueError("baseline='group' needs group_size (completions per prompt, groups contiguous)")
+        grouped = _grouped(rewards.sum(dim=-1), group_size, min_group=2)
+        centred = (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)
+        raw = _masked_where(real, centred.unsqueeze(-1).expand_as(rewards))
+    with torch.no_grad():
+        return whiten(raw, real, eps=eps, std_ddof=std_ddof)
+
+
 def whiten(
     values: torch.Tensor,
     mask: torch.Tensor,
     *,
     shift_mean: bool = True,
     eps: float = 1e-8,
+    std_ddof: int = 1,
 ) -> torch.Tensor:
     """Whiten over the real tokens of the whole batch (PPO advantage whitening).
 
     ``(x - mean) / sqrt(var + eps)`` with the masked mean and the masked *sample*
-    variance (Bessel-corrected, as TRL's and verl's ``masked_whiten``). With
-    ``shift_mean=False`` the mean is added back (scale only).
+    variance (Bessel-corrected, as TRL's and verl's ``masked_whiten``; ``std_ddof=0``: the
+    population variance, as OpenRLHF). With ``shift_mean=False`` the mean is added back
+    (scale only).
 
     Args:
         values: ``[B, T]`` (or any shape matching ``mask``).
@@ -199,12 +323,13 @@ def whiten(
     """
     if values.shape != mask.shape:
         raise ValueError(f"values and mask must have the same shape, got {tuple(values.shape)} and {tuple(mask.shape)}")
+    _check_ddof(std_ddof)
     real = mask.bool()
     x = _masked_where(real, _float(values))
     n = real.sum().to(x.dtype)
     mean = x.sum() / n.clamp(min=1)
     centred = _masked_where(real, x - mean)
-    var = (centred**2).sum() / (n - 1).clamp(min=1)
+    var = (centred**2).sum() / (n - std_ddof).clamp(min=1)
     out = centred * torch.rsqrt(var + eps)
     if not shift_mean:
         out = out + mean

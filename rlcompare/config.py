@@ -17,6 +17,9 @@ from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError as OmegaValidationError
 
+from rlcompare import advantages as _adv
+from rlcompare import losses as _losses
+
 
 class ConfigError(ValueError):
     """A setting that cannot work; the message names the key and what it accepts."""
@@ -25,10 +28,12 @@ class ConfigError(ValueError):
 # ----------------------------------------------------------------------------- schema
 @dataclass
 class AdvantageConfig:
-    estimator: str = "group"  # group | rloo | gae
-    scale: str = "group"  # group | batch | none (group/rloo);  whiten | none (gae)
+    estimator: str = "group"  # group | rloo | gae | reinforce_pp
+    scale: str = "group"  # group | batch | batch-centered | none (group); none (rloo); whiten | none (gae); whiten (reinforce_pp)
     std_ddof: int = 1
     eps: float = 1e-6
+    baseline: str = "none"  # reinforce_pp: none (REINFORCE++) | group (REINFORCE++-baseline)
+    gamma: float = 1.0  # reinforce_pp: discount of the return to go
 
 
 @dataclass
@@ -39,12 +44,33 @@ class ClipConfig:
     seq_eps_low: Optional[float] = None  # hybrid (DHPO) sequence branch
     seq_eps_high: Optional[float] = None
     mix: str = "mean"  # hybrid: mean | entropy
+    # the other surrogates' knobs (algorithm.surrogate; losses.policy_loss keywords, defaults from there)
+    cispo_w_min: Optional[float] = _losses.SURROGATE_DEFAULTS["cispo_w_min"]
+    cispo_w_max: Optional[float] = _losses.SURROGATE_DEFAULTS["cispo_w_max"]
+    sapo_tau_pos: float = _losses.SURROGATE_DEFAULTS["sapo_tau_pos"]
+    sapo_tau_neg: float = _losses.SURROGATE_DEFAULTS["sapo_tau_neg"]
+    gmpo_eps_low: float = _losses.SURROGATE_DEFAULTS["gmpo_eps_low"]
+    gmpo_eps_high: float = _losses.SURROGATE_DEFAULTS["gmpo_eps_high"]
+    dppo_delta_low: float = _losses.SURROGATE_DEFAULTS["dppo_delta_low"]
+    dppo_delta_high: float = _losses.SURROGATE_DEFAULTS["dppo_delta_high"]
+    dppo_cap: float = _losses.SURROGATE_DEFAULTS["dppo_cap"]
+    cov_ratio: Optional[float] = _losses.SURROGATE_DEFAULTS["cov_ratio"]  # null: 2e-4 (clip-cov), 2e-3 (kl-cov)
+    cov_lb: float = _losses.SURROGATE_DEFAULTS["cov_lb"]
+    cov_ub: float = _losses.SURROGATE_DEFAULTS["cov_ub"]
+    kl_cov_coef: float = _losses.SURROGATE_DEFAULTS["kl_cov_coef"]
+
+
+@dataclass
+class MismatchConfig:
+    mode: Optional[str] = None  # null: off | token-truncate | token-mask | sequence-truncate | sequence-mask | icepop
+    c_min: Optional[float] = None  # null: the mode's default (none; icepop 0.5)
+    c_max: Optional[float] = None  # null: the mode's default (2.0; icepop 5.0)
 
 
 @dataclass
 class KLConfig:
     coef: float = 0.0
-    estimator: str = "k3"  # k1 | k2 | k3
+    estimator: str = "k3"  # k1 | k2 | k3 | k3+
     placement: str = "in_loss"  # in_loss | in_reward
 
 
@@ -77,11 +103,14 @@ class AlgorithmConfig:
     paper: str = ""
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     ratio: str = "token"  # token | sequence | sequence-token | hybrid
+    surrogate: str = "clip"  # clip | cispo | sapo | gmpo | dppo-tv | dppo-kl | clip-cov | kl-cov
     clip: ClipConfig = field(default_factory=ClipConfig)
     aggregation: str = "seq-mean-token-mean"
     horizon: Optional[int] = None  # H for seq-mean-token-sum-norm
     kl: KLConfig = field(default_factory=KLConfig)
     entropy_coef: float = 0.0
+    top_entropy_quantile: Optional[float] = None  # null: off; rho in [0, 1]: train on the top-rho entropy tokens
+    mismatch: MismatchConfig = field(default_factory=MismatchConfig)  # rollout/trainer mismatch correction
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
     overlong: OverlongConfig = field(default_factory=OverlongConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
@@ -251,13 +280,13 @@ class RunConfig:
 
 
 # ----------------------------------------------------------------------------- accepted values
-RATIOS = ("token", "sequence", "sequence-token", "hybrid")
-AGGREGATIONS = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
-ESTIMATORS = ("group", "rloo", "gae")
-SCALES = {"group": ("group", "batch", "none"), "rloo": ("none",), "gae": ("whiten", "none")}
-KL_ESTIMATORS = ("k1", "k2", "k3")
+RATIOS = _losses.RATIO_LEVELS
+AGGREGATIONS = _losses.AGGREGATIONS
+ESTIMATORS = ("group", "rloo", "gae", "reinforce_pp")
+SCALES = {"group": _adv.GROUP_SCALES, "rloo": ("none",), "gae": ("whiten", "none"), "reinforce_pp": ("whiten",)}
+KL_ESTIMATORS = _losses.KL_ESTIMATORS
 KL_PLACEMENTS = ("in_loss", "in_reward")
-MIXES = ("mean", "entropy")
+MIXES = _losses.MIXES
 MODEL_KINDS = ("tiny", "hf")
 DTYPES = ("auto", "bfloat16", "float32", "float16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -344,6 +373,7 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
         _at_least("algorithm.critic.coef", a.critic.coef, 0)
         if a.critic.value_clip is not None and a.critic.value_clip <= 0:
             raise ConfigError(f"algorithm.critic.value_clip={a.critic.value_clip} must be > 0, or null to turn value clipping off")
+    _check_variants(a, t)
     if a.overlong.soft_punishment:
         _at_least("algorithm.overlong.cache_len", a.overlong.cache_len, 1)
         if a.overlong.cache_len >= b.max_new_tokens:
@@ -633,3 +663,47 @@ def _check_finite(node: Any, key: str = "") -> None:
     elif isinstance(node, float) and not math.isfinite(node):
         rule = RANGES.get(key, NON_NEGATIVE) if key in numeric_keys() else None
         raise ConfigError(f"{key}={node} is not a finite number; use a finite number" + (f" {rule}" if rule else ""))
+
+
+def _check_variants(a: DictConfig, t: DictConfig) -> None:
+    """The knobs of issue 19: surrogate, REINFORCE++, rollout-mismatch correction, top-entropy mask."""
+    _one_of("algorithm.surrogate", a.surrogate, _losses.SURROGATES)
+    ratios = _losses.SURROGATE_RATIOS[a.surrogate]
+    if a.ratio not in ratios:
+        raise ConfigError(f"algorithm.ratio={a.ratio} does not go with algorithm.surrogate={a.surrogate}; "
+                          f"use one of: {', '.join(ratios)} (or algorithm.surrogate=clip)")
+    if a.clip.dual_clip is not None and a.surrogate != "clip":
+        raise ConfigError(f"algorithm.clip.dual_clip={a.clip.dual_clip} applies to algorithm.surrogate=clip only; "
+                          f"set algorithm.clip.dual_clip=null with algorithm.surrogate={a.surrogate}")
+    try:  # the messages start with the knob's name: algorithm.clip.<knob>
+        _losses.check_surrogate_knobs(a.surrogate, {k: a.clip[k] for k in _losses.SURROGATE_KNOBS})
+    except ValueError as e:
+        raise ConfigError(f"algorithm.clip.{e} (algorithm.surrogate={a.surrogate})") from None
+    adv = a.advantage
+    if adv.estimator == "reinforce_pp":
+        _one_of("algorithm.advantage.baseline", adv.baseline, _adv.REINFORCE_PP_BASELINES)
+        if not 0 <= adv.gamma <= 1:
+            raise ConfigError(f"algorithm.advantage.gamma={adv.gamma} must be in [0, 1]")
+        if adv.baseline == "group":
+            if adv.gamma != 1:
+                raise ConfigError(f"algorithm.advantage.gamma={adv.gamma} must be 1 with algorithm.advantage.baseline=group "
+                                  "(every token carries the centred sequence reward, as OpenRLHF)")
+            if t.group_size < 2:
+                raise ConfigError(f"trainer.group_size={t.group_size} with algorithm.advantage.baseline=group: the group "
+                                  "baseline needs trainer.group_size >= 2 (or algorithm.advantage.baseline=none)")
+    mm = a.mismatch
+    if mm.mode is not None:
+        if mm.mode not in _losses.MISMATCH_MODES:
+            raise ConfigError(f"algorithm.mismatch.mode={mm.mode!r} is not accepted; use one of: "
+                              f"{', '.join(_losses.MISMATCH_MODES)}, or null (off)")
+        if not t.recompute_old_logp:
+            raise ConfigError(f"algorithm.mismatch.mode={mm.mode} corrects recomputed old log-probs against the "
+                              "sampler's; set trainer.recompute_old_logp=true (or algorithm.mismatch.mode=null)")
+        try:
+            _losses.check_mismatch_bounds(mm.mode, mm.c_min, mm.c_max)
+        except ValueError as e:
+            raise ConfigError(f"algorithm.mismatch.{e} (algorithm.mismatch.mode={mm.mode})") from None
+    q = a.top_entropy_quantile
+    if q is not None and not 0 <= q <= 1:
+        raise ConfigError(f"algorithm.top_entropy_quantile={q} must be in [0, 1] (the share of highest-entropy "
+                          "tokens trained on; 0.2 in arXiv 2506.01939), or null to turn it off")

@@ -50,6 +50,11 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
     "overlong": ("algorithm.overlong",),
     "kl": ("algorithm.kl",),
     "entropy": ("algorithm.entropy_coef",),
+    # issue 19: a surrogate comes with its own knobs (algorithm.clip.*), as a ratio level with its range
+    "surrogate": ("algorithm.surrogate", "algorithm.clip"),
+    # the correction needs the trainer's recomputed old log-probs to compare with the sampler's
+    "mismatch": ("algorithm.mismatch", "trainer.recompute_old_logp"),
+    "entropy_mask": ("algorithm.top_entropy_quantile",),
     "optimizer": ("trainer.lr", "trainer.betas", "trainer.weight_decay", "trainer.warmup_steps", "trainer.max_grad_norm"),
     "lr": ("trainer.lr",),
     "group_size": ("trainer.group_size",),

@@ -30,6 +30,9 @@ from rlcompare.rollout import grouped_sequence_logits, left_pad, sample, sequenc
 from rlcompare.verifiers import build_verifier, score_batch
 
 TIMING_PREFIXES = ("time/", "perf/")
+# what the surrogates clip/mask/gate and the token weights, logged as policy/<name>
+_VARIANT_METRICS = tuple(dict.fromkeys(
+    [k for keys in losses.SURROGATE_METRICS.values() for k in keys] + ["token_weight_mean", "entropy_mask_kept_frac"]))
 
 
 # ----------------------------------------------------------------------------- run folder
@@ -173,7 +176,8 @@ class Trainer:
         PPO's KL penalty in the reward. One update per batch is on-policy and uses its own, detached."""
         a, t = self.cfg.algorithm, self.cfg.trainer
         old = t.updates_per_rollout > 1 and not t.recompute_old_logp
-        return old or (self.ref is not None and a.kl.placement == "in_reward")
+        # the mismatch correction compares the trainer's recomputed old log-probs with the sampler's
+        return old or (self.ref is not None and a.kl.placement == "in_reward") or a.mismatch.mode is not None
 
     def _score(self, prompts: list[EncodedPrompt], comp, repeat: int):
         # the tensor itself, not .tolist(): transformers converts a tensor in one call but type-checks every element
@@ -251,19 +255,26 @@ class Trainer:
                 out["ref_logp"] = token_logp(logits, comp.ids, self.cfg.rollout.temperature) * comp.mask
                 del logits
         rewards = b["rewards"].to(self.device)
+        # KL in the reward, for every estimator: -beta * sg(kl_t) on each real token (sampler's log-probs);
+        # group estimators centre the summed reward score - beta * sum_t kl_t (as verl's token_level_rewards.sum(-1))
+        kl_r = None
+        if "ref_logp" in out and a.kl.placement == "in_reward":
+            kl_r = losses.kl_divergence(comp.logp, out["ref_logp"], estimator=a.kl.estimator, mask=comp.mask).detach()
+        beta = a.kl.coef if kl_r is not None else 0.0
+        if a.advantage.estimator in ("group", "rloo") and kl_r is not None:
+            rewards = adv_lib.outcome_token_rewards(rewards, comp.mask, kl=kl_r, beta=beta).sum(-1)
         if a.advantage.estimator == "group":
             out["adv"] = adv_lib.group_advantages(rewards, G, scale=a.advantage.scale, std_ddof=a.advantage.std_ddof, eps=a.advantage.eps)
         elif a.advantage.estimator == "rloo":
             out["adv"] = adv_lib.rloo_advantages(rewards, G)
+        elif a.advantage.estimator == "reinforce_pp":
+            out["adv"] = adv_lib.reinforce_pp_advantages(
+                rewards, comp.mask, kl=kl_r, beta=beta, gamma=a.advantage.gamma, baseline=a.advantage.baseline,
+                group_size=G, std_ddof=a.advantage.std_ddof, eps=a.advantage.eps)
         else:  # PPO: critic values, outcome reward on the last real token, KL-in-reward, GAE
             with torch.no_grad():
                 values = self.critic(b["pi"], b["pm"], comp.ids, comp.mask) * comp.mask
-            m = comp.mask.float()
-            last = (comp.lengths - 1).clamp(min=0)
-            token_rewards = torch.zeros_like(m)
-            token_rewards[torch.arange(len(last)), last] = rewards * (comp.lengths > 0).float()
-            if "ref_logp" in out and a.kl.placement == "in_reward":
-                token_rewards = token_rewards - a.kl.coef * losses.kl_divergence(comp.logp, out["ref_logp"], estimator=a.kl.estimator) * m
+            token_rewards = adv_lib.outcome_token_rewards(rewards, comp.mask, kl=kl_r, beta=beta)
             advs, returns = adv_lib.gae_advantages(token_rewards, values, comp.mask, gamma=a.critic.gamma, lam=a.critic.lam)
             if a.advantage.scale == "whiten":
                 advs = adv_lib.whiten(advs, comp.mask)
@@ -278,6 +289,8 @@ class Trainer:
         loss_mask = av["loss_mask"]
         total_tokens = float(loss_mask.sum())
         horizon = a.horizon
+        # prompt-mean-token-mean: each row's group token count over the whole batch (mini-batches may split groups)
+        group_tokens = losses.group_token_counts(loss_mask, t.group_size) if a.aggregation == "prompt-mean-token-mean" else None
         need_entropy = a.entropy_coef > 0 or (a.ratio == "hybrid" and a.clip.mix == "entropy")
         log_v = math.log(len(self.policy.tokenizer))
         G = t.group_size
@@ -317,6 +330,10 @@ class Trainer:
                     for p_ in self.params:
                         p_.grad = torch.zeros_like(p_)
             micro = [] if not len(mb) else ([mb] if not micro_rows else list(torch.split(mb, micro_rows)))
+            # statistics of the whole optimizer step (top-entropy threshold, Cov selection): from a forward
+            # without graph when the step is split in micro-batches, else from the step's own forward
+            step_sel = self._step_selection(b, av, micro, old_logp, grouped) if len(micro) > 1 else None
+            first = 0
             for idx in micro:
                 ids, cm = comp.ids[idx], comp.mask[idx]
                 lm = loss_mask[idx]
@@ -333,12 +350,22 @@ class Trainer:
                 del logits
                 olp = old_logp[idx] if old_logp is not None else logp.detach()
                 advs = av["adv"][idx]
-                agg = dict(horizon=horizon, total_tokens=total_tokens, total_seqs=B)
+                agg = dict(horizon=horizon, total_tokens=total_tokens, total_seqs=B, group_size=G)
+                if group_tokens is not None:
+                    agg["group_tokens"] = group_tokens[idx]
+                if step_sel is None:
+                    sel = self._token_selection(av, idx, logp.detach(), olp, ent.detach())
+                else:
+                    sel = {k: v[first:first + len(idx)] for k, v in step_sel.items()}
+                first += len(idx)
+                token_weight, extra_pm = self._token_weight(av, idx, lm, sel.get("keep"))
                 ploss, pm = losses.policy_loss(
-                    logp, olp, advs, lm, ratio=a.ratio, eps_low=a.clip.eps_low, eps_high=a.clip.eps_high,
-                    dual_clip=a.clip.dual_clip, aggregation=a.aggregation, seq_eps_low=a.clip.seq_eps_low,
-                    seq_eps_high=a.clip.seq_eps_high, mix=a.clip.mix,
-                    entropy=(ent.detach() / log_v) if need_entropy else None, **agg)
+                    logp, olp, advs, lm, surrogate=a.surrogate, ratio=a.ratio, eps_low=a.clip.eps_low,
+                    eps_high=a.clip.eps_high, dual_clip=a.clip.dual_clip, aggregation=a.aggregation,
+                    seq_eps_low=a.clip.seq_eps_low, seq_eps_high=a.clip.seq_eps_high, mix=a.clip.mix,
+                    entropy=(ent.detach() / log_v) if need_entropy else None, token_weight=token_weight,
+                    cov_selected=sel.get("cov_selected"), **{k: a.clip[k] for k in losses.SURROGATE_KNOBS}, **agg)
+                pm.update(extra_pm)
                 loss = ploss
                 if "ref_logp" in av:
                     kl = losses.kl_divergence(logp, av["ref_logp"][idx], estimator=a.kl.estimator)
@@ -401,12 +428,63 @@ class Trainer:
         out["_n_updates"] = len(minibatches)
         return out
 
+    def _reads_step_statistics(self) -> bool:
+        """Whether the loss reads statistics of all the tokens of one optimizer step: the top-entropy threshold
+        (arXiv 2506.01939) or Clip-Cov / KL-Cov's covariance selection (arXiv 2505.22617)."""
+        a = self.cfg.algorithm
+        return a.top_entropy_quantile is not None or a.surrogate in losses.COV_SURROGATES
+
+    def _token_selection(self, av: dict, rows, logp, old_logp, ent) -> dict:
+        """For `rows` (every row of one optimizer step): `keep`, the top-entropy tokens, and `cov_selected`, the
+        tokens Clip-Cov removes / KL-Cov penalises; only those the config asks for."""
+        a = self.cfg.algorithm
+        lm = av["loss_mask"][rows]
+        out = {}
+        if a.top_entropy_quantile is not None:
+            out["keep"] = losses.entropy_mask(ent, lm, quantile=a.top_entropy_quantile)
+        if a.surrogate in losses.COV_SURROGATES:
+            # the shuffle generator: seeded by the run and saved in checkpoints, so a resumed run draws the same
+            out["cov_selected"] = losses.cov_selection(
+                logp, old_logp, av["adv"][rows], lm, surrogate=a.surrogate, eps_low=a.clip.eps_low,
+                eps_high=a.clip.eps_high, cov_ratio=a.clip.cov_ratio, cov_lb=a.clip.cov_lb, cov_ub=a.clip.cov_ub,
+                generator=self.shuffle_gen)
+        return out
+
+    @torch.no_grad()
+    def _step_selection(self, b: dict, av: dict, micro: list, old_logp, grouped: bool) -> dict:
+        """_token_selection over all the micro-batches of one optimizer step, from a forward without graph (the
+        weights do not change before the step); rows in the order of `micro`."""
+        if not self._reads_step_statistics():
+            return {}
+        comp, temp = b["comp"], self.cfg.rollout.temperature
+        logps, ents = [], []
+        for idx in micro:
+            ids, cm = comp.ids[idx], comp.mask[idx]
+            logits = self._logits(self.policy.model, b["pi"][idx], b["pm"][idx], ids, cm, grouped=grouped)
+            logps.append(token_logp(logits, ids, temp) * cm)
+            ents.append(losses.entropy_from_logits(logits / temp if temp != 1.0 else logits, chunk_size=1024))
+            del logits
+        rows = torch.cat(micro)
+        logp = torch.cat(logps)
+        return self._token_selection(av, rows, logp, old_logp[rows] if old_logp is not None else logp, torch.cat(ents))
+
+    def _token_weight(self, av: dict, idx, lm, keep) -> tuple[torch.Tensor | None, dict]:
+        """policy_loss's token_weight: the rollout-mismatch weights times the top-entropy mask (None if neither)."""
+        weight, extra = av.get("token_weight"), {}
+        weight = None if weight is None else weight[idx]
+        if keep is not None:
+            extra["entropy_mask_kept_frac"] = float(keep.sum() / lm.bool().sum().clamp(min=1))
+            weight = keep.to(torch.float32) if weight is None else weight * keep
+        return weight, extra
+
     def _idle_rows(self, av: dict, unit: int) -> torch.Tensor | None:
         """With trainer.skip_zero_advantage: a [B] bool mask of rows whose policy loss is exactly 0 (every
         advantage 0, in whole groups of `unit` rows), or None when skipping them would change the update:
         a KL term in the loss, an entropy bonus or a critic make every row count."""
         a, t = self.cfg.algorithm, self.cfg.trainer
         if not t.skip_zero_advantage or self.ref is not None or a.entropy_coef > 0 or self.critic is not None:
+            return None
+        if self._reads_step_statistics():  # the entropy threshold and the covariance are over every row
             return None
         adv = av["adv"]
         zero = (adv.reshape(adv.shape[0], -1) == 0).all(1).to(self.device)
@@ -464,9 +542,14 @@ class Trainer:
                 row.update({"optim/nonfinite": 1, "optim/lr": self.sched.get_last_lr()[0]})
                 return self._finish_row(row, col, t_start, t_up)
             av = self.advantages(b)
-            row.update(weight_shares(av["loss_mask"].cpu(), b["correct"], a.aggregation, a.horizon))
+            row.update(weight_shares(av["loss_mask"].cpu(), b["correct"], a.aggregation, a.horizon, group_size=G))
             if t.recompute_old_logp:
                 old_logp = self._recompute_logp(b)
+                if a.mismatch.mode is not None:  # same weights, two engines: TIS / IcePop / TRL's modes
+                    av["token_weight"], mm = losses.mismatch_weights(
+                        old_logp, comp.logp, av["loss_mask"], mode=a.mismatch.mode, c_min=a.mismatch.c_min,
+                        c_max=a.mismatch.c_max)
+                    row.update({"mismatch/" + k[len("mismatch_"):]: v for k, v in mm.items()})
             elif t.updates_per_rollout > 1:
                 old_logp = comp.logp  # the sampler's log-probs: same weights, temperature applied
             else:
@@ -486,6 +569,7 @@ class Trainer:
                         "update/idle_rows_frac": up.get("update/idle_rows_frac"),
                         "loss/value": up.get("loss/value"), "optim/grad_norm": up.get("optim/grad_norm"),
                         "optim/lr": self.sched.get_last_lr()[0]})
+            row.update({"policy/" + k: up[k] for k in _VARIANT_METRICS if k in up})
         return self._finish_row(row, col, t_start, t_up)
 
     def _note_nonfinite(self, what: str | None) -> None:

@@ -75,7 +75,7 @@ def test_integer_rewards_accepted():
 
 def test_group_errors_name_the_argument():
     r = torch.zeros(6)
-    with pytest.raises(ValueError, match=r"scale must be one of 'group', 'batch', 'none', got 'x'"):
+    with pytest.raises(ValueError, match=r"scale must be one of 'group', 'batch', 'batch-centered', 'none', got 'x'"):
         group_advantages(r, 3, scale="x")
     with pytest.raises(ValueError, match=r"group_size=1.*group advantages need group_size >= 2"):
         group_advantages(r, 1)

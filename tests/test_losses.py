@@ -181,7 +181,7 @@ def test_on_policy_all_ratio_levels_agree(aggregation):
     logp, _, mask, adv, _, _ = _batch(1)
     old = logp.detach().clone()
     results = {
-        r: _loss_and_grad(logp, old, adv, mask, ratio=r, aggregation=aggregation, horizon=8, **SEQ_EPS)
+        r: _loss_and_grad(logp, old, adv, mask, ratio=r, aggregation=aggregation, horizon=8, group_size=2, **SEQ_EPS)
         for r in RATIOS
     }
     ref_loss, ref_grad, _ = results["token"]
@@ -192,7 +192,7 @@ def test_on_policy_all_ratio_levels_agree(aggregation):
         assert m["ratio_mean"] == pytest.approx(1.0) and m["clip_frac_low"] == m["clip_frac_high"] == 0.0
     # entropy mixing: same on-policy loss value (its sequence branch redistributes the gradient)
     loss, _, _ = _loss_and_grad(logp, old, adv, mask, ratio="hybrid", mix="entropy", entropy=torch.rand(4, 6),
-                             aggregation=aggregation, horizon=8, **SEQ_EPS)
+                             aggregation=aggregation, horizon=8, group_size=2, **SEQ_EPS)
     assert torch.allclose(loss, ref_loss, atol=1e-12)
 
 
@@ -215,7 +215,7 @@ def test_off_policy_ratio_levels_differ():
 def test_sequence_token_equals_sequence_with_per_response_advantage(aggregation):
     # GSPO-token == GSPO when A is per response (arXiv 2507.18071 §4.3), value and gradient
     logp, old, mask, adv, _, _ = _batch(4, off=0.4)
-    kw = dict(aggregation=aggregation, horizon=8, eps_low=0.03, eps_high=0.04)
+    kw = dict(aggregation=aggregation, horizon=8, group_size=2, eps_low=0.03, eps_high=0.04)
     l1, g1, _ = _loss_and_grad(logp, old, adv, mask, ratio="sequence", **kw)
     l2, g2, _ = _loss_and_grad(logp, old, adv, mask, ratio="sequence-token", **kw)
     assert torch.allclose(l1, l2, atol=1e-12) and torch.allclose(g1, g2, atol=1e-12)
@@ -250,10 +250,12 @@ def test_hybrid_hand_case():
 
 
 def reference_policy_loss(logp, old, adv, mask, *, ratio, aggregation, eps_low, eps_high, dual_clip,
-                          seq_eps_low, seq_eps_high, horizon, entropy):
+                          seq_eps_low, seq_eps_high, horizon, entropy, group_size):
     """Straightforward per-token loop (torch scalars so autograd gives the gradient)."""
     B, T = mask.shape
     n_tokens = int(mask.sum())
+    # ScaleRL's prompt-mean: each prompt's group of group_size rows weighs 1/n_prompts, split over its tokens
+    group_tokens = [int(mask[(i // group_size) * group_size:(i // group_size + 1) * group_size].sum()) for i in range(B)]
     total = logp.new_zeros(())
 
     def surrogate(rho, a, lo, hi):
@@ -287,6 +289,7 @@ def reference_policy_loss(logp, old, adv, mask, *, ratio, aggregation, eps_low, 
                 "seq-mean-token-mean": 1 / (B * len(idx)),
                 "seq-mean-token-sum": 1 / B,
                 "seq-mean-token-sum-norm": 1 / (B * horizon),
+                "prompt-mean-token-mean": 1 / ((B / group_size) * group_tokens[i]),
             }[aggregation]
             total = total + weight * ell
     return total
@@ -303,7 +306,7 @@ def test_policy_loss_matches_reference_loop(ratio, aggregation):
     seen = {"clip": 0.0, "dual": 0.0}
     for adv, dual in itertools.product([adv_seq, adv_tok], [None, 1.5, 1.05]):
         kw = dict(aggregation=aggregation, eps_low=eps[0], eps_high=eps[1], dual_clip=dual, horizon=9,
-                  seq_eps_low=0.02, seq_eps_high=0.03)
+                  seq_eps_low=0.02, seq_eps_high=0.03, group_size=2)
         extra = dict(mix="entropy", entropy=ent) if ent is not None else {}
         loss, grad, m = _loss_and_grad(logp, old, adv, mask, ratio=r, **kw, **extra)
         lp = logp.clone().requires_grad_(True)
@@ -355,18 +358,22 @@ def test_aggregate_micro_batch_invariance(mode):
     mask = torch.tensor(
         [[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [0, 0, 0, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 0, 0], [0, 1, 1, 1, 0]]
     )
-    full = aggregate(loss, mask, mode, horizon=7)
-    totals = dict(horizon=7, total_tokens=int(mask.sum()), total_seqs=6)
+    full = aggregate(loss, mask, mode, horizon=7, group_size=3)
+    totals = dict(horizon=7, total_tokens=int(mask.sum()), total_seqs=6, group_size=3)
+    # groups of 3 rows hold 5+2+0 and 1+3+3 real tokens; the second split cuts the first group
+    group_tokens = torch.tensor([7, 7, 7, 7, 7, 7])
     for splits in ([slice(0, 3), slice(3, 6)], [slice(0, 2), slice(2, 3), slice(3, 6)]):
-        parts = sum(aggregate(loss[s], mask[s], mode, **totals) for s in splits)
+        parts = sum(aggregate(loss[s], mask[s], mode, group_tokens=group_tokens[s], **totals) for s in splits)
         assert parts.item() == pytest.approx(full.item(), abs=1e-12)
+    whole_groups = sum(aggregate(loss[s], mask[s], mode, **totals) for s in (slice(0, 3), slice(3, 6)))
+    assert whole_groups.item() == pytest.approx(full.item(), abs=1e-12)
 
 
 @pytest.mark.parametrize("ratio", RATIOS)
 @pytest.mark.parametrize("aggregation", AGGREGATIONS)
 def test_policy_loss_micro_batch_invariance(ratio, aggregation):
     logp, old, mask, adv, _, _ = _batch(8, B=6, off=0.4)
-    kw = dict(ratio=ratio, aggregation=aggregation, horizon=9, dual_clip=2.0, **SEQ_EPS)
+    kw = dict(ratio=ratio, aggregation=aggregation, horizon=9, dual_clip=2.0, group_size=1, **SEQ_EPS)
     full, g_full, _ = _loss_and_grad(logp, old, adv, mask, **kw)
     totals = dict(total_tokens=int(mask.sum()), total_seqs=6)
     parts, grads = 0.0, []
@@ -381,9 +388,9 @@ def test_policy_loss_micro_batch_invariance(ratio, aggregation):
 def test_aggregate_empty_is_zero_not_nan():
     loss = torch.randn(3, 4, requires_grad=True)
     for mode in AGGREGATIONS:
-        out = aggregate(loss, torch.zeros(3, 4), mode, horizon=4)
+        out = aggregate(loss, torch.zeros(3, 4), mode, horizon=4, group_size=3)
         assert out.item() == 0.0
-        out = aggregate(loss[:0], torch.zeros(0, 4), mode, horizon=4)
+        out = aggregate(loss[:0], torch.zeros(0, 4), mode, horizon=4, group_size=3)
         assert out.item() == 0.0
     lp = torch.zeros(2, 3, requires_grad=True)
     loss, m = policy_loss(lp, torch.zeros(2, 3), torch.ones(2), torch.zeros(2, 3), ratio="sequence")
@@ -454,9 +461,14 @@ def test_k3_nonnegative_and_clamped():
     g = torch.Generator().manual_seed(9)
     logp, ref = torch.randn(50, 20, generator=g) * 3, torch.randn(50, 20, generator=g) * 3
     assert (kl_divergence(logp, ref, estimator="k3") >= 0).all()
-    # x = 50 clamped to 10: e^10 - 11
-    big = kl_divergence(torch.tensor([0.0]), torch.tensor([50.0]), estimator="k3")
-    assert big.item() == pytest.approx(math.exp(10) - 11, rel=1e-6)
+    # verl's low_var_kl (core_algos.kl_penalty_forward): x = ref - logp clamped to +-20, the k3 value to
+    # [-10, 10]. x = 2: e^2 - 3 = 4.389 (inside); x = 3: e^3 - 4 = 16.09 -> 10; x = 50 -> 10; x = -50 -> -20:
+    # e^-20 + 20 - 1 = 19.0 -> 10
+    vals = kl_divergence(torch.zeros(4), torch.tensor([2.0, 3.0, 50.0, -50.0]), estimator="k3")
+    assert vals.tolist() == pytest.approx([math.exp(2) - 3, 10.0, 10.0, 10.0], rel=1e-6)
+    logp = torch.zeros(2, requires_grad=True)
+    kl_divergence(logp, torch.tensor([2.0, 3.0]), estimator="k3").sum().backward()
+    assert logp.grad.tolist() == pytest.approx([1 - math.exp(2), 0.0], rel=1e-6)  # a clamped value: no gradient
 
 
 def test_kl_gradient_and_mask():
@@ -466,7 +478,7 @@ def test_kl_gradient_and_mask():
     kl.sum().backward()
     # d/dlogp [e^x - x - 1] with x = ref - logp: -(e^x - 1) = 1 - e^-1
     assert logp.grad.tolist()[0] == pytest.approx([1 - math.exp(-1), 0.0])
-    with pytest.raises(ValueError, match=r"estimator must be one of 'k1', 'k2', 'k3', got 'k4'"):
+    with pytest.raises(ValueError, match=r"estimator must be one of 'k1', 'k2', 'k3', 'k3\+', got 'k4'"):
         kl_divergence(logp, logp, estimator="k4")
 
 
