@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from rlcompare.accepted import GROUP_SCALES, REINFORCE_PP_BASELINES  # torch-free: config validates against them
+
 __all__ = [
     "GROUP_SCALES",
     "REINFORCE_PP_BASELINES",
@@ -22,10 +24,6 @@ __all__ = [
     "informative_groups",
 ]
 
-# group_advantages(scale=...): group (GRPO), batch (Lite PPO), batch-centered (ScaleRL), none (Dr. GRPO)
-GROUP_SCALES = ("group", "batch", "batch-centered", "none")
-# reinforce_pp_advantages(baseline=...): none (REINFORCE++, k = 1), group (REINFORCE++-baseline, k > 1)
-REINFORCE_PP_BASELINES = ("none", "group")
 
 
 def _float(x: torch.Tensor) -> torch.Tensor:

@@ -17,8 +17,7 @@ from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError as OmegaValidationError
 
-from rlcompare import advantages as _adv
-from rlcompare import losses as _losses
+from rlcompare import accepted  # the math layer's accepted names, torch-free (losses/advantages re-export them)
 
 
 class ConfigError(ValueError):
@@ -45,19 +44,19 @@ class ClipConfig:
     seq_eps_high: Optional[float] = None
     mix: str = "mean"  # hybrid: mean | entropy
     # the other surrogates' knobs (algorithm.surrogate; losses.policy_loss keywords, defaults from there)
-    cispo_w_min: Optional[float] = _losses.SURROGATE_DEFAULTS["cispo_w_min"]
-    cispo_w_max: Optional[float] = _losses.SURROGATE_DEFAULTS["cispo_w_max"]
-    sapo_tau_pos: float = _losses.SURROGATE_DEFAULTS["sapo_tau_pos"]
-    sapo_tau_neg: float = _losses.SURROGATE_DEFAULTS["sapo_tau_neg"]
-    gmpo_eps_low: float = _losses.SURROGATE_DEFAULTS["gmpo_eps_low"]
-    gmpo_eps_high: float = _losses.SURROGATE_DEFAULTS["gmpo_eps_high"]
-    dppo_delta_low: float = _losses.SURROGATE_DEFAULTS["dppo_delta_low"]
-    dppo_delta_high: float = _losses.SURROGATE_DEFAULTS["dppo_delta_high"]
-    dppo_cap: float = _losses.SURROGATE_DEFAULTS["dppo_cap"]
-    cov_ratio: Optional[float] = _losses.SURROGATE_DEFAULTS["cov_ratio"]  # null: 2e-4 (clip-cov), 2e-3 (kl-cov)
-    cov_lb: float = _losses.SURROGATE_DEFAULTS["cov_lb"]
-    cov_ub: float = _losses.SURROGATE_DEFAULTS["cov_ub"]
-    kl_cov_coef: float = _losses.SURROGATE_DEFAULTS["kl_cov_coef"]
+    cispo_w_min: Optional[float] = accepted.SURROGATE_DEFAULTS["cispo_w_min"]
+    cispo_w_max: Optional[float] = accepted.SURROGATE_DEFAULTS["cispo_w_max"]
+    sapo_tau_pos: float = accepted.SURROGATE_DEFAULTS["sapo_tau_pos"]
+    sapo_tau_neg: float = accepted.SURROGATE_DEFAULTS["sapo_tau_neg"]
+    gmpo_eps_low: float = accepted.SURROGATE_DEFAULTS["gmpo_eps_low"]
+    gmpo_eps_high: float = accepted.SURROGATE_DEFAULTS["gmpo_eps_high"]
+    dppo_delta_low: float = accepted.SURROGATE_DEFAULTS["dppo_delta_low"]
+    dppo_delta_high: float = accepted.SURROGATE_DEFAULTS["dppo_delta_high"]
+    dppo_cap: float = accepted.SURROGATE_DEFAULTS["dppo_cap"]
+    cov_ratio: Optional[float] = accepted.SURROGATE_DEFAULTS["cov_ratio"]  # null: 2e-4 (clip-cov), 2e-3 (kl-cov)
+    cov_lb: float = accepted.SURROGATE_DEFAULTS["cov_lb"]
+    cov_ub: float = accepted.SURROGATE_DEFAULTS["cov_ub"]
+    kl_cov_coef: float = accepted.SURROGATE_DEFAULTS["kl_cov_coef"]
 
 
 @dataclass
@@ -280,13 +279,13 @@ class RunConfig:
 
 
 # ----------------------------------------------------------------------------- accepted values
-RATIOS = _losses.RATIO_LEVELS
-AGGREGATIONS = _losses.AGGREGATIONS
+RATIOS = accepted.RATIO_LEVELS
+AGGREGATIONS = accepted.AGGREGATIONS
 ESTIMATORS = ("group", "rloo", "gae", "reinforce_pp")
-SCALES = {"group": _adv.GROUP_SCALES, "rloo": ("none",), "gae": ("whiten", "none"), "reinforce_pp": ("whiten",)}
-KL_ESTIMATORS = _losses.KL_ESTIMATORS
+SCALES = {"group": accepted.GROUP_SCALES, "rloo": ("none",), "gae": ("whiten", "none"), "reinforce_pp": ("whiten",)}
+KL_ESTIMATORS = accepted.KL_ESTIMATORS
 KL_PLACEMENTS = ("in_loss", "in_reward")
-MIXES = _losses.MIXES
+MIXES = accepted.MIXES
 MODEL_KINDS = ("tiny", "hf")
 DTYPES = ("auto", "bfloat16", "float32", "float16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -667,8 +666,8 @@ def _check_finite(node: Any, key: str = "") -> None:
 
 def _check_variants(a: DictConfig, t: DictConfig) -> None:
     """The knobs of issue 19: surrogate, REINFORCE++, rollout-mismatch correction, top-entropy mask."""
-    _one_of("algorithm.surrogate", a.surrogate, _losses.SURROGATES)
-    ratios = _losses.SURROGATE_RATIOS[a.surrogate]
+    _one_of("algorithm.surrogate", a.surrogate, accepted.SURROGATES)
+    ratios = accepted.SURROGATE_RATIOS[a.surrogate]
     if a.ratio not in ratios:
         raise ConfigError(f"algorithm.ratio={a.ratio} does not go with algorithm.surrogate={a.surrogate}; "
                           f"use one of: {', '.join(ratios)} (or algorithm.surrogate=clip)")
@@ -676,12 +675,12 @@ def _check_variants(a: DictConfig, t: DictConfig) -> None:
         raise ConfigError(f"algorithm.clip.dual_clip={a.clip.dual_clip} applies to algorithm.surrogate=clip only; "
                           f"set algorithm.clip.dual_clip=null with algorithm.surrogate={a.surrogate}")
     try:  # the messages start with the knob's name: algorithm.clip.<knob>
-        _losses.check_surrogate_knobs(a.surrogate, {k: a.clip[k] for k in _losses.SURROGATE_KNOBS})
+        accepted.check_surrogate_knobs(a.surrogate, {k: a.clip[k] for k in accepted.SURROGATE_KNOBS})
     except ValueError as e:
         raise ConfigError(f"algorithm.clip.{e} (algorithm.surrogate={a.surrogate})") from None
     adv = a.advantage
     if adv.estimator == "reinforce_pp":
-        _one_of("algorithm.advantage.baseline", adv.baseline, _adv.REINFORCE_PP_BASELINES)
+        _one_of("algorithm.advantage.baseline", adv.baseline, accepted.REINFORCE_PP_BASELINES)
         if not 0 <= adv.gamma <= 1:
             raise ConfigError(f"algorithm.advantage.gamma={adv.gamma} must be in [0, 1]")
         if adv.baseline == "group":
@@ -693,14 +692,14 @@ def _check_variants(a: DictConfig, t: DictConfig) -> None:
                                   "baseline needs trainer.group_size >= 2 (or algorithm.advantage.baseline=none)")
     mm = a.mismatch
     if mm.mode is not None:
-        if mm.mode not in _losses.MISMATCH_MODES:
+        if mm.mode not in accepted.MISMATCH_MODES:
             raise ConfigError(f"algorithm.mismatch.mode={mm.mode!r} is not accepted; use one of: "
-                              f"{', '.join(_losses.MISMATCH_MODES)}, or null (off)")
+                              f"{', '.join(accepted.MISMATCH_MODES)}, or null (off)")
         if not t.recompute_old_logp:
             raise ConfigError(f"algorithm.mismatch.mode={mm.mode} corrects recomputed old log-probs against the "
                               "sampler's; set trainer.recompute_old_logp=true (or algorithm.mismatch.mode=null)")
         try:
-            _losses.check_mismatch_bounds(mm.mode, mm.c_min, mm.c_max)
+            accepted.check_mismatch_bounds(mm.mode, mm.c_min, mm.c_max)
         except ValueError as e:
             raise ConfigError(f"algorithm.mismatch.{e} (algorithm.mismatch.mode={mm.mode})") from None
     q = a.top_entropy_quantile

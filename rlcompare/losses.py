@@ -14,7 +14,6 @@ weights, top-entropy masking, k3+, prompt-level aggregation) follow docs/algorit
 
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import dataclass
 from typing import Optional, Union
@@ -22,6 +21,27 @@ from typing import Optional, Union
 import torch
 
 from rlcompare.advantages import informative_groups  # listed under losses in the issue
+from rlcompare.accepted import (  # the accepted names and knob defaults, torch-free (config imports them)
+    RATIO_LEVELS,
+    AGGREGATIONS,
+    KL_ESTIMATORS,
+    MIXES,
+    SURROGATES,
+    SURROGATE_KNOBS,
+    SURROGATE_DEFAULTS,
+    SURROGATE_RATIOS,
+    SURROGATE_METRICS,
+    COV_SURROGATES,
+    COV_RATIO_DEFAULTS,
+    MISMATCH_MODES,
+    MISMATCH_DEFAULTS,
+    check_surrogate_knobs,
+    check_mismatch_bounds,
+    _one_of,
+    _check_nonneg,
+    _check_cov_knobs,
+    _mismatch_bounds,
+)
 
 __all__ = [
     "RATIO_LEVELS",
@@ -57,50 +77,6 @@ __all__ = [
     "informative_groups",
 ]
 
-RATIO_LEVELS = ("token", "sequence", "sequence-token", "hybrid")
-AGGREGATIONS = (
-    "token-mean",
-    "token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-sum-norm",
-    "prompt-mean-token-mean",
-)
-KL_ESTIMATORS = ("k1", "k2", "k3", "k3+")
-MIXES = ("mean", "entropy")
-# the per-token surrogate of policy_loss (docs/algorithms.md §3 and §7)
-SURROGATES = ("clip", "cispo", "sapo", "gmpo", "dppo-tv", "dppo-kl", "clip-cov", "kl-cov")
-# the surrogates' own knobs: policy_loss keywords, and the config keys under algorithm.clip
-SURROGATE_KNOBS = (
-    "cispo_w_min", "cispo_w_max", "sapo_tau_pos", "sapo_tau_neg", "gmpo_eps_low", "gmpo_eps_high",
-    "dppo_delta_low", "dppo_delta_high", "dppo_cap", "cov_ratio", "cov_lb", "cov_ub", "kl_cov_coef",
-)
-# what each surrogate adds to the metrics dict (what it clips, masks or gates), besides the common keys
-SURROGATE_METRICS = {
-    "clip": (),
-    "cispo": ("is_weight_mean", "is_clip_frac_low", "is_clip_frac_high"),
-    "sapo": ("sapo_weight_mean",),
-    "gmpo": ("gmpo_clip_frac", "gmpo_ratio_mean"),
-    "dppo-tv": ("dppo_mask_frac", "is_weight_mean", "is_clip_frac_high"),
-    "dppo-kl": ("dppo_mask_frac", "is_weight_mean", "is_clip_frac_high"),
-    "clip-cov": ("cov_selected_frac",),
-    "kl-cov": ("cov_selected_frac",),
-}
-# ratio levels each surrogate accepts: the variants build on the token ratio (GMPO makes its own sequence
-# ratio); SAPO's gate also takes GSPO's sequence ratio (TRL's importance_sampling_level="sequence")
-SURROGATE_RATIOS = {name: ("token",) for name in SURROGATES}
-SURROGATE_RATIOS.update({"clip": RATIO_LEVELS, "sapo": ("token", "sequence", "sequence-token")})
-COV_SURROGATES = ("clip-cov", "kl-cov")
-# share of the batch's real tokens Clip-Cov / KL-Cov restrict, when cov_ratio=None (the authors' 7B scripts,
-# arXiv 2505.22617; verl's kl_cov_ratio default is 2e-4)
-COV_RATIO_DEFAULTS = {"clip-cov": 2e-4, "kl-cov": 2e-3}
-# rollout/trainer mismatch weights: TRL's four modes and IcePop (docs/algorithms.md §7.8)
-MISMATCH_MODES = ("token-truncate", "token-mask", "sequence-truncate", "sequence-mask", "icepop")
-# (c_min, c_max) when mismatch_weights gets None: C = 2 for TRL's modes (TIS, verl PR #2953; TRL's own
-# default is 3), [0.5, 5] for IcePop (arXiv 2510.18855)
-MISMATCH_DEFAULTS = {mode: (None, 2.0) for mode in MISMATCH_MODES}
-MISMATCH_DEFAULTS["icepop"] = (0.5, 5.0)
-
 # exp(20) ~ 4.9e8: keeps exp() finite in float32/bf16 after a wild update (verl clamps at 20 too).
 LOG_RATIO_CLAMP = 20.0
 # verl's low_var_kl (core_algos.kl_penalty_forward): ref - logp clamped to +-20 before exp, the k3 value to
@@ -113,11 +89,6 @@ Number = Union[int, float, torch.Tensor]
 
 # ---------------------------------------------------------------- helpers
 
-
-def _one_of(name: str, value, accepted) -> None:
-    if value not in accepted:
-        opts = ", ".join(repr(a) for a in accepted)
-        raise ValueError(f"{name} must be one of {opts}, got {value!r}")
 
 
 def _dtype(*xs: torch.Tensor) -> torch.dtype:
@@ -141,10 +112,6 @@ def _zero_pad(real: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 def _masked_mean(x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     return _zero_pad(real, x).sum() / real.sum().clamp(min=1)
 
-
-def _check_nonneg(name: str, value) -> None:
-    if value is None or not (value >= 0):
-        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
 
 
 def _check_total(name: str, value) -> None:
@@ -661,19 +628,6 @@ def cov_selection(
         return _cov_select(_tokens(logp.detach(), old_logp, advantages, mask, "token"), surrogate, knobs, generator)
 
 
-def _check_positive(name: str, value, *, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if value is None or isinstance(value, bool) or not (value > 0):
-        raise ValueError(f"{name} must be a number > 0{' or None' if allow_none else ''}, got {value!r}")
-
-
-def _check_cov_knobs(k: dict) -> None:
-    ratio = k["cov_ratio"]
-    if ratio is not None and not (0 < ratio <= 1):
-        raise ValueError(f"cov_ratio must be in (0, 1] (the share of tokens restricted) or None, got {ratio!r}")
-    if not (k["cov_lb"] < k["cov_ub"]):
-        raise ValueError(f"cov_lb must be < cov_ub (the covariance window), got {k['cov_lb']!r} and {k['cov_ub']!r}")
 
 
 def _check_surrogate(surrogate: str, ratio: str, dual_clip, k: dict) -> None:
@@ -686,31 +640,6 @@ def _check_surrogate(surrogate: str, ratio: str, dual_clip, k: dict) -> None:
         raise ValueError(f"dual_clip applies to surrogate='clip' only, got surrogate={surrogate!r}; pass dual_clip=None")
     check_surrogate_knobs(surrogate, k)
 
-
-def check_surrogate_knobs(surrogate: str, k: dict) -> None:
-    """Every knob the chosen surrogate reads (``k``: :data:`SURROGATE_KNOBS` -> value); a ValueError whose
-    message starts with the knob's name and says what it accepts."""
-    if surrogate == "cispo":
-        lo, hi = k["cispo_w_min"], k["cispo_w_max"]
-        if lo is not None:
-            _check_nonneg("cispo_w_min", lo)
-        _check_positive("cispo_w_max", hi, allow_none=True)
-        if lo is not None and hi is not None and lo > hi:
-            raise ValueError(f"cispo_w_min must be <= cispo_w_max, got {lo!r} > {hi!r}")
-    elif surrogate == "sapo":
-        _check_positive("sapo_tau_pos", k["sapo_tau_pos"])
-        _check_positive("sapo_tau_neg", k["sapo_tau_neg"])
-    elif surrogate == "gmpo":
-        _check_nonneg("gmpo_eps_low", k["gmpo_eps_low"])
-        _check_nonneg("gmpo_eps_high", k["gmpo_eps_high"])
-    elif surrogate in ("dppo-tv", "dppo-kl"):
-        _check_nonneg("dppo_delta_low", k["dppo_delta_low"])
-        _check_nonneg("dppo_delta_high", k["dppo_delta_high"])
-        _check_positive("dppo_cap", k["dppo_cap"])
-    elif surrogate in COV_SURROGATES:
-        _check_cov_knobs(k)
-        if surrogate == "kl-cov":
-            _check_nonneg("kl_cov_coef", k["kl_cov_coef"])
 
 
 def policy_loss(
@@ -893,9 +822,6 @@ def policy_loss(
     return loss, metrics
 
 
-# the surrogates' knobs' defaults, read from policy_loss's signature (the one place they are written)
-SURROGATE_DEFAULTS = {name: inspect.signature(policy_loss).parameters[name].default for name in SURROGATE_KNOBS}
-
 
 def _constant_like(x: torch.Tensor, t: _Tokens, name: str) -> torch.Tensor:
     """A constant per-token input (weight, selection): shape-checked, detached, 0 at padding."""
@@ -939,21 +865,6 @@ def _ratio_stats(prefix: str, x: torch.Tensor, real: torch.Tensor) -> dict:
 # ---------------------------------------------------------------- token weights: rollout mismatch, top-entropy mask
 
 
-def _mismatch_bounds(mode: str, c_min, c_max) -> tuple[Optional[float], float]:
-    lo_default, hi_default = MISMATCH_DEFAULTS[mode]
-    lo = lo_default if c_min is None else c_min
-    hi = hi_default if c_max is None else c_max
-    if isinstance(hi, bool) or not (0 < hi < float("inf")):
-        raise ValueError(f"c_max must be a finite number > 0 (the weight's upper bound), got {c_max!r}")
-    if lo is not None and (isinstance(lo, bool) or not (0 <= lo <= hi)):
-        raise ValueError(f"c_min must be a number in [0, c_max={hi}] or None (no lower bound), got {c_min!r}")
-    return lo, hi
-
-
-def check_mismatch_bounds(mode: str, c_min=None, c_max=None) -> None:
-    """ValueError naming ``mode``, ``c_min`` or ``c_max`` when :func:`mismatch_weights` would refuse them."""
-    _one_of("mode", mode, MISMATCH_MODES)
-    _mismatch_bounds(mode, c_min, c_max)
 
 
 def mismatch_weights(
