@@ -170,7 +170,7 @@ def _refuse_resuming_another_run(cfg: DictConfig, run_dir: Path) -> None:
     other, saved, diffs = closest
     _drop_hydra_only_folder(run_dir)
     how = (f"differs in: {', '.join(diffs)} ({_shown_diffs(saved, now, diffs)})" if diffs else
-           f"differs only in keys that may change on resume (its name predates them being left out of names)")
+           "differs only in keys that may change on resume (its name predates them being left out of names)")
     raise ConfigError(f"resume=true: no run named {run_dir.name} in {run_dir.parent}, so nothing with these settings "
                       f"can be continued. The run there with the same preset and seed closest to them, {other.name}, "
                       f"{how}. To continue it, give the overrides it was started with, or resume={other}; to start "

@@ -12,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 from conftest import FAST
 from rlcompare.tracking import read_jsonl
