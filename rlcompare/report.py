@@ -1012,6 +1012,8 @@ def _fit_seed_curve(evals: pd.DataFrame, compute: str) -> tuple[Optional[compute
     has_seconds = np.array_equal(seconds_tokens, tokens)
     if compute == "seconds" and not has_seconds:
         return None, f"{FIT_SECONDS} missing on some eval rows"
+    if compute == "seconds" and not np.all(np.isfinite(seconds)):
+        return None, f"{FIT_SECONDS} not finite"
     if compute == "seconds" and np.any(np.diff(seconds) <= 0):
         return None, f"{FIT_SECONDS} does not increase from eval row to eval row"
     return compute_fit.SeedCurve(accuracy, tokens, seconds if has_seconds else None), ""
@@ -1148,7 +1150,8 @@ def _compute_fit_section(res: dict) -> list[str]:
     fr: ComputeFitReport = res["compute_fit"]
     L = ["## Compute–performance fit (ScaleRL)", ""]
     if fr.fit is None:
-        L.append(f"Not fitted: no included run has an eval.jsonl curve of `{FIT_METRIC}` from its step-0 eval.")
+        L.append(f"Not fitted: no included run has an eval.jsonl curve of `{FIT_METRIC}` from its step-0 eval."
+                 if not fr.curves else "Not fitted (see the note below).")
         return L + [""] + [f"- {n}" for n in fr.notes] + ([""] if fr.notes else [])
     axis = "generated tokens" if fr.compute == "tokens" else "wall seconds"
     L.append(f"R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) fitted as ScaleRL App. A.5 does to held-out "

@@ -6,6 +6,7 @@ those generating parameters, never from the fit's output.
 """
 
 import csv
+import dataclasses
 import json
 import re
 import sys
@@ -200,11 +201,53 @@ def test_run_without_step0_eval_is_left_out_of_the_fit_only(tmp_path):
     assert "not the step-0 eval" in sec and "`slow__s3`" in sec
 
 
+def test_fit_column_warns_when_bootstrap_refits_are_often_unidentifiable(tokens_report):
+    res, _ = tokens_report
+    arm = res["compute_fit"].fit.arms["slow"]
+    assert R._fit_verdict(dataclasses.replace(arm, boot_identifiable=0.5)) == \
+        "✓ (only 50% of bootstrap refits identifiable)"
+
+
+def test_unmatched_pair_is_marked_in_the_fit_differences(tokens_report):
+    res, _ = tokens_report
+    unmatched = res["differences"].assign(matched=False)  # as with --allow-unmatched
+    table = R._fit_differences_table(res["compute_fit"], unmatched)
+    assert _md_row(table, "steep vs slow")[3] == "⚠ unmatched (see Attention)"
+
+
+def _small_folder(root):
+    for s in SEEDS:
+        make_run(root, f"grpo__s{s}", s, [0.1, 0.2 + 0.01 * s, 0.3])
+    return Path(root) / "exp"
+
+
+def test_infinite_wall_time_leaves_the_run_out_of_a_seconds_fit(tmp_path):
+    folder = _small_folder(tmp_path)
+    path = folder / "grpo__s2" / "eval.jsonl"
+    path.write_text(path.read_text().replace('"time/elapsed_s": 40.0', '"time/elapsed_s": Infinity'))
+    fr = build_report(folder, compute="seconds", write=False)["compute_fit"]
+    assert fr.fit.arms["grpo"].n_seeds == 4
+    assert fr.notes == ["left out of the fit (time/elapsed_s not finite): `grpo__s2`"]
+
+
+def test_a_fit_error_becomes_a_note_and_the_report_stands(tmp_path, monkeypatch):
+    def refuse(*a, **k):
+        raise ValueError("fit_arms: something the report did not check")
+
+    monkeypatch.setattr(R.compute_fit, "fit_arms", refuse)
+    folder = _small_folder(tmp_path)
+    (folder / "compute_fit.csv").write_text("variant,A\nold,0.9\n")  # from an earlier report
+    res = build_report(folder)
+    assert res["compute_fit"].fit is None and len(res["headline"]) == 1
+    assert res["compute_fit"].notes == ["fit not computed: fit_arms: something the report did not check"]
+    sec = _section((tmp_path / "exp" / "report.md").read_text())
+    assert "Not fitted (see the note below)." in sec and "- fit not computed: fit_arms: something" in sec
+    assert (folder / "compute_fit.csv").read_text().strip() == ""  # the earlier rows do not survive
+
+
 def test_short_curves_are_not_identifiable(tmp_path):
     # three evals (0, 100, 200 tokens): two points after step 0, fewer than the fit's 3 parameters + 2
-    for s in SEEDS:
-        make_run(tmp_path, f"grpo__s{s}", s, [0.1, 0.2 + 0.01 * s, 0.3])
-    res = build_report(tmp_path / "exp")
+    res = build_report(_small_folder(tmp_path))
     arm = res["compute_fit"].fit.arms["grpo"]
     assert not arm.fit.identifiable and arm.fit.reason.startswith("too few points")
     cells = _md_row(_section((tmp_path / "exp" / "report.md").read_text()), "grpo")
