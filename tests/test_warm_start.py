@@ -176,7 +176,7 @@ def test_the_wheel_ships_conf_and_the_warm_start_and_a_wheel_install_finds_them(
     pytest.importorskip("setuptools")
     src = tmp_path / "src"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
-    for name in ("rlcompare", "conf"):
+    for name in ("rlcompare", "conf", "hydra_plugins"):  # every folder pyproject's `packages` names
         shutil.copytree(REPO / name, src / name, ignore=ignore)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, src / name)
