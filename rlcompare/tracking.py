@@ -63,16 +63,22 @@ def read_jsonl(path: str | Path) -> list[dict]:
     if not p.exists():
         return rows
     with open(p, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if not line.endswith("\n"):
-                break  # torn last line
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
+        whole = itertools.takewhile(lambda line: line.endswith("\n"), f)  # stop at a torn last line
+        rows.extend(json_objects(whole))
     return rows
+
+
+def json_objects(lines) -> list[dict]:
+    """The lines that parse as JSON objects, parsed; any other line is skipped."""
+    out = []
+    for line in lines:
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
 
 
 def drop_torn_tail(path: str | Path) -> bool:
@@ -298,15 +304,7 @@ def wandb_records(path: Path) -> list[dict]:
                          text=True, timeout=300, stdin=subprocess.DEVNULL)
     if out.returncode != 0:
         raise OSError(f"wandb leet inspect {path} exited {out.returncode}: {out.stderr.strip()[-300:]}")
-    recs = []
-    for line in out.stdout.splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict):
-            recs.append(rec)
-    return recs
+    return json_objects(out.stdout.splitlines())
 
 
 def history_steps(records: list[dict]) -> list[int]:
