@@ -462,6 +462,7 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     _one_of("logger.mode", c.logger.mode, LOGGER_MODES)
     if c.prompts.kind == "arithmetic":
         _check_arithmetic_template(c.prompts.template)
+    _check_generated_size(c.prompts)
     _check_folder_name("experiment", c.experiment)
     if c.run_name is not None:
         _check_folder_name("run_name", c.run_name)
@@ -526,6 +527,26 @@ def _check_arithmetic_template(template: str) -> None:
         raise ConfigError(f"prompts.template={template!r} does not work with prompts.kind=arithmetic: it needs a string "
                           f"holding {{question}} and no other {{...}} field (doubled braces {{{{ }}}} stay literal); "
                           f"e.g. prompts.template='{{question}}'")
+
+
+# Examples a generated prompt set may hold, each side: a few seconds to build on 2 cores (10^8 arithmetic examples
+# filled the memory; 10^6 Countdown puzzles took over a minute, built again by the job).
+MAX_GENERATED = {"arithmetic": 1_000_000, "countdown": 100_000}
+MAX_OPERAND = 999  # arithmetic: (max_operand + 1)^2 pairs are built, a million at 999
+
+
+def _check_generated_size(p) -> None:
+    """Generated sets (arithmetic, countdown without a file) are built in memory before training: bounded sizes."""
+    generated = p.kind == "arithmetic" or (p.kind == "countdown" and not p.path)
+    if not generated:
+        return
+    for key in ("n_train", "n_eval"):
+        if (p[key] or 0) > MAX_GENERATED[p.kind]:
+            raise ConfigError(f"prompts.{key}={p[key]} must be <= {MAX_GENERATED[p.kind]} for a generated prompt set "
+                              f"(prompts.kind={p.kind}); the set is built in memory before training")
+    if p.kind == "arithmetic" and p.max_operand > MAX_OPERAND:
+        raise ConfigError(f"prompts.max_operand={p.max_operand} must be <= {MAX_OPERAND}: every pair a+b is built in "
+                          f"memory ({MAX_OPERAND + 1}^2 = {(MAX_OPERAND + 1) ** 2} pairs at most)")
 
 
 def _check_warm_start(ws) -> None:
@@ -637,7 +658,7 @@ RANGES: dict[str, Range] = {
     "trainer.max_bad_steps": AT_LEAST_ONE,
     "trainer.threads": AT_LEAST_ONE,
     "trainer.inject_nan_at_step": AT_LEAST_ONE,
-    "rollout.temperature": POSITIVE,
+    "rollout.temperature": Range(1e-6),  # float32 logits / 1e-320 are inf (the scalar rounds to 0): nan log-probs
     "rollout.top_p": Range(0, 1, low_open=True),
 }
 

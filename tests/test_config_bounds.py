@@ -117,6 +117,8 @@ def test_every_numeric_key_refuses_a_value_outside_its_range_naming_key_and_valu
     ("+model.lora.dropout=1.0", r"^model\.lora\.dropout=1\.0 must be in \[0, 1\)$"),
     # finite but overflowing the workers' timers (score_batch raised OverflowError)
     ("verifier.timeout_s=1e300", r"^verifier\.timeout_s=1e\+300 must be <= 3600"),
+    # float32 logits divided by 1e-320 (which rounds to 0 in float32) are inf: every log-prob nan
+    ("rollout.temperature=1e-320", r"^rollout\.temperature=1e-320 must be >= 1e-06$"),
     # the issue's non-finite examples, each named with what it accepts
     ("trainer.lr=inf", r"^trainer\.lr=inf is not a finite number; use a finite number > 0$"),
     ("trainer.max_grad_norm=nan", r"^trainer\.max_grad_norm=nan is not a finite number; use a finite number > 0$"),
@@ -152,6 +154,21 @@ def test_arithmetic_template_must_format_the_question(compose, template):
     with pytest.raises(ConfigError, match=r"^prompts\.template=.* does not work with prompts\.kind=arithmetic"):
         validate(compose(f"prompts.template='{template}'"))
     validate(compose("prompts.template='Q: {question}'"))
+
+
+@pytest.mark.parametrize("overrides,message", [
+    # 10^8 examples were built in memory before training (the machine ran out of memory)
+    (["prompts.n_train=100000000"], r"^prompts\.n_train=100000000 must be <= 1000000 for a generated prompt set"),
+    (["prompts=countdown", "prompts.n_train=1000000"], r"^prompts\.n_train=1000000 must be <= 100000 for a generated prompt set \(prompts\.kind=countdown\)"),
+    (["prompts=countdown", "prompts.n_eval=2000000"], r"^prompts\.n_eval=2000000 must be <= 100000"),
+    # (2000+1)^2 = 4 million pairs took minutes to build
+    (["prompts.max_operand=2000"], r"^prompts\.max_operand=2000 must be <= 999"),
+])
+def test_generated_prompt_sets_are_bounded(compose, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        validate(compose(*overrides))
+    # a file is read, not generated: its n_train is a cap on the rows taken
+    validate(compose("prompts=countdown_file", "prompts.n_train=100000000"))
 
 
 def test_range_text_says_what_is_accepted():
