@@ -1,4 +1,4 @@
-"""Print the measured coverage of every interval `rlcompare report` uses (rlcompare/coverage.py).
+"""Print the measured coverage of every interval `rlcompare report` uses (rlcompare/report/coverage.py).
 
     python scripts/coverage.py [--trials 10000] [--seed 0]
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rlcompare import coverage as C  # noqa: E402
+from rlcompare.report import coverage as C  # noqa: E402
 
 
 def _table(cells, floors: bool) -> list[str]:

@@ -4,7 +4,7 @@ import inspect
 import subprocess
 import sys
 
-from rlcompare import accepted, advantages, losses
+from rlcompare.algos import accepted, advantages, losses
 
 
 def test_validating_a_config_imports_neither_torch_nor_transformers():

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from rlcompare.advantages import (
+from rlcompare.algos.advantages import (
     gae_advantages,
     group_advantages,
     informative_groups,
@@ -253,6 +253,6 @@ def test_informative_groups():
 
 
 def test_informative_groups_reexported_from_losses():
-    from rlcompare import losses
+    from rlcompare.algos import losses
 
     assert losses.informative_groups is informative_groups

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from rlcompare.advantages import (
+from rlcompare.algos.advantages import (
     GROUP_SCALES,
     group_advantages,
     outcome_token_rewards,

@@ -1,4 +1,4 @@
-"""`trainer.keep_freed_memory` (`rlcompare.allocator`): a training step's freed activations are reused, not
+"""`trainer.keep_freed_memory` (`rlcompare.fast.allocator`): a training step's freed activations are reused, not
 faulted in again page by page.
 
 Each case runs in a fresh interpreter (malloc settings are process-wide) and trains the benchmark's 0.5M model
@@ -19,9 +19,9 @@ import pytest
 WORKLOAD = """
 import resource, sys
 from pathlib import Path
-from rlcompare import bench
+from rlcompare.bench import against_trl as bench
 from rlcompare.config import validate
-from rlcompare.trainer import Trainer
+from rlcompare.train.trainer import Trainer
 out = Path(sys.argv[2])
 bench.ensure_weights(out / "weights", "0.5M", log=lambda *a: None)
 spec = bench.model_spec("0.5M")

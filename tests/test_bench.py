@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from rlcompare import bench
+from rlcompare.bench import against_trl as bench
 
 
 def test_forward_flops_dense_and_attention():

@@ -16,10 +16,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from rlcompare import checkpoint
+from rlcompare.train import checkpoint
 from rlcompare.config import ConfigError
-from rlcompare.run import train
-from rlcompare.tracking import read_jsonl
+from rlcompare.train.run import train
+from rlcompare.train.tracking import read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 OV = ["algorithm=dapo", "budget.max_steps=4", "trainer.checkpoint_every=1", "trainer.keep_checkpoints=4",

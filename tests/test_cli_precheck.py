@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rlcompare.precheck import check_train_args
+from rlcompare.train.precheck import check_train_args
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""ScaleRL's compute-performance fit (rlcompare.compute_fit) on synthetic curves with known parameters.
+"""ScaleRL's compute-performance fit (rlcompare.report.compute_fit) on synthetic curves with known parameters.
 
 Every expected number comes from ../shared/docs/variants.md §11 (the worked values and the App. A.5
 recovery) or from the parameters the synthetic curve was drawn with, never from the fit's own output.
@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rlcompare.compute_fit import (  # noqa: E402
+from rlcompare.report.compute_fit import (  # noqa: E402
     SeedCurve,
     difference_rows,
     fit_arms,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rlcompare.config import ConfigError
-from rlcompare.run import train
+from rlcompare.train.run import train
 
 # (overrides, regex the message must match). "{tmp}" is the test's tmp_path.
 CASES = [
@@ -77,7 +77,8 @@ CASES = [
 @pytest.fixture
 def no_heavy_work(monkeypatch):
     """Anything past the checks (Trainer: warm start, model load) fails the test."""
-    from rlcompare import models, trainer
+    from rlcompare.models import load as models
+    from rlcompare.train import trainer
 
     def heavy(*a, **k):
         raise AssertionError("heavy work started before the bad config was refused")
@@ -119,7 +120,7 @@ def test_a_misspelt_key_inside_a_yaml_preset_is_named(compose, tmp_path, no_heav
 
 def test_resume_with_a_different_config_names_the_differing_keys(compose, monkeypatch):
     train(compose("run_name=diff", "budget.max_steps=1", "trainer.checkpoint_every=1"))
-    from rlcompare import trainer
+    from rlcompare.train import trainer
 
     monkeypatch.setattr(trainer.Trainer, "__init__", lambda *a, **k: pytest.fail("heavy work before the check"))
     with pytest.raises(ConfigError, match=r"resume: the config differs from the run being resumed in: "

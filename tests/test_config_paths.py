@@ -8,12 +8,13 @@ import os
 import pytest
 
 from rlcompare.config import ConfigError, validate
-from rlcompare.run import train
+from rlcompare.train.run import train
 
 
 @pytest.fixture
 def no_heavy_work(monkeypatch):
-    from rlcompare import models, trainer
+    from rlcompare.models import load as models
+    from rlcompare.train import trainer
 
     def heavy(*a, **k):
         raise AssertionError("heavy work started before the bad config was refused")

@@ -11,11 +11,11 @@ from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rlcompare import datasets  # noqa: E402
+from rlcompare.data import datasets  # noqa: E402
 from rlcompare.config import PromptsConfig  # noqa: E402
-from rlcompare.countdown_expr import decode_countdown  # noqa: E402
-from rlcompare.prompts import build_prompts  # noqa: E402
-from rlcompare.verifiers import build_verifier  # noqa: E402
+from rlcompare.rewards.countdown_expr import decode_countdown  # noqa: E402
+from rlcompare.data.prompts import build_prompts  # noqa: E402
+from rlcompare.rewards.verifiers import build_verifier  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"

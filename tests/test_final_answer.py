@@ -10,9 +10,9 @@ from fractions import Fraction
 
 import pytest
 
-from rlcompare import countdown_expr as ce
-from rlcompare.answers import boxed_contents, last_boxed, numeric_chunks, stated_value
-from rlcompare.verifiers import build_verifier
+from rlcompare.rewards import countdown_expr as ce
+from rlcompare.rewards.answers import boxed_contents, last_boxed, numeric_chunks, stated_value
+from rlcompare.rewards.verifiers import build_verifier
 
 EM = build_verifier({"name": "exact_match"})
 CD = ce.encode_countdown([3, 5, 7], 22)

@@ -16,10 +16,10 @@ import torch
 
 from rlcompare.config import ConfigError, validate
 from rlcompare.models import build_char_tokenizer, weights_hash
-from rlcompare.rollout import _cache_kwarg, left_pad, sample, sequence_logits, token_logp
-from rlcompare.run import train
-from rlcompare.tracking import read_jsonl
-from rlcompare.trainer import Trainer
+from rlcompare.rollout.sampler import _cache_kwarg, left_pad, sample, sequence_logits, token_logp
+from rlcompare.train.run import train
+from rlcompare.train.tracking import read_jsonl
+from rlcompare.train.trainer import Trainer
 
 CTX = 256
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

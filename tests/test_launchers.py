@@ -1,6 +1,6 @@
 """Every member x seed of a sweep as one job of a Hydra launcher: the job list sweeper, failure isolation under
 parallel launchers (joblib, submitit's local executor, Ray when installed), equal rows serial and parallel, the
-threads/device rule (rlcompare.placement) and W&B grouping."""
+threads/device rule (rlcompare.train.placement) and W&B grouping."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlcompare import placement as pl
-from rlcompare import sweep as sw
+from rlcompare.train import placement as pl
+from rlcompare.sweep import runner as sw
 from rlcompare.sweep import SweepError, load_sweep, resolve_members
-from rlcompare.trainer import TIMING_PREFIXES
+from rlcompare.train.trainer import TIMING_PREFIXES
 
 # seconds-long runs (a 20-step warm start, 2 RL steps of 4 prompts x 4 completions); no trainer.threads: the rule sets it
 QUICK = ["budget=tiny", "budget.max_steps=2", "logger=none", "trainer.progress=false", "model.warm_start.steps=20",

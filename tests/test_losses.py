@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from rlcompare.losses import (
+from rlcompare.algos.losses import (
     AGGREGATIONS,
     aggregate,
     aggregation_weights,

@@ -1,4 +1,4 @@
-"""The variants of 2025-26 in rlcompare.losses (issue 19), against the worked numbers of docs/algorithms.md §7
+"""The variants of 2025-26 in rlcompare.algos.losses (issue 19), against the worked numbers of docs/algorithms.md §7
 (the shared variants.md: example E and the per-section examples), the limits where a variant reduces to another,
 micro-batch invariance, and an independent per-token re-implementation on random padded batches."""
 
@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from rlcompare.losses import (
+from rlcompare.algos.losses import (
     AGGREGATIONS,
     KL_ESTIMATORS,
     MISMATCH_MODES,

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import FAST
-from rlcompare import checkpoint
-from rlcompare.run import SIGTERM_EXIT, train
-from rlcompare.tracking import read_jsonl
+from rlcompare.train import checkpoint
+from rlcompare.train.run import SIGTERM_EXIT, train
+from rlcompare.train.tracking import read_jsonl
 
 TIMING = ("time/", "perf/")
 # DAPO: dynamic sampling, overlong shaping, 2 updates per rollout (the shuffle generator), rewards that vary
@@ -263,7 +263,7 @@ def test_repeated_nans_stop_the_run_naming_the_step_and_keep_the_rows(compose):
 
 
 def _nan_rewards_at(monkeypatch, steps):
-    from rlcompare.trainer import Trainer
+    from rlcompare.train.trainer import Trainer
 
     orig = Trainer._score
 
@@ -295,7 +295,7 @@ def test_nan_rewards_in_a_row_stop_the_run_naming_the_reward(compose, monkeypatc
 
 def test_a_nan_in_the_critic_is_caught_too(compose, monkeypatch):
     """PPO: a non-finite value loss (critic only) must not step the critic with NaN gradients."""
-    from rlcompare import losses
+    from rlcompare.algos import losses
 
     orig = losses.value_loss
     calls = {"n": 0}
@@ -349,7 +349,7 @@ def test_resuming_a_completed_run_keeps_it_and_loads_nothing(compose, monkeypatc
     s = train(compose("run_name=done"))  # no checkpoints
     run = Path(s["run_dir"])
     before = {n: (run / n).read_bytes() for n in ("metrics.jsonl", "eval.jsonl", "samples.jsonl")}
-    from rlcompare import trainer
+    from rlcompare.train import trainer
 
     monkeypatch.setattr(trainer.Trainer, "__init__", lambda *a, **k: pytest.fail("a completed run was retrained"))
     again = train(compose("run_name=done", "resume=true"))

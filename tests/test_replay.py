@@ -1,4 +1,4 @@
-"""The update rebuilt from the sampler's projections (`rlcompare.replay`) gives the gradient of the ordinary
+"""The update rebuilt from the sampler's projections (`rlcompare.fast.replay`) gives the gradient of the ordinary
 forward, skips exactly the rows that carry no gradient, and is used only where it is exact.
 
 The reference in every test is the ordinary update path: `grouped_sequence_logits` (transformers' forward)
@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlcompare import replay, static_decode
+from rlcompare.fast import replay, static_decode
 from rlcompare.config import validate
-from rlcompare.replay import can_replay, replay_logits
+from rlcompare.fast.replay import can_replay, replay_logits
 from rlcompare.rollout import grouped_sequence_logits, left_pad, sample, token_logp
-from rlcompare.trainer import Trainer
+from rlcompare.train.trainer import Trainer
 from test_static_decode import CASES, PROMPTS, TOK, _model
 
 G = 8

@@ -17,10 +17,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rlcompare import report as R  # noqa: E402
+from rlcompare.report import build as R  # noqa: E402
 from rlcompare.report import build_report, main  # noqa: E402
 
-FP = {  # shaped like rlcompare.run.fingerprint()
+FP = {  # shaped like rlcompare.train.run.fingerprint()
     "init_weights_hash": "w0",
     "warm_start_key": "k0",
     "model": "tiny",

@@ -18,8 +18,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rlcompare import report as R  # noqa: E402
-from rlcompare.compute_fit import scalerl_curve  # noqa: E402
+from rlcompare.report import build as R  # noqa: E402
+from rlcompare.report.compute_fit import scalerl_curve  # noqa: E402
 from rlcompare.report import build_report, main  # noqa: E402
 from test_report import make_run  # noqa: E402
 

@@ -18,11 +18,11 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from conftest import FAST
-from rlcompare import checkpoint
+from rlcompare.train import checkpoint
 from rlcompare.cli import conf_dir, main, quote_resume_path
 from rlcompare.config import ConfigError
-from rlcompare.run import RESUME_IGNORED, SIGTERM_EXIT, train
-from rlcompare.tracking import read_jsonl
+from rlcompare.train.run import RESUME_IGNORED, SIGTERM_EXIT, train
+from rlcompare.train.tracking import read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 TIMING = ("time/", "perf/")

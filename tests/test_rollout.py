@@ -8,7 +8,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from rlcompare.models import build_char_tokenizer
 import pytest
 
-from rlcompare.rollout import _top_p_filter, gumbel_max, left_pad, sample, sequence_logits, token_logp
+from rlcompare.rollout.sampler import _top_p_filter, gumbel_max, left_pad, sample, sequence_logits, token_logp
 
 
 def _model(seed=0):

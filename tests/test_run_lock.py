@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from conftest import FAST
-from rlcompare import run_lock
+from rlcompare.train import run_lock
 from rlcompare.cli import run_name
 from rlcompare.config import ConfigError
-from rlcompare.run import train
-from rlcompare.tracking import read_jsonl
+from rlcompare.train.run import train
+from rlcompare.train.tracking import read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 LONG = ["algorithm=grpo", "budget.max_steps=6", "trainer.eval_every=3"]
@@ -94,7 +94,7 @@ def test_two_writers_started_together_one_runs_the_other_is_refused(tmp_path):
 
 
 def test_the_lock_is_checked_before_the_model_loads(compose, tmp_path, monkeypatch):
-    from rlcompare import trainer
+    from rlcompare.train import trainer
 
     cfg = compose(*LONG, "run_name=held")
     folder = Path(cfg.results_dir) / "default" / "held"

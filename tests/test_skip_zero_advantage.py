@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from rlcompare.config import validate
-from rlcompare.trainer import Trainer
+from rlcompare.train.trainer import Trainer
 
 # 4 groups of 4, two mini-batches of 2 groups: with 3 flat groups one mini-batch is always left empty. The rows
 # are counted at the model's forward, which the first mini-batch skips when it reuses the rollout's projections

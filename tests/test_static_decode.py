@@ -1,4 +1,4 @@
-"""The preallocated-cache decoder (`rlcompare.static_decode`) computes what the model's own forward computes.
+"""The preallocated-cache decoder (`rlcompare.fast.static_decode`) computes what the model's own forward computes.
 
 The reference in every test is transformers: one full forward of each whole sequence (no cache, no padding),
 or the sampler driven through transformers' DynamicCache (`kv_cache="dynamic"`) with the same generator.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlcompare import static_decode
+from rlcompare.fast import static_decode
 from rlcompare.models import build_char_tokenizer
 from rlcompare.rollout import CacheDecoder, left_pad, make_decoder, sample, token_logp
 
@@ -40,7 +40,7 @@ CASES = {
     "qwen2-bias": ("qwen2", {}),
     "qwen3-qk-norm": ("qwen3", {"head_dim": 16}),  # head_dim != hidden / heads, as in Qwen3-0.6B (128 vs 64)
     "mistral": ("mistral", {"sliding_window": None}),
-    # 256 wide: the projections go through oneDNN with packed weights (rlcompare.onednn) where available
+    # 256 wide: the projections go through oneDNN with packed weights (rlcompare.fast.onednn) where available
     "llama-wide": ("llama", {"hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 4,
                              "intermediate_size": 512, "num_hidden_layers": 1}),
 }
@@ -203,7 +203,7 @@ def test_bf16_weights_as_on_a_gpu_by_default_match_the_transformers_cache():
 
 
 def test_onednn_products_equal_torch_and_apply_only_where_they_pay():
-    from rlcompare import onednn
+    from rlcompare.fast import onednn
 
     w = torch.randn(512, 256)
     assert onednn.usable(w) == onednn.available()

@@ -1,4 +1,4 @@
-"""Hand-worked checks of rlcompare.stats (rliable definitions, pure numpy)."""
+"""Hand-worked checks of rlcompare.report.stats (rliable definitions, pure numpy)."""
 
 import math
 import sys
@@ -9,8 +9,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rlcompare import stats  # noqa: E402
-from rlcompare.stats import (  # noqa: E402
+from rlcompare.report import stats  # noqa: E402
+from rlcompare.report.stats import (  # noqa: E402
     Interval,
     difference_ci,
     iqm,

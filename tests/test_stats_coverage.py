@@ -1,4 +1,4 @@
-"""Coverage of every interval `rlcompare report` prints, measured by simulation (rlcompare/coverage.py).
+"""Coverage of every interval `rlcompare report` prints, measured by simulation (rlcompare/report/coverage.py).
 
 Fixed seeds, 2,000 trials per cell: nominal 95% intervals must cover the true value at least 93% of the
 time on normal data and 90% on skewed data shaped like ours, at 3, 5 and 10 seeds (the IQM from 4).
@@ -12,8 +12,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rlcompare import coverage as C  # noqa: E402
-from rlcompare import stats  # noqa: E402
+from rlcompare.report import coverage as C  # noqa: E402
+from rlcompare.report import stats  # noqa: E402
 
 KINDS = {"mean (Student t)", "IQM (Tukey-McLaughlin)", "difference of means (Welch)", "P(improvement) (Newcombe)"}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlcompare import sweep as sw
+from rlcompare.sweep import runner as sw
 from rlcompare.sweep import SweepError, check_one_change, load_sweep, resolve_members
 
 REPO = Path(__file__).resolve().parents[1]

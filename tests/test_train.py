@@ -12,8 +12,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from rlcompare.config import validate
-from rlcompare.run import train
-from rlcompare.tracking import read_jsonl
+from rlcompare.train.run import train
+from rlcompare.train.tracking import read_jsonl
 
 PRESETS = ["ppo", "grpo", "drgrpo", "dapo", "gspo", "dhpo", "rloo"]
 REPO = Path(__file__).resolve().parents[1]

@@ -10,10 +10,10 @@ import textwrap
 import pytest
 import torch
 
-from rlcompare import advantages as adv_lib
+from rlcompare.algos import advantages as adv_lib
 from rlcompare.config import ConfigError, validate
 from rlcompare.sweep import SweepError, check_one_change, load_sweep, resolve_members
-from rlcompare.trainer import Trainer
+from rlcompare.train.trainer import Trainer
 
 
 def _informative(b: dict) -> dict:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rlcompare import verifiers as V
-from rlcompare.verifiers import Score, build_verifier, error_counts, score_batch
+from rlcompare.rewards import verifiers as V
+from rlcompare.rewards.verifiers import Score, build_verifier, error_counts, score_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 REDOS = r"^(a+)+b$"  # catastrophic backtracking on "aaa...c": each such completion runs until its timeout

@@ -9,12 +9,12 @@ from fractions import Fraction
 import pytest
 
 from rlcompare.config import ConfigError, validate
-from rlcompare.countdown_expr import evaluate
-from rlcompare.datasets import TEMPLATES
-from rlcompare.prompts import Example, PromptSplits
-from rlcompare.run import preflight, train
-from rlcompare.verifier_probe import N_PROBES, check_verifier_reads_prompts, completions_for, solve_countdown
-from rlcompare.verifiers import build_verifier
+from rlcompare.rewards.countdown_expr import evaluate
+from rlcompare.data.datasets import TEMPLATES
+from rlcompare.data.prompts import Example, PromptSplits
+from rlcompare.train.run import preflight, train
+from rlcompare.data.verifier_probe import N_PROBES, check_verifier_reads_prompts, completions_for, solve_countdown
+from rlcompare.rewards.verifiers import build_verifier
 
 GSM8K_FILE = ["prompts=gsm8k", "prompts.kind=file", "prompts.path=tests/data/gsm8k_sample.jsonl", "prompts.eval_fraction=0.3"]
 MATH_FILE = ["prompts=math", "prompts.kind=file", "prompts.path=tests/data/math_sample.jsonl", "prompts.eval_fraction=0.3"]
@@ -22,7 +22,8 @@ MATH_FILE = ["prompts=math", "prompts.kind=file", "prompts.path=tests/data/math_
 
 @pytest.fixture
 def no_heavy_work(monkeypatch):
-    from rlcompare import models, trainer
+    from rlcompare.models import load as models
+    from rlcompare.train import trainer
 
     def heavy(*a, **k):
         raise AssertionError("warm start or model load before the verifier was probed")
@@ -113,8 +114,8 @@ def test_the_probe_flag_is_not_part_of_the_fingerprint(compose):
     """Runs made before the key existed (and with the probe off) compare with runs made with it."""
     from types import SimpleNamespace
 
-    from rlcompare.prompts import arithmetic_splits
-    from rlcompare.run import fingerprint
+    from rlcompare.data.prompts import arithmetic_splits
+    from rlcompare.train.run import fingerprint
 
     splits = arithmetic_splits(data_seed=0, n_train=10, n_eval=4, max_operand=3)
     tr = SimpleNamespace(train_prompts=splits.train, eval_prompts=splits.eval, splits=splits,

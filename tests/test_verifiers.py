@@ -14,9 +14,9 @@ from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rlcompare import countdown_expr as ce  # noqa: E402
+from rlcompare.rewards import countdown_expr as ce  # noqa: E402
 from rlcompare.config import VerifierConfig  # noqa: E402
-from rlcompare.verifiers import (  # noqa: E402
+from rlcompare.rewards.verifiers import (  # noqa: E402
     ExactMatch,
     Score,
     build_verifier,

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from rlcompare import countdown_expr as ce
-from rlcompare.verifiers import (
+from rlcompare.rewards import countdown_expr as ce
+from rlcompare.rewards.verifiers import (
     ExactMatch,
     Score,
     build_verifier,

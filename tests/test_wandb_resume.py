@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 from conftest import FAST
-from rlcompare.tracking import read_jsonl
+from rlcompare.train.tracking import read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 OV = ["logger=wandb", "logger.mode=offline", "algorithm=dapo", "budget.max_steps=8", "trainer.checkpoint_every=2",

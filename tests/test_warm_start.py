@@ -15,10 +15,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from rlcompare import models
+from rlcompare.models import load as models
 from rlcompare.config import validate
-from rlcompare.prompts import build_prompts
-from rlcompare.run import train
+from rlcompare.data.prompts import build_prompts
+from rlcompare.train.run import train
 
 REPO = Path(__file__).resolve().parents[1]
 # Content address of the shipped default warm start: models.weights_hash of its tensors (sha256 over sorted
@@ -186,7 +186,9 @@ def test_the_wheel_ships_conf_and_the_warm_start_and_a_wheel_install_finds_them(
     names = set(zipfile.ZipFile(wheel).namelist())
     conf_files = {f"rlcompare/conf/{p.relative_to(REPO / 'conf').as_posix()}" for p in (REPO / "conf").rglob("*.yaml")}
     assert conf_files and conf_files <= names, f"missing from the wheel: {sorted(conf_files - names)}"
-    shipped = {f"rlcompare/warmstart/{p.relative_to(models.SHIPPED_WARM_STARTS).as_posix()}"
+    modules = {f"rlcompare/{p.relative_to(REPO / 'rlcompare').as_posix()}" for p in (REPO / "rlcompare").rglob("*.py")}
+    assert modules <= names, f"missing from the wheel (a subpackage not in pyproject's `packages`?): {sorted(modules - names)}"
+    shipped = {f"rlcompare/models/warmstart/{p.relative_to(models.SHIPPED_WARM_STARTS).as_posix()}"
                for p in models.SHIPPED_WARM_STARTS.rglob("*") if p.is_file()}
     assert shipped and shipped <= names
     site = tmp_path / "site"
@@ -195,4 +197,4 @@ def test_the_wheel_ships_conf_and_the_warm_start_and_a_wheel_install_finds_them(
              "print(cli.conf_dir()); print(models.SHIPPED_WARM_STARTS)")
     out = subprocess.run([sys.executable, "-c", probe, str(site)], check=True, capture_output=True, text=True,
                          cwd=tmp_path).stdout.split()
-    assert out == [str(site / "rlcompare" / "conf"), str(site / "rlcompare" / "warmstart")]
+    assert out == [str(site / "rlcompare" / "conf"), str(site / "rlcompare" / "models" / "warmstart")]
