@@ -3,7 +3,7 @@
     python scripts/coverage.py [--trials 10000] [--seed 0]
 
 One row per interval x shape, one column per seed count: the share of simulated seed sets whose
-nominal 95% interval holds the true value, and the floor it must reach (tests/test_stats_coverage.py
+nominal 95% interval holds the true value, and the floor it must reach (tests/report/test_stats_coverage.py
 uses 2,000 trials). The last rows are the known limits (not held to a floor).
 """
 

@@ -5,7 +5,7 @@
 
 It runs the warm start with rlcompare's own code (models.warm_start_tiny, shipped weights ignored) in a fresh
 cache, and writes its model.safetensors with a manifest.json (key, init_weights_hash, versions) to
-rlcompare/models/warmstart/<key>/. Run it when tests/test_warm_start.py reports that the shipped key no longer matches
+rlcompare/models/warmstart/<key>/. Run it when tests/models/test_warm_start.py reports that the shipped key no longer matches
 the default config (conf/model/tiny.yaml, conf/prompts/arithmetic.yaml, the prompt generator or the recipe
 changed); then delete the old key's folder and put the new init_weights_hash in that test.
 """

@@ -52,7 +52,7 @@ MISMATCH_MODES = ("token-truncate", "token-mask", "sequence-truncate", "sequence
 MISMATCH_DEFAULTS = {mode: (None, 2.0) for mode in MISMATCH_MODES}
 MISMATCH_DEFAULTS["icepop"] = (0.5, 5.0)
 
-# the surrogates' knobs' defaults: policy_loss's keyword defaults (tests/test_accepted.py keeps the two equal)
+# the surrogates' knobs' defaults: policy_loss's keyword defaults (tests/algos/test_accepted.py keeps the two equal)
 SURROGATE_DEFAULTS = {
     "cispo_w_min": None, "cispo_w_max": 5.0, "sapo_tau_pos": 1.0, "sapo_tau_neg": 1.05, "gmpo_eps_low": 0.4,
     "gmpo_eps_high": 0.4, "dppo_delta_low": 0.15, "dppo_delta_high": 0.15, "dppo_cap": 20.0, "cov_ratio": None,

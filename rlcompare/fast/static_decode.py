@@ -13,7 +13,7 @@ The layer math is the model's own, step for step: the model's embedding, RMSNorm
 (every rope scaling type), projections (plain `nn.Linear` ones fused into one matmul per layer with weights
 concatenated once per sampling call; LoRA or other wrapped projections called as modules) and
 `attn.scaling`. `supports(model)` lists what it covers; any other model keeps the transformers cache.
-Equality with the transformers forward (fp32 and bf16 autocast) is tested in tests/test_static_decode.py.
+Equality with the transformers forward (fp32 and bf16 autocast) is tested in tests/fast/test_static_decode.py.
 """
 
 from __future__ import annotations

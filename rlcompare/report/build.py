@@ -1328,7 +1328,7 @@ def _statistics_method(res: dict) -> list[str]:
             "- Holm: the same decision with Holm–Bonferroni adjusted p-values over the comparisons against the "
             "same reference on the same quantity that get a verdict (family-wise error 5% across the k variants).",
             "- Coverage of these intervals is measured by simulation (`scripts/coverage.py`, "
-            "`tests/test_stats_coverage.py`): at least 93% on normal seed scores and 90% on skewed, bounded ones "
+            "`tests/report/test_stats_coverage.py`): at least 93% on normal seed scores and 90% on skewed, bounded ones "
             "like accuracies near 0 or 1, at 3, 5 and 10 seeds. They hold less where a third or more of the seeds "
             "sit on a bound (all-equal seeds give zero width) or a rare gross outlier moves the mean more than a "
             "few seeds can show (read the IQM then). No bootstrap is used (`--reps` is ignored); rliable's "

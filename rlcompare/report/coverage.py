@@ -8,7 +8,7 @@ the share of intervals that contain the truth is the coverage.
 
 Seed scores are drawn from shapes like ours (held-out accuracies near 0 or 1, skewed, bounded, on a
 grid of 1/200, now and then an outlier seed) and from the normal. ``FLOORS`` are what the coverage
-must reach at nominal 95% (tests/test_stats_coverage.py); ``LIMITS`` are shapes no interval from a
+must reach at nominal 95% (tests/report/test_stats_coverage.py); ``LIMITS`` are shapes no interval from a
 handful of seeds can cover, kept to say where the intervals stop holding (scripts/coverage.py).
 True values of the skewed shapes come from one large fixed-seed sample (Monte Carlo error ~1e-3 of a
 seed's spread).

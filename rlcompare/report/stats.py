@@ -18,7 +18,7 @@ Agarwal et al., "Deep RL at the Edge of the Statistical Precipice" (rliable):
   average of the per-task values.
 
 The intervals the report prints are built for 3-10 seeds (their coverage is
-measured by tests/test_stats_coverage.py and scripts/coverage.py):
+measured by tests/report/test_stats_coverage.py and scripts/coverage.py):
 
 * ``mean_ci``: Student t interval, mean +- t_{1-alpha/2, n-1} s / sqrt(n).
 * ``difference_ci``: Welch interval for mean(a) - mean(b), Welch-Satterthwaite

@@ -24,7 +24,7 @@ from rlcompare.train.trainer import Trainer
 CTX = 256
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 TASKS = {  # prompt set overrides, verifier
     "gsm8k": (["prompts=gsm8k", "prompts.kind=file", f"prompts.path={DATA / 'gsm8k_sample.jsonl'}"], "exact_match"),
     "math": (["prompts=math", "prompts.kind=file", f"prompts.path={DATA / 'math_sample.jsonl'}",

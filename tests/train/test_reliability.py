@@ -55,7 +55,7 @@ def _cli(*overrides: str) -> list[str]:
     return [sys.executable, "-m", "rlcompare.cli", "train", *FAST, *overrides]
 
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _env(**extra) -> dict:

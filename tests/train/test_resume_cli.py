@@ -24,7 +24,7 @@ from rlcompare.config import ConfigError
 from rlcompare.train.run import RESUME_IGNORED, SIGTERM_EXIT, train
 from rlcompare.train.tracking import read_jsonl
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TIMING = ("time/", "perf/")
 
 

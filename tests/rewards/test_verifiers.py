@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from rlcompare.rewards import countdown_expr as ce  # noqa: E402
 from rlcompare.config import VerifierConfig  # noqa: E402
@@ -25,7 +25,7 @@ from rlcompare.rewards.verifiers import (  # noqa: E402
     score_batch,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CD = ce.encode_countdown([3, 5, 7], 22)
 
 

@@ -1,7 +1,7 @@
 """ScaleRL's compute-performance fit inside `rlcompare report`, end to end on fabricated results folders.
 
 Eval curves are drawn from ScaleRL's R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) with known parameters
-and small noise (run folders made as tests/test_report.py makes them); every expected number comes from
+and small noise (run folders made as tests/report/test_report.py makes them); every expected number comes from
 those generating parameters, never from the fit's output.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from rlcompare.report import build as R  # noqa: E402

@@ -20,7 +20,7 @@ from rlcompare.config import ConfigError
 from rlcompare.train.run import train
 from rlcompare.train.tracking import read_jsonl
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LONG = ["algorithm=grpo", "budget.max_steps=6", "trainer.eval_every=3"]
 
 

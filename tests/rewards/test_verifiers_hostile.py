@@ -1,4 +1,4 @@
-"""Verifier audit: more hostile completions (beyond tests/test_verifiers.py), and one test per bug the audit fixed.
+"""Verifier audit: more hostile completions (beyond tests/rewards/test_verifiers.py), and one test per bug the audit fixed.
 
 Every expected value below is worked out by hand from the verifier's documented rule, not copied from output.
 """

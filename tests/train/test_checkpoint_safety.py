@@ -21,7 +21,7 @@ from rlcompare.config import ConfigError
 from rlcompare.train.run import train
 from rlcompare.train.tracking import read_jsonl
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OV = ["algorithm=dapo", "budget.max_steps=4", "trainer.checkpoint_every=1", "trainer.keep_checkpoints=4",
       "trainer.eval_every=2", "trainer.warmup_steps=10"]
 

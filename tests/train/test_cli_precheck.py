@@ -12,7 +12,7 @@ import pytest
 
 from rlcompare.train.precheck import check_train_args
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # Runs `rlcompare train ARGS` in a fresh interpreter and reports whether torch/transformers got imported.
 PROBE = """
@@ -59,7 +59,7 @@ def test_a_bad_value_fails_before_hydra_and_torch_with_one_line(tmp_path, args, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # no results/, no .hydra, no outputs/
 
 
-REPO_CONF = Path(__file__).resolve().parents[1] / "conf"  # every preset there is an option Hydra lists
+REPO_CONF = Path(__file__).resolve().parents[2] / "conf"  # every preset there is an option Hydra lists
 
 
 @pytest.mark.parametrize("argv,start,pieces", [

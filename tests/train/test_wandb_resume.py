@@ -16,7 +16,7 @@ from pathlib import Path
 from conftest import FAST
 from rlcompare.train.tracking import read_jsonl
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OV = ["logger=wandb", "logger.mode=offline", "algorithm=dapo", "budget.max_steps=8", "trainer.checkpoint_every=2",
       "trainer.eval_every=3", "run_name=wb"]
 WANDB_DIR_VARS = ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_CONFIG_DIR", "XDG_CACHE_HOME",

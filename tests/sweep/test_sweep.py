@@ -12,7 +12,7 @@ import yaml
 from rlcompare.sweep import runner as sw
 from rlcompare.sweep import SweepError, check_one_change, load_sweep, resolve_members
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SWEEPS = sorted((REPO / "sweeps").glob("*.yaml"))
 
 # seconds-long runs (a 20-step warm start, 3 RL steps of 4 prompts x 4 completions)

@@ -16,7 +16,7 @@ from rlcompare.train.run import train
 from rlcompare.train.tracking import read_jsonl
 
 PRESETS = ["ppo", "grpo", "drgrpo", "dapo", "gspo", "dhpo", "rloo"]
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("preset", PRESETS)

@@ -119,7 +119,7 @@ def test_every_preset_writes_every_knob_out(preset):
     from rlcompare.config import AlgorithmConfig
 
     schema = _keys(OmegaConf.to_container(OmegaConf.structured(AlgorithmConfig)))
-    written = _keys(yaml.safe_load((Path(__file__).parents[1] / "conf" / "algorithm" / f"{preset}.yaml").read_text()))
+    written = _keys(yaml.safe_load((Path(__file__).parents[2] / "conf" / "algorithm" / f"{preset}.yaml").read_text()))
     assert written == schema, (sorted(schema - written), sorted(written - schema))
 
 
@@ -127,6 +127,6 @@ def test_variant_preset_files_name_the_sources_that_disagree():
     from pathlib import Path
 
     for preset in VARIANT_TABLE:
-        text = (Path(__file__).parents[1] / "conf" / "algorithm" / f"{preset}.yaml").read_text()
+        text = (Path(__file__).parents[2] / "conf" / "algorithm" / f"{preset}.yaml").read_text()
         lines = [line for line in text.splitlines() if line.startswith("# sources differ:")]
         assert len(lines) == 1, preset

@@ -20,7 +20,7 @@ from rlcompare.config import validate
 from rlcompare.data.prompts import build_prompts
 from rlcompare.train.run import train
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # Content address of the shipped default warm start: models.weights_hash of its tensors (sha256 over sorted
 # parameter names and fp32 bytes, first 16 hex digits; the tied lm_head.weight is the embedding). Made once by
 # `python scripts/make_warm_start.py`; a fresh warm start computed on another machine hashes differently.

@@ -16,7 +16,7 @@ import pytest
 from rlcompare.rewards import verifiers as V
 from rlcompare.rewards.verifiers import Score, build_verifier, error_counts, score_batch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REDOS = r"^(a+)+b$"  # catastrophic backtracking on "aaa...c": each such completion runs until its timeout
 SLOW = "a" * 40 + "c"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from rlcompare.data import datasets  # noqa: E402
 from rlcompare.config import PromptsConfig  # noqa: E402
@@ -17,7 +17,7 @@ from rlcompare.rewards.countdown_expr import decode_countdown  # noqa: E402
 from rlcompare.data.prompts import build_prompts  # noqa: E402
 from rlcompare.rewards.verifiers import build_verifier  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 
 
