@@ -159,7 +159,7 @@ class ModelConfig:
 @dataclass
 class PromptsConfig:
     name: str = "arithmetic"
-    kind: str = "arithmetic"  # arithmetic | countdown | file | hf
+    kind: str = "arithmetic"  # arithmetic | chain | countdown | file | hf
     data_seed: int = 0
     n_train: int = 2000
     n_eval: int = 200
@@ -180,6 +180,10 @@ class PromptsConfig:
     max_numbers: int = 4  # countdown generator: most numbers per puzzle
     max_number: int = 99  # countdown generator: numbers drawn from 1..max_number
     max_target: int = 100  # countdown generator: targets in 1..max_target
+    min_terms: int = 2  # chain (the lab task): fewest single-digit terms per sum
+    max_terms: int = 6  # chain: most terms per sum
+    max_term: int = 9  # chain: terms drawn from 1..max_term
+    warm_start: Any = None  # a prompt set's own warm-start recipe for model=tiny: keys replace model.warm_start's
     extra: Any = field(default_factory=dict)
 
 
@@ -291,7 +295,7 @@ DTYPES = ("auto", "bfloat16", "float32", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 LOGGERS = ("wandb", "none")
 LOGGER_MODES = ("offline", "online", "disabled")
-PROMPT_KINDS = ("arithmetic", "countdown", "file", "hf")
+PROMPT_KINDS = ("arithmetic", "chain", "countdown", "file", "hf")
 
 
 MAX_TIMEOUT_S = 3600.0  # seconds per completion: an hour is already far past any verifier's need
@@ -531,13 +535,13 @@ def _check_arithmetic_template(template: str) -> None:
 
 # Examples a generated prompt set may hold, each side: a few seconds to build on 2 cores (10^8 arithmetic examples
 # filled the memory; 10^6 Countdown puzzles took over a minute, built again by the job).
-MAX_GENERATED = {"arithmetic": 1_000_000, "countdown": 100_000}
+MAX_GENERATED = {"arithmetic": 1_000_000, "chain": 1_000_000, "countdown": 100_000}
 MAX_OPERAND = 999  # arithmetic: (max_operand + 1)^2 pairs are built, a million at 999
 
 
 def _check_generated_size(p) -> None:
     """Generated sets (arithmetic, countdown without a file) are built in memory before training: bounded sizes."""
-    generated = p.kind == "arithmetic" or (p.kind == "countdown" and not p.path)
+    generated = p.kind in ("arithmetic", "chain") or (p.kind == "countdown" and not p.path)
     if not generated:
         return
     for key in ("n_train", "n_eval"):

@@ -1,6 +1,7 @@
 """Prompt sets: each yields fixed train and held-out eval lists of `Example`s, deterministic per data seed.
 
-The embedded `arithmetic` set needs no download; file and hub loaders live in `rlcompare.data.datasets`.
+The embedded `arithmetic` set (the default) and `chain` set (the lab task, rlcompare/data/chain_task.py) need no
+download; file and hub loaders live in `rlcompare.data.datasets`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ def build_prompts(cfg: Any) -> PromptSplits:
     if kind == "arithmetic":
         return arithmetic_splits(data_seed=cfg.data_seed, n_train=cfg.n_train, n_eval=cfg.n_eval,
                                  max_operand=cfg.max_operand, template=cfg.template)
+    if kind == "chain":  # the lab task (docs/claims.md)
+        from rlcompare.data.chain_task import chain_examples
+
+        train, eval_ = chain_examples(cfg, Example)
+        return PromptSplits(train=train, eval=eval_)
     from rlcompare.data import datasets  # file / hub / countdown loaders
 
     return datasets.build(cfg)

@@ -74,12 +74,31 @@ SHIPPED_MANIFEST = "manifest.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 
 
-def warm_start_table(splits) -> list[tuple[str, str]]:
-    """The (prompt, answer) pairs the warm start trains on: the whole task table, eval prompts included."""
+def warm_start_table(splits, prompts_cfg: Any = None) -> list[tuple[str, str]]:
+    """The (prompt, answer) pairs the warm start trains on: the whole task table, eval prompts included; for the
+    lab task (`prompts.kind=chain`, whose lists are too many to memorize) the train split only, so its held-out
+    lists are never seen before evaluation."""
+    if _kind(prompts_cfg) == "chain":  # repeats kept: two-term sums (few distinct lists) keep their share
+        return sorted((ex.prompt, ex.answer) for ex in splits.train)
     return sorted({(ex.prompt, ex.answer) for ex in splits.train + splits.eval})
 
 
-def _warm_start_key(mcfg: Any, table: list[tuple[str, str]]) -> str:
+def _kind(prompts_cfg: Any) -> str | None:
+    return None if prompts_cfg is None else prompts_cfg.get("kind")
+
+
+def warm_start_recipe(mcfg: Any, prompts_cfg: Any = None) -> dict:
+    """model.warm_start, with the keys a prompt set's own `prompts.warm_start` replaces (the lab task's)."""
+    from omegaconf import OmegaConf
+
+    recipe = OmegaConf.to_container(mcfg.warm_start, resolve=True)
+    own = None if prompts_cfg is None else prompts_cfg.get("warm_start")
+    if own is not None:
+        recipe.update(OmegaConf.to_container(own, resolve=True) if OmegaConf.is_config(own) else dict(own))
+    return recipe
+
+
+def _warm_start_key(mcfg: Any, table: list[tuple[str, str]], prompts_cfg: Any = None) -> str:
     """Hash of everything the warm start depends on: model shape, recipe, the table itself, the tokenizer."""
     from omegaconf import OmegaConf
 
@@ -90,7 +109,19 @@ def _warm_start_key(mcfg: Any, table: list[tuple[str, str]]) -> str:
         "table": hashlib.sha256(json.dumps(table).encode()).hexdigest(),
         "chars": "".join(CHARS), "special": SPECIAL, "version": WARM_START_VERSION,
     }
+    if _kind(prompts_cfg) == "chain":  # only here: the default's key (and so its shipped weights) stays as it was
+        spec["task"] = {"kind": "chain", "recipe": warm_start_recipe(mcfg, prompts_cfg)}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _target_fn(recipe: dict, prompts_cfg: Any):
+    """(prompt, answer, rng) -> the completion the warm start trains on."""
+    if _kind(prompts_cfg) == "chain":
+        from rlcompare.data.chain_task import sft_target, terms_of
+
+        forms, frac, offsets = recipe["forms"], recipe["noisy_label_frac"], tuple(recipe["noise_offsets"])
+        return lambda prompt, answer, rng: sft_target(terms_of(prompt), rng, forms, frac, offsets)
+    return lambda prompt, answer, rng: noisy_label(answer, recipe["noisy_label_frac"], rng, recipe["noise_offsets"])
 
 
 def noisy_label(answer: str, frac: float, rng: random.Random, offsets=(1, 2)) -> str:
@@ -118,8 +149,8 @@ def warm_start_tiny(mcfg: Any, prompts_cfg: Any, splits, log=print, device: str 
     give a policy that is right about a fifth of the time (greedy) and can improve. Shipped weights come first,
     so a warm start computed here earlier for the same key is not used.
     """
-    table = warm_start_table(splits)
-    key = _warm_start_key(mcfg, table)
+    table = warm_start_table(splits, prompts_cfg)
+    key = _warm_start_key(mcfg, table, prompts_cfg)
     root = cache_root(mcfg) / "warmstart"
     shipped = SHIPPED_WARM_STARTS / key if use_shipped else None
     if shipped is not None and shipped.is_dir():
@@ -133,35 +164,36 @@ def warm_start_tiny(mcfg: Any, prompts_cfg: Any, splits, log=print, device: str 
     if (folder / "config.json").exists():
         log(f"[rlcompare] warm start: computed on this machine earlier (no shipped weights for this config; cached as {key})")
         return WarmStart(str(folder), key, "cached")
-    log(f"[rlcompare] warm start: {mcfg.warm_start.steps} supervised steps on {len(table)} prompts, computed on this "
+    recipe = warm_start_recipe(mcfg, prompts_cfg)
+    log(f"[rlcompare] warm start: {recipe['steps']} supervised steps on {len(table)} prompts, computed on this "
         f"machine (no shipped weights for this config; cached as {key})")
-    model = _train_warm_start(mcfg, table, device)
+    model = _train_warm_start(mcfg, table, device, recipe, _target_fn(recipe, prompts_cfg))
     _save_atomically(model.to("cpu"), build_char_tokenizer(), folder)
     return WarmStart(str(folder), key, "computed")
 
 
-def _train_warm_start(mcfg: Any, table: list[tuple[str, str]], device: str) -> nn.Module:
-    """Supervised steps on the table with noisy labels (loss on the answer only)."""
+def _train_warm_start(mcfg: Any, table: list[tuple[str, str]], device: str, recipe: dict, target) -> nn.Module:
+    """Supervised steps on the table with noisy labels (loss on the completion only); `target(prompt, answer, rng)`
+    writes each completion (the answer, off by one or two with probability noisy_label_frac, for the default)."""
     from transformers import LlamaForCausalLM
 
-    ws = mcfg.warm_start
     tok = build_char_tokenizer()
-    torch.manual_seed(ws.seed)
-    rng = random.Random(ws.seed)
+    torch.manual_seed(recipe["seed"])
+    rng = random.Random(recipe["seed"])
     model = LlamaForCausalLM(tiny_model_config(mcfg, tok)).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=ws.lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50) * max(0.05, 1 - s / ws.steps))
+    opt = torch.optim.AdamW(model.parameters(), lr=recipe["lr"], weight_decay=0.0)
+    steps = recipe["steps"]
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50) * max(0.05, 1 - s / steps))
     # The warm start covers the whole task table (eval prompts included) with noisy labels, so the
     # policy knows the format and roughly the answer everywhere; RL then trains on the train prompts
     # only, and the eval prompts measure how far the RL gain transfers. Trained on the train pairs
     # alone, a 0.5M-parameter model memorizes them and RL moves held-out accuracy by noise only.
     model.train()
-    for step in range(ws.steps):
-        batch = [table[rng.randrange(len(table))] for _ in range(ws.batch_size)]
+    for step in range(steps):
+        batch = [table[rng.randrange(len(table))] for _ in range(recipe["batch_size"])]
         texts, plens = [], []
         for prompt, ans in batch:
-            ans = noisy_label(ans, ws.noisy_label_frac, rng, ws.noise_offsets)
-            texts.append(tok.bos_token + prompt + ans + tok.eos_token)
+            texts.append(tok.bos_token + prompt + target(prompt, ans, rng) + tok.eos_token)
             plens.append(len(tok(tok.bos_token + prompt, add_special_tokens=False).input_ids))
         enc = tok(texts, add_special_tokens=False, padding=True, padding_side="right", return_tensors="pt")
         labels = enc.input_ids.clone()

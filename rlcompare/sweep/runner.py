@@ -87,7 +87,9 @@ _RESERVED = {
 _HYDRA_DIRS = {"hydra.sweep.dir", "hydra.sweep.subdir", "hydra.run.dir", "hydra.job.chdir"}
 MODES = ("independent", "ladder")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_TOP_KEYS = {"name", "question", "mode", "seeds", "base", "variants", "rungs", "description", "notes"}
+_TOP_KEYS = {"name", "question", "mode", "seeds", "base", "variants", "rungs", "description", "notes", "claim"}
+# sweeps/claims/*.yaml: the published claim a sweep tests (docs/claims.md), written before it is run
+_CLAIM_KEYS = ("paper", "statement", "metric", "knob")
 _MEMBER_KEYS = {"label", "component", "overrides", "note", "description"}
 
 
@@ -343,8 +345,30 @@ def parse_sweep(data: Any, text: str = "", path: Optional[Path] = None) -> Sweep
     question = data.get("question") or ""
     if not isinstance(question, str):
         raise SweepError(f"{src}: question must be a string")
+    _check_claim(data.get("claim"), src, [v.label for v in variants])
     return SweepSpec(name=name, question=question.strip(), mode=mode, seeds=list(seeds), base=base,
                      variants=variants, path=path, text=text)
+
+
+CLAIM_DIRECTIONS = ("higher", "lower", "same", "report")  # what the claim predicts for variant minus base
+
+
+def _check_claim(claim: Any, src: str, labels: list[str]) -> None:
+    """`claim:` (optional) names the paper, states the claim in one sentence, the metric and the knob; its
+    `expect:` list says, per variant and metric, which way the claim predicts the difference from the base."""
+    if claim is None:
+        return
+    missing = [k for k in _CLAIM_KEYS if not isinstance(claim, dict) or not isinstance(claim.get(k), str)
+               or not claim[k].strip()]
+    if missing:
+        raise SweepError(f"{src}: claim: needs the strings {', '.join(_CLAIM_KEYS)} (missing or empty: "
+                         f"{', '.join(missing)}); see sweeps/claims/")
+    for i, e in enumerate(claim.get("expect") or []):
+        ok = (isinstance(e, dict) and e.get("variant") in labels and isinstance(e.get("metric"), str)
+              and e.get("direction") in CLAIM_DIRECTIONS)
+        if not ok:
+            raise SweepError(f"{src}: claim.expect[{i}]={e!r}: needs variant (one of: {', '.join(labels)}), metric "
+                             f"(a metrics.jsonl or eval.jsonl column) and direction (one of: {', '.join(CLAIM_DIRECTIONS)})")
 
 
 def load_sweep(path: str | os.PathLike) -> SweepSpec:

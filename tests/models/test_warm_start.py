@@ -25,6 +25,8 @@ REPO = Path(__file__).resolve().parents[2]
 # parameter names and fp32 bytes, first 16 hex digits; the tied lm_head.weight is the embedding). Made once by
 # `python scripts/make_warm_start.py`; a fresh warm start computed on another machine hashes differently.
 DEFAULT_INIT_WEIGHTS_HASH = "ffae552b83d9c1ad"
+# The lab task's (prompts=chain, docs/claims.md): `python scripts/make_warm_start.py prompts=chain`
+LAB_INIT_WEIGHTS_HASH = "LAB_HASH"
 # run settings only: no model.* or prompts.* override, so the warm start is the embedded default's
 RUN_ONLY = ["budget=tiny", "logger=none", "trainer.progress=false", "trainer.threads=1",
             "trainer.prompts_per_step=2", "trainer.group_size=2", "trainer.eval_every=3"]
@@ -40,6 +42,10 @@ def _no_fresh_warm_start(monkeypatch):
 
 def _default_key(cfg) -> str:
     return models._warm_start_key(cfg.model, models.warm_start_table(build_prompts(cfg.prompts)))
+
+
+def _lab_key(cfg) -> str:
+    return models._warm_start_key(cfg.model, models.warm_start_table(build_prompts(cfg.prompts), cfg.prompts), cfg.prompts)
 
 
 def _file_hash(folder: Path) -> str:
@@ -71,7 +77,9 @@ def test_the_shipped_file_is_the_default_configs_warm_start(compose):
     version changes the key: this fails until the shipped file is regenerated."""
     key = _default_key(validate(compose(fast=False)))
     shipped = sorted(p.name for p in models.SHIPPED_WARM_STARTS.iterdir() if p.is_dir())
-    assert shipped == [key], f"shipped warm starts {shipped}, the default config's key is {key}: {REGENERATE}"
+    lab = _lab_key(validate(compose("prompts=chain", fast=False)))
+    assert shipped == sorted([key, lab]), (f"shipped warm starts {shipped}, the default config's key is {key} and the "
+                                           f"lab task's {lab}: {REGENERATE}")
     folder = models.SHIPPED_WARM_STARTS / key
     manifest = json.loads((folder / models.SHIPPED_MANIFEST).read_text())
     assert manifest["key"] == key and manifest["init_weights_hash"] == DEFAULT_INIT_WEIGHTS_HASH
@@ -198,3 +206,18 @@ def test_the_wheel_ships_conf_and_the_warm_start_and_a_wheel_install_finds_them(
     out = subprocess.run([sys.executable, "-c", probe, str(site)], check=True, capture_output=True, text=True,
                          cwd=tmp_path).stdout.split()
     assert out == [str(site / "rlcompare" / "conf"), str(site / "rlcompare" / "models" / "warmstart")]
+
+
+def test_the_lab_task_ships_its_warm_start_too(compose, monkeypatch):
+    """prompts=chain starts from shipped weights as the default does: its own key (the task's recipe is in it),
+    its own content hash; the default's key is not moved by the lab's code path."""
+    cfg = validate(compose("prompts=chain", fast=False))
+    key = _lab_key(cfg)
+    assert key != _default_key(validate(compose(fast=False)))
+    folder = models.SHIPPED_WARM_STARTS / key
+    manifest = json.loads((folder / models.SHIPPED_MANIFEST).read_text())
+    assert manifest["key"] == key and manifest["init_weights_hash"] == LAB_INIT_WEIGHTS_HASH
+    assert _file_hash(folder) == LAB_INIT_WEIGHTS_HASH
+    _no_fresh_warm_start(monkeypatch)
+    got = models.warm_start_tiny(cfg.model, cfg.prompts, build_prompts(cfg.prompts), log=lambda *a: None)
+    assert (got.key, got.origin) == (key, "shipped")

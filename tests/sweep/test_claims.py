@@ -1,0 +1,88 @@
+"""sweeps/claims/: one sweep per published claim (docs/claims.md), on the lab task, checked before any is run."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from rlcompare.sweep import SweepError, load_sweep, parse_sweep, run_sweep
+
+CLAIMS = sorted((Path(__file__).resolve().parents[2] / "sweeps" / "claims").glob("*.yaml"))
+
+
+def test_there_is_one_sweep_per_claim_of_the_lab_issue():
+    assert len(CLAIMS) == 8
+    assert [p.name.split("_")[0] for p in CLAIMS] == [f"c{i}" for i in range(1, 9)]
+
+
+@pytest.mark.parametrize("path", CLAIMS, ids=lambda p: p.stem)
+def test_each_claim_names_its_paper_metric_and_knob_runs_five_seeds_on_the_lab_task(path):
+    spec = load_sweep(path)
+    data = __import__("yaml").safe_load(path.read_text())
+    claim = data["claim"]
+    assert "arXiv" in claim["paper"] and claim["statement"].strip().endswith(".")
+    assert len(spec.seeds) >= 5
+    assert "prompts=chain" in spec.base.overrides
+    # the task is the same in every claim: no member changes prompts, budget, model or verifier
+    for v in spec.variants:
+        assert not any(o.split("=")[0].lstrip("+~").split(".")[0] in ("prompts", "budget", "model", "verifier")
+                       for o in v.overrides), (path.name, v.label)
+    assert spec.name == path.stem
+    assert {e["variant"] for e in claim["expect"]} == {v.label for v in spec.variants}  # every arm has a prediction
+
+
+@pytest.mark.parametrize("path", CLAIMS, ids=lambda p: p.stem)
+def test_each_claim_passes_the_one_change_check(path):
+    out = io.StringIO()
+    assert run_sweep(path, dry_run=True, out=out) == 0, out.getvalue()
+    assert "one-change check passed" in out.getvalue()
+
+
+def test_a_claim_must_state_paper_statement_metric_and_knob():
+    base = {"name": "x", "seeds": [0], "base": {"overrides": []},
+            "variants": [{"label": "v", "component": "lr", "overrides": ["trainer.lr=1e-4"]}]}
+    parse_sweep({**base, "claim": {"paper": "p", "statement": "s", "metric": "m", "knob": "k"}})
+    with pytest.raises(SweepError, match=r"claim: needs the strings paper, statement, metric, knob \(missing or empty: metric, knob\)"):
+        parse_sweep({**base, "claim": {"paper": "p", "statement": "s", "metric": " "}})
+    with pytest.raises(SweepError, match="claim: needs"):
+        parse_sweep({**base, "claim": "GRPO is better"})
+    good = {"paper": "p", "statement": "s", "metric": "m", "knob": "k"}
+    parse_sweep({**base, "claim": {**good, "expect": [{"variant": "v", "metric": "eval/accuracy", "direction": "higher"}]}})
+    with pytest.raises(SweepError, match=r"claim.expect\[0\].*variant \(one of: v\)"):
+        parse_sweep({**base, "claim": {**good, "expect": [{"variant": "w", "metric": "eval/accuracy", "direction": "higher"}]}})
+    with pytest.raises(SweepError, match=r"direction \(one of: higher, lower, same, report\)"):
+        parse_sweep({**base, "claim": {**good, "expect": [{"variant": "v", "metric": "eval/accuracy", "direction": "up"}]}})
+
+
+def _script(name):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_claims_verdict_follows_its_interval_and_predicted_direction():
+    v = _script("claims_table").verdict
+    assert v("higher", 0.01, 0.05, 5, 5, 5) == "reproduced"
+    assert v("higher", -0.05, -0.01, 5, 5, 5) == "opposite"
+    assert v("higher", -0.01, 0.05, 5, 5, 5) == "inconclusive"
+    assert v("lower", -0.05, -0.01, 5, 5, 5) == "reproduced"
+    assert v("same", -0.01, 0.05, 5, 5, 5) == "consistent"
+    assert v("same", 0.01, 0.05, 5, 5, 5) == "not reproduced"
+    assert v("higher", 0.01, 0.05, 3, 5, 5) == "too few seeds: inconclusive"
+
+
+def test_same_rows_tolerates_float_noise_and_names_the_first_real_difference():
+    compare = _script("claim_same_rows").compare
+    a = [{"step": 1, "loss/policy": 0.5, "tokens/generated": 100, "time/step_s": 1.0}]
+    close = [{"step": 1, "loss/policy": 0.5 * (1 + 1e-6), "tokens/generated": 100, "time/step_s": 9.0}]
+    worst, breach = compare(a, close, rtol=1e-4, atol=1e-9)
+    assert breach is None and 5e-7 < worst < 2e-6  # timing columns are not compared
+    far = [{"step": 1, "loss/policy": 0.6, "tokens/generated": 100}]
+    assert compare(a, far, rtol=1e-4, atol=1e-9)[1] == "step 1 loss/policy: 0.5 vs 0.6"
+    assert compare(a, a + a, 1e-4, 1e-9)[1] == "1 rows vs 2"
