@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 # `python scripts/make_warm_start.py`; a fresh warm start computed on another machine hashes differently.
 DEFAULT_INIT_WEIGHTS_HASH = "ffae552b83d9c1ad"
 # The lab task's (prompts=chain, docs/claims.md): `python scripts/make_warm_start.py prompts=chain`
-LAB_INIT_WEIGHTS_HASH = "LAB_HASH"
+LAB_INIT_WEIGHTS_HASH = "8c9ed7db31104695"
 # run settings only: no model.* or prompts.* override, so the warm start is the embedded default's
 RUN_ONLY = ["budget=tiny", "logger=none", "trainer.progress=false", "trainer.threads=1",
             "trainer.prompts_per_step=2", "trainer.group_size=2", "trainer.eval_every=3"]
