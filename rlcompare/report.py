@@ -36,7 +36,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from . import compute_fit, stats
+from . import compute_fit, operational, stats
 from rlcompare.flat import flatten
 
 __all__ = ["build_report", "main", "ReportError", "read_jsonl", "find_run_dirs"]
@@ -428,12 +428,19 @@ def _allowed(key: str, components: list[str]) -> bool:
     return False
 
 
+def _operational(key: str) -> bool:
+    """A fingerprint field that is an operational config key (rlcompare.operational): fingerprint.json files
+    written before those were left out hold e.g. verifier.probe and sampling.kv_cache (= rollout.kv_cache)."""
+    head, _, rest = key.partition(".")
+    return operational.is_operational(f"rollout.{rest}" if head == "sampling" else key)
+
+
 def fingerprint_diff(a: dict, b: dict, allowed: list[str] = (), ignore: tuple = ()) -> list[str]:
     """Fields that differ between two fingerprints, as 'key: a vs b', skipping allowed components."""
     fa, fb = _flatten(a), _flatten(b)
     out = []
     for key in sorted(set(fa) | set(fb)):
-        if key in ignore or _allowed(key, list(allowed)):
+        if key in ignore or _allowed(key, list(allowed)) or _operational(key):
             continue
         va, vb = fa.get(key, "<missing>"), fb.get(key, "<missing>")
         if va != vb and not (_isnan(va) and _isnan(vb)):

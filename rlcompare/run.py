@@ -41,7 +41,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rlcompare import checkpoint, run_lock
+from rlcompare import checkpoint, operational, run_lock
 from rlcompare.flat import flatten
 from rlcompare.config import ConfigError, to_schema, validate
 from rlcompare.tracking import (NullLogger, RunWriter, WandbLogger, atomic_write_json, atomic_write_text, read_jsonl,
@@ -52,10 +52,9 @@ ROW_FILES = ("metrics.jsonl", "eval.jsonl", "samples.jsonl")
 SIGTERM_ERROR = "terminated (SIGTERM)"
 SIGTERM_EXIT = 143  # 128 + SIGTERM, what a shell reports for a process killed by SIGTERM
 
-# Keys that may differ between a run and its resumption: how it runs, not what it computes. None of them is in a
-# derived run name (conf/config.yaml's override_dirname.exclude_keys), so changing one keeps the run's folder.
-RESUME_IGNORED = {"resume", "results_dir", "device", "trainer.threads", "trainer.keep_freed_memory", "trainer.progress",
-                  "trainer.checkpoint_every", "trainer.keep_checkpoints", "trainer.max_bad_steps", "logger.mode"}
+# Keys that may differ between a run and its resumption: how it runs, not what it computes (rlcompare.operational,
+# with each key's reason). None of them is in a derived run name, so changing one keeps the run's folder.
+RESUME_IGNORED = operational.RESUME_IGNORED
 
 
 class Terminated(SystemExit):
@@ -74,20 +73,26 @@ class Terminated(SystemExit):
 def fingerprint(cfg: DictConfig, tr) -> dict:
     """What compared runs must share: initial weights, prompts and split, verifier, budget, sampling."""
     c = OmegaConf.to_container(cfg, resolve=True)
-    prompts = {k: v for k, v in c["prompts"].items()}
+    prompts = _computing(c, "prompts")
     prompts.update(n_train_used=len(tr.train_prompts), n_eval_used=len(tr.eval_prompts), eval_hash=tr.splits.eval_hash())
     return {
         "init_weights_hash": tr.policy.init_hash,
         "warm_start_key": tr.policy.warm_start_key,
         "model": tr.policy.source if c["model"]["kind"] == "hf" else c["model"]["name"],
         "prompts": prompts,
-        "verifier": {k: v for k, v in c["verifier"].items() if k != "probe"},  # a check before training, not the reward
-        "budget": c["budget"],
-        # kv_cache is how decoding is computed, not what is sampled: runs that differ only there compare
-        "sampling": {**{k: v for k, v in c["rollout"].items() if k != "kv_cache"}, "group_size": c["trainer"]["group_size"],
+        # operational keys (verifier.probe, rollout.kv_cache, ...) never change what is computed: runs that differ
+        # only there compare
+        "verifier": _computing(c, "verifier"),
+        "budget": _computing(c, "budget"),
+        "sampling": {**_computing(c, "rollout"), "group_size": c["trainer"]["group_size"],
                      "prompts_per_step": c["trainer"]["prompts_per_step"],
                      "dynamic_sampling": c["algorithm"]["dynamic_sampling"]},
     }
+
+
+def _computing(c: dict, section: str) -> dict:
+    """One config section without its operational keys (rlcompare.operational)."""
+    return {k: v for k, v in c[section].items() if not operational.is_operational(f"{section}.{k}")}
 
 
 def _budget_spent(cfg, state) -> bool:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import yaml
+from rlcompare import operational
 from rlcompare.flat import flatten
 
 __all__ = ["COMPONENTS", "IGNORED_KEYS", "SweepError", "SweepSpec", "VariantSpec", "Member", "Job", "load_sweep",
@@ -69,11 +70,9 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
     "verifier": ("verifier",),
 }
 
-# keys that never count as a change: names, bookkeeping, where results go, how the run is shown or placed
-IGNORED_KEYS: tuple[str, ...] = (
-    "algorithm.name", "algorithm.paper", "seed", "run_name", "experiment", "results_dir", "sweep", "logger",
-    "trainer.progress", "device", "resume", "trainer.threads", "trainer.keep_freed_memory",
-)
+# keys that never count as a change: the operational keys (names, places, display, speed; rlcompare.operational,
+# each with its reason) and the seed (the replicate axis)
+IGNORED_KEYS: tuple[str, ...] = operational.SWEEP_IGNORED
 
 # set by the sweep for every member; a sweep file (or the command line) may not set them
 _RESERVED = {
