@@ -68,7 +68,7 @@ class MismatchConfig:
 
 @dataclass
 class KLConfig:
-    coef: float = 0.0
+    coef: float = 1e-3
     estimator: str = "k3"  # k1 | k2 | k3 | k3+
     placement: str = "in_loss"  # in_loss | in_reward
 
@@ -99,7 +99,7 @@ class CriticConfig:
 @dataclass
 class AlgorithmConfig:
     name: str = "grpo"
-    paper: str = ""
+    paper: str = "DeepSeekMath (arXiv 2402.03300)"
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     ratio: str = "token"  # token | sequence | sequence-token | hybrid
     surrogate: str = "clip"  # clip | cispo | sapo | gmpo | dppo-tv | dppo-kl | clip-cov | kl-cov
@@ -204,8 +204,8 @@ class BudgetConfig:
     name: str = "smoke"
     max_new_tokens: int = 8
     max_prompt_tokens: int = 16
-    total_tokens: Optional[int] = None  # generated completion tokens
-    max_steps: Optional[int] = None
+    total_tokens: Optional[int] = 40000  # generated completion tokens
+    max_steps: Optional[int] = 100
 
 
 @dataclass
@@ -221,14 +221,14 @@ class LoggerConfig:
 class TrainerConfig:
     prompts_per_step: int = 16
     group_size: int = 8
-    lr: float = 1e-4
+    lr: float = 3e-5
     weight_decay: float = 0.0
     betas: Any = field(default_factory=lambda: [0.9, 0.99])
     warmup_steps: int = 0
     max_grad_norm: Optional[float] = 1.0
     updates_per_rollout: int = 2
     micro_batch_size: Optional[int] = None  # sequences per forward (gradient accumulation); null = whole mini-batch
-    eval_every: int = 10
+    eval_every: int = 5
     eval_batch_size: int = 256
     n_samples_logged: int = 4
     sample_max_chars: int = 400
@@ -281,10 +281,10 @@ class RunConfig:
 # ----------------------------------------------------------------------------- accepted values
 RATIOS = accepted.RATIO_LEVELS
 AGGREGATIONS = accepted.AGGREGATIONS
-ESTIMATORS = ("group", "rloo", "gae", "reinforce_pp")
-SCALES = {"group": accepted.GROUP_SCALES, "rloo": ("none",), "gae": ("whiten", "none"), "reinforce_pp": ("whiten",)}
+ESTIMATORS = accepted.ADVANTAGE_ESTIMATORS
+SCALES = accepted.ESTIMATOR_SCALES
 KL_ESTIMATORS = accepted.KL_ESTIMATORS
-KL_PLACEMENTS = ("in_loss", "in_reward")
+KL_PLACEMENTS = accepted.KL_PLACEMENTS
 MIXES = accepted.MIXES
 MODEL_KINDS = ("tiny", "hf")
 DTYPES = ("auto", "bfloat16", "float32", "float16")
@@ -292,6 +292,7 @@ DEVICES = ("auto", "cpu", "cuda")
 LOGGERS = ("wandb", "none")
 LOGGER_MODES = ("offline", "online", "disabled")
 PROMPT_KINDS = ("arithmetic", "countdown", "file", "hf")
+KV_CACHES = ("auto", "dynamic")
 
 
 MAX_TIMEOUT_S = 3600.0  # seconds per completion: an hour is already far past any verifier's need
@@ -412,7 +413,7 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
         raise ConfigError(f"rollout.temperature={c.rollout.temperature} must be > 0 (sampling needs a positive temperature)")
     if not 0 < c.rollout.top_p <= 1:
         raise ConfigError(f"rollout.top_p={c.rollout.top_p} must be in (0, 1]")
-    if c.rollout.kv_cache not in ("auto", "dynamic"):
+    if c.rollout.kv_cache not in KV_CACHES:
         raise ConfigError(f"rollout.kv_cache={c.rollout.kv_cache!r} must be auto (a preallocated cache where the "
                           f"architecture allows) or dynamic (transformers' cache)")
 
