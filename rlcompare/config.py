@@ -434,9 +434,9 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     if c.model.kind == "hf" and not c.model.name_or_path:
         raise ConfigError("model.kind=hf needs model.name_or_path (a hub id or a local folder)")
     if c.model.kind == "tiny":
-        need = b.max_prompt_tokens + b.max_new_tokens
-        if need > c.model.max_position_embeddings:
-            raise ConfigError(f"budget.max_prompt_tokens + budget.max_new_tokens = {need} exceeds the model's context model.max_position_embeddings={c.model.max_position_embeddings}; lower the budget or raise the context")
+        check_fits_context(b, c.model.max_position_embeddings,
+                           f"model.max_position_embeddings={c.model.max_position_embeddings}",
+                           "lower the budget or raise the context")
         if c.model.hidden_size % c.model.num_heads:
             raise ConfigError(f"model.hidden_size={c.model.hidden_size} must be divisible by model.num_heads={c.model.num_heads}")
         if (c.model.hidden_size // c.model.num_heads) % 2:  # RoPE rotates pairs of dimensions of every head
@@ -473,19 +473,48 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     return c
 
 
+# model config.json keys that give the context length (positions), in the order architectures use them
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx", "max_seq_len")
+
+
+def context_from(d: dict) -> int | None:
+    """The context length a model's config (config.json as a dict; a multimodal one's text part) gives, or None."""
+    for k in CONTEXT_KEYS:
+        v = d.get(k)
+        if isinstance(v, int) and v > 0:
+            return v
+    for sub in ("text_config", "llm_config", "language_config"):
+        if isinstance(d.get(sub), dict):
+            v = context_from(d[sub])
+            if v:
+                return v
+    return None
+
+
+def check_fits_context(budget, ctx: int | None, where: str, fix: str = "lower the budget") -> None:
+    """The one context-length check: a prompt of budget.max_prompt_tokens plus budget.max_new_tokens generated must
+    fit in the model's `ctx` positions (None: unknown, not checked). `where` says where ctx came from."""
+    need = budget.max_prompt_tokens + budget.max_new_tokens
+    if ctx is not None and need > ctx:
+        raise ConfigError(f"budget.max_prompt_tokens + budget.max_new_tokens = {need} exceeds the model's context "
+                          f"{where}; {fix}")
+
+
 def _check_results_dir(path: str) -> None:
     check_creatable("results_dir", path)
 
 
 def check_creatable(key: str, path: str) -> None:
     """`path` is a folder, or can be made one (by Hydra, or the run) with its parents; else ConfigError naming `key`."""
-    why = _why_not_creatable(str(path))
+    why = why_not_creatable(str(path))
     if why is not None:
         raise ConfigError(f"{key}={str(path)!r} is not writable ({why}); choose a folder you can write"
                           + (", e.g. results_dir=./results" if key == "results_dir" else ""))
 
 
-def _why_not_creatable(path: str) -> str | None:
+def why_not_creatable(path: str) -> str | None:
+    """None when `path` is a folder one can write in, or can be made one; else why not. The one writability
+    check: validate (results_dir, model.cache_dir), the pre-check and the run's preflight all call it."""
     if not path.strip() or "\0" in path:
         return "an empty path or one holding a NUL character"
     full = os.path.abspath(path)

@@ -38,8 +38,9 @@ import pandas as pd
 
 from . import compute_fit, operational, stats
 from rlcompare.flat import flatten
+from rlcompare.tracking import scan_jsonl
 
-__all__ = ["build_report", "main", "ReportError", "read_jsonl", "find_run_dirs"]
+__all__ = ["build_report", "main", "ReportError", "read_jsonl_frame", "find_run_dirs"]
 
 RUN_MARKERS = ("config.yaml", "metrics.jsonl")
 SKIP_DIRS = {"wandb", "checkpoints", "__pycache__", "node_modules"}
@@ -106,36 +107,23 @@ class ReportError(Exception):
 # tolerant readers
 
 
-def read_jsonl(path: Path) -> tuple[pd.DataFrame, int, bool]:
-    """Read a jsonl file, skipping lines that do not parse (e.g. a torn last line).
+def read_jsonl_frame(path: Path) -> tuple[pd.DataFrame, int, bool]:
+    """A jsonl file as a frame, read by the one results reader (`tracking.scan_jsonl`: lines that do not parse,
+    e.g. a torn last line, are skipped); numeric-looking object columns become numbers.
 
     Returns (frame, number of bad lines, whether the bad lines were only the last one).
     """
-    rows: list[dict] = []
-    bad: list[int] = []
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return pd.DataFrame(), 0, True
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    for i, line in enumerate(lines):
-        try:
-            obj = json.loads(line)
-        except (ValueError, TypeError):
-            bad.append(i)
-            continue
-        if isinstance(obj, dict):
-            rows.append(obj)
-        else:
-            bad.append(i)
+    rows, n_bad, only_last = scan_jsonl(path)
     df = pd.DataFrame(rows)
     for col in df.columns:
         if df[col].dtype == object:
             conv = pd.to_numeric(df[col], errors="coerce")
             if conv.notna().sum() == df[col].notna().sum():
                 df[col] = conv
-    only_last = bad == [len(lines) - 1] if bad else True
-    return df, len(bad), only_last
+    return df, n_bad, only_last
+
+
+read_jsonl = read_jsonl_frame  # its name before tracking.read_jsonl (rows as dicts) became the one reader's face
 
 
 def _read_json(path: Path) -> tuple[Optional[dict], bool]:
@@ -319,8 +307,8 @@ def load_run(d: Path, root: Path) -> Optional[Run]:
     fingerprint, fp_corrupt = _read_json(d / "fingerprint.json")
     if fp_corrupt:
         notes.append("fingerprint.json unreadable")
-    metrics, bad_m, last_m = read_jsonl(d / "metrics.jsonl")
-    evals, bad_e, last_e = read_jsonl(d / "eval.jsonl")
+    metrics, bad_m, last_m = read_jsonl_frame(d / "metrics.jsonl")
+    evals, bad_e, last_e = read_jsonl_frame(d / "eval.jsonl")
     for fname, bad, only_last in (("metrics.jsonl", bad_m, last_m), ("eval.jsonl", bad_e, last_e)):
         if bad:
             notes.append(f"{fname}: dropped {'a torn last line' if only_last and bad == 1 else f'{bad} unreadable line(s)'}")

@@ -43,7 +43,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlcompare import checkpoint, operational, run_lock
 from rlcompare.flat import flatten
-from rlcompare.config import ConfigError, to_schema, validate
+from rlcompare.config import ConfigError, check_fits_context, context_from, to_schema, validate, why_not_creatable
 from rlcompare.tracking import (NullLogger, RunWriter, WandbLogger, atomic_write_json, atomic_write_text, read_jsonl,
                                 truncate_jsonl)
 
@@ -301,22 +301,6 @@ def _contiguous_steps(rows: list[dict]) -> int:
 
 
 # ----------------------------------------------------------------------------- preflight
-CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx", "max_seq_len")
-
-
-def _context_from(d: dict) -> int | None:
-    for k in CONTEXT_KEYS:
-        v = d.get(k)
-        if isinstance(v, int) and v > 0:
-            return v
-    for sub in ("text_config", "llm_config", "language_config"):
-        if isinstance(d.get(sub), dict):
-            v = _context_from(d[sub])
-            if v:
-                return v
-    return None
-
-
 def model_context_length(cfg: DictConfig) -> int | None:
     """The model's context (positions) from its config alone, without loading weights; None when unknown.
 
@@ -334,7 +318,7 @@ def model_context_length(cfg: DictConfig) -> int | None:
             raise ConfigError(f"model.name_or_path={path!r} is a folder without config.json; point it at a saved "
                               f"model (save_pretrained output) or a hub id")
         try:
-            return _context_from(json.loads(cfg_file.read_text()))
+            return context_from(json.loads(cfg_file.read_text()))
         except (OSError, ValueError) as e:
             raise ConfigError(f"model.name_or_path={path!r}: config.json could not be read ({e})") from None
     if os.path.exists(path):
@@ -346,15 +330,13 @@ def model_context_length(cfg: DictConfig) -> int | None:
     except Exception as e:  # noqa: BLE001 - not found, offline without a cache, gated, ...
         raise ConfigError(f"model.name_or_path={path!r} could not be resolved (not a local folder, and its config "
                           f"could not be fetched from the hub or the local cache): {type(e).__name__}: {str(e)[:300]}") from None
-    return _context_from(conf.to_dict())
+    return context_from(conf.to_dict())
 
 
 def _check_writable(path: Path, what: str) -> None:
-    p = Path(os.path.abspath(path))
-    while not p.exists() and p.parent != p:
-        p = p.parent
-    if not p.is_dir() or not os.access(p, os.W_OK | os.X_OK):
-        raise ConfigError(f"{what} {str(path)!r} is not writable (checked {p}); choose a folder you can write, "
+    why = why_not_creatable(str(path))  # the one writability check (rlcompare.config), as validate's for results_dir
+    if why is not None:
+        raise ConfigError(f"{what} {str(path)!r} is not writable ({why}); choose a folder you can write, "
                           f"e.g. results_dir=./results")
 
 
@@ -367,10 +349,7 @@ def preflight(cfg: DictConfig, run_dir: Path | None = None):
     splits = build_prompt_set(cfg)
     verifier = build_run_verifier(cfg)
     ctx = model_context_length(cfg)
-    need = cfg.budget.max_prompt_tokens + cfg.budget.max_new_tokens
-    if ctx is not None and need > ctx:
-        raise ConfigError(f"budget.max_prompt_tokens + budget.max_new_tokens = {need} exceeds the model's context "
-                          f"({ctx} positions, from model.name_or_path={cfg.model.name_or_path!r}'s config); lower the budget")
+    check_fits_context(cfg.budget, ctx, f"({ctx} positions, from model.name_or_path={cfg.model.name_or_path!r}'s config)")
     _probe_verifier(cfg, splits, verifier)
     if run_dir is not None:
         _check_writable(run_dir, "the run folder")
