@@ -335,9 +335,18 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     except Exception as e:  # a bad interpolation
         raise ConfigError(f"config interpolation failed: {e}") from None
     _check_finite(OmegaConf.to_container(c, resolve=True))  # first: nan passes every comparison below
-    a, t, b = c.algorithm, c.trainer, c.budget
-
     _one_of("device", c.device, DEVICES)
+    _check_algorithm(c)
+    _check_trainer(c)
+    _check_budget(c)
+    _check_model(c)
+    _check_inputs_and_places(c)
+    return c
+
+
+def _check_algorithm(c: DictConfig) -> None:
+    """The algorithm's names, ranges and combinations."""
+    a, t, b = c.algorithm, c.trainer, c.budget
     _one_of("algorithm.ratio", a.ratio, RATIOS)
     _one_of("algorithm.aggregation", a.aggregation, AGGREGATIONS)
     _one_of("algorithm.advantage.estimator", a.advantage.estimator, ESTIMATORS)
@@ -379,6 +388,10 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
         if a.overlong.cache_len >= b.max_new_tokens:
             raise ConfigError(f"algorithm.overlong.cache_len={a.overlong.cache_len} must be < budget.max_new_tokens={b.max_new_tokens}")
 
+
+def _check_trainer(c: DictConfig) -> None:
+    """The trainer's and the sampler's settings."""
+    a, t = c.algorithm, c.trainer
     _at_least("trainer.prompts_per_step", t.prompts_per_step, 1)
     _at_least("trainer.group_size", t.group_size, 1)
     if t.group_size < 2 and a.advantage.estimator in ("group", "rloo"):
@@ -417,6 +430,11 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
         raise ConfigError(f"rollout.kv_cache={c.rollout.kv_cache!r} must be auto (a preallocated cache where the "
                           f"architecture allows) or dynamic (transformers' cache)")
 
+
+def _check_budget(c: DictConfig) -> None:
+    """A budget that stops, and holds at least one step."""
+    t, b = c.trainer, c.budget
+    n_seqs = t.prompts_per_step * t.group_size
     _at_least("budget.max_new_tokens", b.max_new_tokens, 1)
     _at_least("budget.max_prompt_tokens", b.max_prompt_tokens, 1)
     if b.total_tokens is None and b.max_steps is None:
@@ -428,6 +446,10 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
         if b.total_tokens < one_step:
             raise ConfigError(f"budget.total_tokens={b.total_tokens} is smaller than one step ({t.prompts_per_step} prompts x {t.group_size} completions = at least {one_step} tokens); raise budget.total_tokens or lower trainer.prompts_per_step")
 
+
+def _check_model(c: DictConfig) -> None:
+    """Every numeric range, then the model: its kind, dtype and (tiny) shape, within its context."""
+    b = c.budget
     _check_ranges(c)  # every numeric key the checks above did not cover (the model's sizes divide below)
     _one_of("model.kind", c.model.kind, MODEL_KINDS)
     _one_of("model.dtype", c.model.dtype, DTYPES)
@@ -445,6 +467,10 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
                               f"embeddings rotate pairs); e.g. model.hidden_size=128 model.num_heads=4")
         _check_warm_start(c.model.warm_start)
         _at_least("model.num_layers", c.model.num_layers, 1)
+
+
+def _check_inputs_and_places(c: DictConfig) -> None:
+    """Prompts, verifier, resume, logger, and the folders the run writes."""
     _one_of("prompts.kind", c.prompts.kind, PROMPT_KINDS)
     _at_least("prompts.n_eval", c.prompts.n_eval, 1)
     if c.prompts.n_train is not None:
@@ -470,7 +496,6 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     _check_results_dir(c.results_dir)
     if c.model.cache_dir is not None:
         check_creatable("model.cache_dir", c.model.cache_dir)
-    return c
 
 
 # model config.json keys that give the context length (positions), in the order architectures use them
