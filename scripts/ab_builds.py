@@ -35,7 +35,7 @@ def export_build(rev: str, into: Path) -> str:
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     (into / "rlcompare").rename(into / name)
     (into / "conf").rename(into / name / "conf")  # its own config tree, found next to its modules (cli.conf_dir)
-    for f in (into / name).glob("*.py"):  # its own modules import each other under the new name
+    for f in (into / name).rglob("*.py"):  # its own modules import each other under the new name
         src = f.read_text()
         src = re.sub(r"\brlcompare\.", f"{name}.", src)
         src = re.sub(r"\bfrom rlcompare import\b", f"from {name} import", src)
@@ -46,7 +46,10 @@ def export_build(rev: str, into: Path) -> str:
 def make_trainer(pkg: str, size: str, out: Path, extra: list[str]):
     bench = importlib.import_module(f"{pkg}.bench")
     config = importlib.import_module(f"{pkg}.config")
-    trainer = importlib.import_module(f"{pkg}.trainer")
+    try:  # rlcompare/train/trainer.py; before the subpackages, rlcompare/trainer.py
+        trainer = importlib.import_module(f"{pkg}.train.trainer")
+    except ModuleNotFoundError:
+        trainer = importlib.import_module(f"{pkg}.trainer")
     spec = bench.model_spec(size)
     weights = ROOT / "results" / "bench" / f"weights_{size}"
     bench.ensure_weights(weights, size)

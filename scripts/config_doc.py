@@ -1,4 +1,4 @@
-"""Regenerate docs/config.md from the schema (rlcompare/config.py: each field's comment is its help).
+"""Regenerate docs/config.md from the schema (rlcompare/config/schema.py: each field's comment is its help).
 
     python scripts/config_doc.py          # rewrite docs/config.md
     python scripts/config_doc.py --check  # exit 1 when docs/config.md is out of step
@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rlcompare.config_doc import render  # noqa: E402
+from rlcompare.config.doc import render  # noqa: E402
 
 if __name__ == "__main__":
     path = ROOT / "docs" / "config.md"

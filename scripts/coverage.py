@@ -1,9 +1,9 @@
-"""Print the measured coverage of every interval `rlcompare report` uses (rlcompare/coverage.py).
+"""Print the measured coverage of every interval `rlcompare report` uses (rlcompare/report/coverage.py).
 
     python scripts/coverage.py [--trials 10000] [--seed 0]
 
 One row per interval x shape, one column per seed count: the share of simulated seed sets whose
-nominal 95% interval holds the true value, and the floor it must reach (tests/test_stats_coverage.py
+nominal 95% interval holds the true value, and the floor it must reach (tests/report/test_stats_coverage.py
 uses 2,000 trials). The last rows are the known limits (not held to a floor).
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rlcompare import coverage as C  # noqa: E402
+from rlcompare.report import coverage as C  # noqa: E402
 
 
 def _table(cells, floors: bool) -> list[str]:

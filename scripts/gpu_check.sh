@@ -46,7 +46,7 @@ import os, json
 from hydra import initialize_config_dir, compose
 from rlcompare.cli import conf_dir, register_resolvers
 from rlcompare.config import validate
-from rlcompare.prompts import build_prompts
+from rlcompare.data.prompts import build_prompts
 from rlcompare.models import warm_start_tiny
 register_resolvers()
 with initialize_config_dir(config_dir=conf_dir(), version_base=None):

@@ -1,11 +1,11 @@
-"""Make the warm start that ships with rlcompare (rlcompare/warmstart/<key>/), from a source checkout.
+"""Make the warm start that ships with rlcompare (rlcompare/models/warmstart/<key>/), from a source checkout.
 
     python scripts/make_warm_start.py                      # the embedded default (model=tiny, prompts=arithmetic)
     python scripts/make_warm_start.py prompts.max_operand=29   # any other tiny config (Hydra overrides)
 
 It runs the warm start with rlcompare's own code (models.warm_start_tiny, shipped weights ignored) in a fresh
 cache, and writes its model.safetensors with a manifest.json (key, init_weights_hash, versions) to
-rlcompare/warmstart/<key>/. Run it when tests/test_warm_start.py reports that the shipped key no longer matches
+rlcompare/models/warmstart/<key>/. Run it when tests/models/test_warm_start.py reports that the shipped key no longer matches
 the default config (conf/model/tiny.yaml, conf/prompts/arithmetic.yaml, the prompt generator or the recipe
 changed); then delete the old key's folder and put the new init_weights_hash in that test.
 """
@@ -21,10 +21,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rlcompare import models  # noqa: E402
+from rlcompare.models import load as models  # noqa: E402
 from rlcompare.cli import conf_dir, register_resolvers  # noqa: E402
 from rlcompare.config import validate  # noqa: E402
-from rlcompare.prompts import build_prompts  # noqa: E402
+from rlcompare.data.prompts import build_prompts  # noqa: E402
 
 
 def compose(overrides: list[str]):

@@ -5,7 +5,7 @@ embedded default). A measurement script, not a test: the machine it runs on deci
     python scripts/sweep_speed.py [--presets grpo,drgrpo,rloo,gspo] [--seeds 0,1] [--jobs 2] [--repeats 1] [--out DIR]
 
 Each repeat runs the serial sweep (Hydra's basic launcher, trainer.threads unset: torch's default) and the parallel
-one (hydra/launcher=joblib hydra.launcher.n_jobs=JOBS, threads by the rule in rlcompare/placement.py), alternating
+one (hydra/launcher=joblib hydra.launcher.n_jobs=JOBS, threads by the rule in rlcompare/train/placement.py), alternating
 which goes first. The warm start is built once beforehand, so neither pays for it. It prints each wall time, the
 speed-up (serial / parallel) and whether every run's metrics.jsonl rows (timing columns aside) are the same in both,
 then one JSON line.
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-TIMING_PREFIXES = ("time/", "perf/")  # rlcompare.trainer.TIMING_PREFIXES (not imported: this script never loads torch)
+TIMING_PREFIXES = ("time/", "perf/")  # rlcompare.train.trainer.TIMING_PREFIXES (not imported: this script never loads torch)
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -12,8 +12,10 @@ ALLOWED = {
     "trainer.py:update": "being rewritten in branch core",
     "replay.py:replay_logits": "being rewritten in branch core",
     "bench.py:*": "being rewritten in branch core",
+    "against_trl.py:*": "being rewritten in branch core (bench/against_trl.py, was bench.py)",
     "static_decode.py:*": "being rewritten in branch core",
     "rollout.py:*": "being rewritten in branch core",
+    "sampler.py:*": "being rewritten in branch core (rollout/sampler.py, was rollout.py)",
     "losses.py:policy_loss": "the body is 64 lines; the rest is its signature (every surrogate knob is a keyword, "
                              "38 lines) and its docstring (shapes and papers, 76 lines)",
     "run.py:_train_locked": "the training loop with its SIGTERM, checkpoint and summary bookkeeping; left whole "

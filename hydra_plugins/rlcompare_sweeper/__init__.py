@@ -47,7 +47,7 @@ class JobListSweeper(Sweeper):
             hydra_context=hydra_context, task_function=task_function, config=config)
 
     def sweep(self, arguments: List[str]) -> Any:
-        from rlcompare.placement import LAUNCH_JOBS_ENV
+        from rlcompare.train.placement import LAUNCH_JOBS_ENV
         from rlcompare.sweep import job_batch, read_jobs_file
 
         assert self.config is not None and self.launcher is not None
@@ -56,7 +56,7 @@ class JobListSweeper(Sweeper):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         self.validate_batch_is_legal(batch)  # every job composes, before any runs
-        os.environ[LAUNCH_JOBS_ENV] = str(len(batch))  # inherited by the launcher's workers (rlcompare.placement)
+        os.environ[LAUNCH_JOBS_ENV] = str(len(batch))  # inherited by the launcher's workers (rlcompare.train.placement)
         results = self.launcher.launch(batch, initial_job_idx=0)
         for r in results:
             _ = r.return_value  # raises the first job's failure, as Hydra's basic sweeper does

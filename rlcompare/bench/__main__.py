@@ -1,0 +1,5 @@
+import sys
+
+from rlcompare.bench.against_trl import main
+
+sys.exit(main())

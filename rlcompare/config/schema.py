@@ -1,0 +1,784 @@
+"""Typed schema for every config key, and validation with messages that name the key and the fix.
+
+Hydra composes YAML files from conf/; `validate(cfg)` merges the result onto this schema
+(unknown keys and wrong types fail) and then checks the values (modes, ranges, combinations)
+before anything heavy runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, ValidationError as OmegaValidationError
+
+from rlcompare.algos import accepted  # the math layer's accepted names, torch-free (losses/advantages re-export them)
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work; the message names the key and what it accepts."""
+
+
+# ----------------------------------------------------------------------------- schema
+@dataclass
+class AdvantageConfig:
+    estimator: str = "group"  # advantage estimator: group | rloo | gae | reinforce_pp
+    scale: str = "group"  # advantage scale: group | batch | batch-centered | none (group); none (rloo); whiten | none (gae); whiten (reinforce_pp)
+    std_ddof: int = 1  # delta degrees of freedom of the std that scales advantages: 1 (torch.std, TRL, verl) | 0
+    eps: float = 1e-6  # added to the std before dividing (keeps it finite for groups of equal rewards)
+    baseline: str = "none"  # reinforce_pp: none (REINFORCE++) | group (REINFORCE++-baseline)
+    gamma: float = 1.0  # reinforce_pp: discount of the return to go
+
+
+@dataclass
+class ClipConfig:
+    eps_low: float = 0.2  # PPO clip range below 1: ratios under 1 - eps_low are clipped
+    eps_high: float = 0.2  # PPO clip range above 1 (DAPO's clip-higher raises it, e.g. 0.28)
+    dual_clip: Optional[float] = None  # dual-clip bound c > 1 on negative-advantage tokens (verl 3); null: off
+    seq_eps_low: Optional[float] = None  # hybrid (DHPO) ratio: the sequence branch's clip range below 1
+    seq_eps_high: Optional[float] = None  # hybrid (DHPO) ratio: the sequence branch's clip range above 1
+    mix: str = "mean"  # hybrid ratio: how token and sequence branches combine: mean | entropy
+    # the other surrogates' knobs (algorithm.surrogate; losses.policy_loss keywords, defaults from there)
+    cispo_w_min: Optional[float] = accepted.SURROGATE_DEFAULTS["cispo_w_min"]  # CISPO: lower bound of the clipped IS weight; null: none
+    cispo_w_max: Optional[float] = accepted.SURROGATE_DEFAULTS["cispo_w_max"]  # CISPO: upper bound of the clipped IS weight (stop-gradient); null: none
+    sapo_tau_pos: float = accepted.SURROGATE_DEFAULTS["sapo_tau_pos"]  # SAPO: soft-gate temperature for positive advantages
+    sapo_tau_neg: float = accepted.SURROGATE_DEFAULTS["sapo_tau_neg"]  # SAPO: soft-gate temperature for negative advantages
+    gmpo_eps_low: float = accepted.SURROGATE_DEFAULTS["gmpo_eps_low"]  # GMPO: clip range below 0 of the log-ratio
+    gmpo_eps_high: float = accepted.SURROGATE_DEFAULTS["gmpo_eps_high"]  # GMPO: clip range above 0 of the log-ratio
+    dppo_delta_low: float = accepted.SURROGATE_DEFAULTS["dppo_delta_low"]  # DPPO: divergence bound for tokens whose probability falls
+    dppo_delta_high: float = accepted.SURROGATE_DEFAULTS["dppo_delta_high"]  # DPPO: divergence bound for tokens whose probability rises
+    dppo_cap: float = accepted.SURROGATE_DEFAULTS["dppo_cap"]  # DPPO: cap on the importance weight
+    cov_ratio: Optional[float] = accepted.SURROGATE_DEFAULTS["cov_ratio"]  # Clip-Cov / KL-Cov: share of tokens restricted; null: 2e-4 (clip-cov), 2e-3 (kl-cov)
+    cov_lb: float = accepted.SURROGATE_DEFAULTS["cov_lb"]  # Clip-Cov: lower end of the covariance window of tokens that may be clipped
+    cov_ub: float = accepted.SURROGATE_DEFAULTS["cov_ub"]  # Clip-Cov: upper end of the covariance window
+    kl_cov_coef: float = accepted.SURROGATE_DEFAULTS["kl_cov_coef"]  # KL-Cov: coefficient of the KL penalty on the selected tokens
+
+
+@dataclass
+class MismatchConfig:
+    mode: Optional[str] = None  # rollout/trainer mismatch correction: null (off) | token-truncate | token-mask | sequence-truncate | sequence-mask | icepop
+    c_min: Optional[float] = None  # lower bound of the mismatch weight; null: the mode's default (none; icepop 0.5)
+    c_max: Optional[float] = None  # upper bound of the mismatch weight; null: the mode's default (2.0; icepop 5.0)
+
+
+@dataclass
+class KLConfig:
+    coef: float = 1e-3  # KL penalty coefficient against the reference model; 0: off (no reference model loaded)
+    estimator: str = "k3"  # KL estimator: k1 | k2 | k3 | k3+
+    placement: str = "in_loss"  # where the KL enters: in_loss (a loss term) | in_reward (subtracted from the reward)
+
+
+@dataclass
+class DynamicSamplingConfig:
+    enabled: bool = False  # DAPO dynamic sampling: drop groups whose rewards are all equal and refill the batch
+    max_rounds: int = 3  # extra generation rounds allowed to refill the batch
+
+
+@dataclass
+class OverlongConfig:
+    filter: bool = False  # mask truncated completions out of the loss (DAPO overlong filtering)
+    soft_punishment: bool = False  # DAPO Eq. 13: a length penalty over the last cache_len tokens of the budget
+    cache_len: int = 4  # soft punishment: tokens before budget.max_new_tokens where the penalty ramps up
+    factor: float = 1.0  # soft punishment: the penalty at the full length
+
+
+@dataclass
+class CriticConfig:
+    gamma: float = 1.0  # GAE discount
+    lam: float = 1.0  # GAE lambda
+    value_clip: Optional[float] = 0.2  # value-loss clip range around the old values; null: off
+    coef: float = 0.5  # value-loss coefficient
+    lr: float = 1e-3  # the critic's learning rate
+
+
+@dataclass
+class AlgorithmConfig:
+    name: str = "grpo"  # the preset's name (a label; the run name starts with it)
+    paper: str = "DeepSeekMath (arXiv 2402.03300)"  # the paper the preset follows (shown in reports)
+    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
+    ratio: str = "token"  # importance-ratio level: token | sequence | sequence-token | hybrid
+    surrogate: str = "clip"  # per-token policy surrogate: clip | cispo | sapo | gmpo | dppo-tv | dppo-kl | clip-cov | kl-cov
+    clip: ClipConfig = field(default_factory=ClipConfig)
+    aggregation: str = "seq-mean-token-mean"  # how token losses reduce to one number: token-mean | token-sum | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm | prompt-mean-token-mean
+    horizon: Optional[int] = None  # H for seq-mean-token-sum-norm (Dr. GRPO: budget.max_new_tokens)
+    kl: KLConfig = field(default_factory=KLConfig)
+    entropy_coef: float = 0.0  # entropy bonus coefficient; 0: off
+    top_entropy_quantile: Optional[float] = None  # train only on the top-rho entropy tokens, rho in [0, 1]; null: off
+    mismatch: MismatchConfig = field(default_factory=MismatchConfig)  # rollout/trainer mismatch correction
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
+    overlong: OverlongConfig = field(default_factory=OverlongConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+
+
+@dataclass
+class LoraConfig:
+    enabled: bool = False  # train LoRA adapters instead of every weight
+    r: int = 8  # LoRA rank
+    alpha: int = 16  # LoRA alpha (the update is scaled by alpha / r)
+    dropout: float = 0.0  # LoRA dropout
+    target_modules: Any = "all-linear"  # modules given adapters: all-linear or a list of names
+
+
+@dataclass
+class WarmStartConfig:
+    steps: int = 300  # tiny model: supervised warm-start steps before RL
+    batch_size: int = 64  # tiny model: warm-start batch size
+    lr: float = 3e-3  # tiny model: warm-start learning rate
+    noisy_label_frac: float = 0.5  # share of SFT labels off by one or two
+    noise_offsets: Any = field(default_factory=lambda: [1, 2])  # how noisy labels are off (a shared bias RL can undo)
+    seed: int = 0  # tiny model: the warm start's seed (its weights are shared by every run seed)
+
+
+@dataclass
+class ModelConfig:
+    kind: str = "tiny"  # tiny (a small Llama built in code) | hf (any causal LM)
+    name: str = "tiny-llama"  # the model's name (tiny: its identity in fingerprints)
+    # tiny: a Llama built from a transformers config, char tokenizer built in code
+    hidden_size: int = 128  # tiny: hidden size
+    num_layers: int = 2  # tiny: decoder layers
+    num_heads: int = 4  # tiny: attention heads (hidden_size / num_heads must be even)
+    intermediate_size: int = 256  # tiny: MLP width
+    max_position_embeddings: int = 64  # tiny: context length in positions
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    cache_dir: Optional[str] = None  # warm-start cache folder; null: $RLCOMPARE_CACHE or ~/.cache/rlcompare
+    # hf: any causal LM, hub id or local folder
+    name_or_path: Optional[str] = None  # hf: a hub id or a local folder (save_pretrained output)
+    dtype: str = "auto"  # hf: weights dtype: auto | bfloat16 | float32 | float16
+    attn_implementation: Optional[str] = None  # hf: transformers' attn_implementation (e.g. sdpa, flash_attention_2); null: its default
+    gradient_checkpointing: bool = False  # hf: recompute activations in the backward (less memory, slower)
+    trust_remote_code: bool = False  # hf: run the model repository's own code (only for repositories you trust)
+    disable_dropout: bool = True  # zero every dropout probability of the loaded model (LoRA's own dropout kept)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+
+
+@dataclass
+class PromptsConfig:
+    name: str = "arithmetic"  # the prompt set's name (a label)
+    kind: str = "arithmetic"  # where prompts come from: arithmetic | countdown | file | hf
+    data_seed: int = 0  # seed of the data order and the train/eval split
+    n_train: int = 2000  # training prompts used (generated sets: built; files: at most); null: all
+    n_eval: int = 200  # held-out prompts evaluated
+    max_operand: int = 19  # arithmetic: operands drawn from 0..max_operand
+    path: Optional[str] = None  # file: the prompt file (.jsonl, .json, .csv or .parquet)
+    eval_path: Optional[str] = None  # file: a separate eval file; null: hold out eval_fraction of path
+    hf_id: Optional[str] = None  # hf: the dataset id on the Hugging Face hub
+    hf_config: Optional[str] = None  # hf: the dataset's config name
+    train_split: str = "train"  # hf: the split trained on
+    eval_split: Optional[str] = "test"  # hf: the split evaluated; null: hold out eval_fraction of train_split
+    eval_fraction: float = 0.1  # share held out for eval when there is no separate eval file/split
+    fields: Any = field(default_factory=lambda: {"question": "question", "answer": "answer"})  # the dataset's column names for question and answer
+    answer_extractor: Optional[str] = None  # how the reference answer is read from the answer column: gsm8k | boxed | none
+    template: str = "{question}"  # a literal with {question}, or a named template: plain | boxed | r1 | r1_chat
+    chat: bool = False  # wrap prompts in the tokenizer's chat template
+    system_prompt: Optional[str] = None  # chat: a system message; null: none
+    min_numbers: int = 3  # countdown generator: fewest numbers per puzzle
+    max_numbers: int = 4  # countdown generator: most numbers per puzzle
+    max_number: int = 99  # countdown generator: numbers drawn from 1..max_number
+    max_target: int = 100  # countdown generator: targets in 1..max_target
+    extra: Any = field(default_factory=dict)  # prompt-set specific settings
+
+
+@dataclass
+class VerifierConfig:
+    name: str = "exact_match"  # the reward: exact_match | math_verify | countdown | format | weighted
+    timeout_s: float = 2.0  # seconds allowed to score one completion (at most 3600); over it scores 0
+    max_chars: int = 10000  # completions are cut to their last max_chars characters before parsing
+    number: str = "first"  # exact_match without <answer>/\boxed{}/#### markers: first | last number
+    require_all: bool = False  # countdown: every given number must be used (TinyZero); false = each at most once
+    pattern: Optional[str] = None  # format: regex searched in the completion; null = R1 <think>..</think><answer>..</answer>
+    components: Any = None  # weighted: list of {name, weight, ...}; the first one's `correct` is reported
+    isolation: str = "auto"  # auto | process | inline: auto runs math_verify / custom patterns in worker processes
+    workers: Optional[int] = None  # worker processes for isolated verifiers; null = min(4, usable CPU cores)
+    batch_timeout_s: float = 30.0  # bound on scoring one batch (one step); completions not scored in time get 0 (error)
+    probe: bool = True  # before training, a few reference answers written as correct completions must score correct
+    extra: Any = field(default_factory=dict)  # verifier-specific settings
+
+
+@dataclass
+class BudgetConfig:
+    name: str = "smoke"  # the budget preset's name (a label)
+    max_new_tokens: int = 8  # tokens generated per completion at most
+    max_prompt_tokens: int = 16  # prompt tokens at most; longer prompts are dropped
+    total_tokens: Optional[int] = 40000  # stop after this many generated completion tokens; null: no token limit
+    max_steps: Optional[int] = 100  # stop after this many steps; null: no step limit
+
+
+@dataclass
+class LoggerConfig:
+    name: str = "wandb"  # where metrics are mirrored: wandb | none (results/ holds them either way)
+    mode: str = "offline"  # W&B: offline | online | disabled
+    project: str = "rlcompare"  # W&B project
+    entity: Optional[str] = None  # W&B entity; null: the default one
+    group: Optional[str] = None  # W&B group; null: none
+
+
+@dataclass
+class TrainerConfig:
+    prompts_per_step: int = 16  # prompts sampled per step
+    group_size: int = 8  # completions sampled per prompt
+    lr: float = 3e-5  # policy learning rate (AdamW)
+    weight_decay: float = 0.0  # AdamW weight decay
+    betas: Any = field(default_factory=lambda: [0.9, 0.99])  # AdamW betas
+    warmup_steps: int = 0  # linear learning-rate warmup steps; 0: none
+    max_grad_norm: Optional[float] = 1.0  # gradient-norm clip; null: off
+    updates_per_rollout: int = 2  # optimizer steps per rollout batch (mini-batches); > 1 makes ratio and clipping matter
+    micro_batch_size: Optional[int] = None  # sequences per forward inside a mini-batch (gradient accumulation); null: whole mini-batch
+    eval_every: int = 5  # steps between evaluations
+    eval_batch_size: int = 256  # prompts per evaluation forward
+    n_samples_logged: int = 4  # sample completions written per step to samples.jsonl
+    sample_max_chars: int = 400  # characters kept of each logged sample
+    recompute_old_logp: bool = False  # false: reuse the sampler's log-probs (same weights) as old_logp; true: recompute them
+    skip_zero_advantage: bool = False  # true: no forward/backward for groups whose advantages are all 0 (when exact)
+    update_from_rollout: bool = True  # the first update on a batch reuses the sampler's projections (rlcompare.fast.replay)
+    checkpoint_every: int = 0  # steps between checkpoints; 0: off
+    keep_checkpoints: int = 2  # newest checkpoints kept on disk
+    max_bad_steps: int = 5  # non-finite steps (skipped) in a row before the run fails
+    threads: Optional[int] = None  # CPU threads for torch; null: torch's default
+    keep_freed_memory: bool = True  # CPU: malloc keeps freed memory for reuse (rlcompare.fast.allocator)
+    progress: bool = True  # print a progress line
+    inject_nan_at_step: Optional[int] = None  # testing hook: makes that step's loss NaN; null: off
+
+
+@dataclass
+class RolloutConfig:
+    temperature: float = 1.0  # sampling temperature (>= 1e-6)
+    top_p: float = 1.0  # nucleus sampling: keep the smallest token set with this probability; 1: off
+    kv_cache: str = "auto"  # auto: preallocated cache for Llama/Qwen2/Qwen3/Mistral (same tokens) | dynamic: transformers' cache
+
+
+@dataclass
+class SweepTags:
+    name: Optional[str] = None  # set by rlcompare sweep: the sweep's name
+    variant: Optional[str] = None  # set by rlcompare sweep: this member's label
+    reference: Optional[str] = None  # set by rlcompare sweep: the label it is compared with
+    component: Optional[str] = None  # set by rlcompare sweep: the component it changes
+
+
+@dataclass
+class RunConfig:
+    seed: int = 0  # policy/sampling seed (data order is prompts.data_seed)
+    experiment: str = "default"  # results sub-folder: <results_dir>/<experiment>/<run name>/
+    results_dir: str = "results"  # where run folders land
+    run_name: Optional[str] = None  # the run folder's name; null: derived from preset, key overrides and seed
+    device: str = "auto"  # auto | cpu | cuda
+    resume: Any = False  # false | true (same overrides) | <run dir>
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    prompts: PromptsConfig = field(default_factory=PromptsConfig)
+    verifier: VerifierConfig = field(default_factory=VerifierConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    sweep: SweepTags = field(default_factory=SweepTags)
+
+
+# ----------------------------------------------------------------------------- accepted values
+RATIOS = accepted.RATIO_LEVELS
+AGGREGATIONS = accepted.AGGREGATIONS
+ESTIMATORS = accepted.ADVANTAGE_ESTIMATORS
+SCALES = accepted.ESTIMATOR_SCALES
+KL_ESTIMATORS = accepted.KL_ESTIMATORS
+KL_PLACEMENTS = accepted.KL_PLACEMENTS
+MIXES = accepted.MIXES
+MODEL_KINDS = ("tiny", "hf")
+DTYPES = ("auto", "bfloat16", "float32", "float16")
+DEVICES = ("auto", "cpu", "cuda")
+LOGGERS = ("wandb", "none")
+LOGGER_MODES = ("offline", "online", "disabled")
+PROMPT_KINDS = ("arithmetic", "countdown", "file", "hf")
+KV_CACHES = ("auto", "dynamic")
+
+
+MAX_TIMEOUT_S = 3600.0  # seconds per completion: an hour is already far past any verifier's need
+
+
+def _one_of(key: str, value: Any, accepted) -> None:
+    if value not in accepted:
+        raise ConfigError(f"{key}={value!r} is not accepted; use one of: {', '.join(map(str, accepted))}")
+
+
+def _at_least(key: str, value, low, fix: str = "") -> None:
+    if value is None or value < low:
+        raise ConfigError(f"{key}={value!r} must be >= {low}" + (f"; {fix}" if fix else ""))
+
+
+def to_schema(cfg: DictConfig | dict) -> DictConfig:
+    """Merge a composed config onto the schema: unknown keys and wrong types raise ConfigError."""
+    schema = OmegaConf.structured(RunConfig)
+    user = cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
+    user = OmegaConf.masked_copy(user, [k for k in user.keys() if k != "hydra"]) if "hydra" in user else user
+    try:
+        merged = OmegaConf.merge(schema, user)
+    except ConfigKeyError as e:
+        key = e.full_key or e.key
+        parent = ".".join(str(key).split(".")[:-1])
+        node = OmegaConf.select(schema, parent) if parent else schema
+        accepted = ", ".join(sorted(node.keys())) if isinstance(node, DictConfig) else "?"
+        raise ConfigError(f"unknown config key '{key}'; accepted keys here: {accepted}") from None
+    except OmegaValidationError as e:
+        first = str(e.msg).strip().splitlines()[0] if str(e.msg).strip() else str(e)
+        raise ConfigError(f"{e.full_key}={getattr(e, 'value', None)!r} is not accepted (bad value for '{e.full_key}'): {first}") from None
+    return merged
+
+
+def validate(cfg: DictConfig | dict) -> DictConfig:
+    """Return the schema-typed config, or raise ConfigError naming the key and the fix."""
+    c = to_schema(cfg)
+    try:
+        OmegaConf.resolve(c)
+    except Exception as e:  # a bad interpolation
+        raise ConfigError(f"config interpolation failed: {e}") from None
+    _check_finite(OmegaConf.to_container(c, resolve=True))  # first: nan passes every comparison below
+    _one_of("device", c.device, DEVICES)
+    _check_algorithm(c)
+    _check_trainer(c)
+    _check_budget(c)
+    _check_model(c)
+    _check_inputs_and_places(c)
+    return c
+
+
+def _check_algorithm(c: DictConfig) -> None:
+    """The algorithm's names, ranges and combinations."""
+    a, t, b = c.algorithm, c.trainer, c.budget
+    _one_of("algorithm.ratio", a.ratio, RATIOS)
+    _one_of("algorithm.aggregation", a.aggregation, AGGREGATIONS)
+    _one_of("algorithm.advantage.estimator", a.advantage.estimator, ESTIMATORS)
+    _one_of(f"algorithm.advantage.scale (estimator={a.advantage.estimator})", a.advantage.scale, SCALES[a.advantage.estimator])
+    _one_of("algorithm.advantage.std_ddof", a.advantage.std_ddof, (0, 1))
+    if a.advantage.eps < 0:
+        raise ConfigError(f"algorithm.advantage.eps={a.advantage.eps} must be >= 0 (it keeps the std division finite)")
+    _one_of("algorithm.kl.estimator", a.kl.estimator, KL_ESTIMATORS)
+    _one_of("algorithm.kl.placement", a.kl.placement, KL_PLACEMENTS)
+    _one_of("algorithm.clip.mix", a.clip.mix, MIXES)
+    for k in ("eps_low", "eps_high"):
+        _at_least(f"algorithm.clip.{k}", a.clip[k], 0, "a clipping range cannot be negative")
+    if a.clip.dual_clip is not None and a.clip.dual_clip <= 1:
+        raise ConfigError(f"algorithm.clip.dual_clip={a.clip.dual_clip} must be > 1 (verl uses 3, DAPO scripts 10), or null to turn it off")
+    if a.ratio == "hybrid":
+        for k in ("seq_eps_low", "seq_eps_high"):
+            if a.clip[k] is None:
+                raise ConfigError(f"algorithm.clip.{k} is required with algorithm.ratio=hybrid (the sequence branch's range, e.g. 3e-4 / 4e-4)")
+            _at_least(f"algorithm.clip.{k}", a.clip[k], 0, "a clipping range cannot be negative")
+    elif a.clip.mix == "entropy":
+        raise ConfigError("algorithm.clip.mix=entropy only applies to algorithm.ratio=hybrid, where it weighs token vs sequence ratios; set algorithm.clip.mix=mean")
+    if a.aggregation == "seq-mean-token-sum-norm" and (a.horizon is None or a.horizon <= 0):
+        raise ConfigError("algorithm.aggregation=seq-mean-token-sum-norm needs algorithm.horizon > 0 (Dr. GRPO's constant H, usually budget.max_new_tokens); set algorithm.horizon=${budget.max_new_tokens}")
+    if a.kl.coef < 0:
+        raise ConfigError(f"algorithm.kl.coef={a.kl.coef} must be >= 0 (0 turns KL off and loads no reference model)")
+    _at_least("algorithm.dynamic_sampling.max_rounds", a.dynamic_sampling.max_rounds, 0)
+    if a.advantage.estimator == "gae":
+        for k in ("gamma", "lam"):
+            if not 0 <= a.critic[k] <= 1:
+                raise ConfigError(f"algorithm.critic.{k}={a.critic[k]} must be in [0, 1]")
+        if a.critic.lr <= 0:
+            raise ConfigError(f"algorithm.critic.lr={a.critic.lr} must be > 0")
+        _at_least("algorithm.critic.coef", a.critic.coef, 0)
+        if a.critic.value_clip is not None and a.critic.value_clip <= 0:
+            raise ConfigError(f"algorithm.critic.value_clip={a.critic.value_clip} must be > 0, or null to turn value clipping off")
+    _check_variants(a, t)
+    if a.overlong.soft_punishment:
+        _at_least("algorithm.overlong.cache_len", a.overlong.cache_len, 1)
+        if a.overlong.cache_len >= b.max_new_tokens:
+            raise ConfigError(f"algorithm.overlong.cache_len={a.overlong.cache_len} must be < budget.max_new_tokens={b.max_new_tokens}")
+
+
+def _check_trainer(c: DictConfig) -> None:
+    """The trainer's and the sampler's settings."""
+    a, t = c.algorithm, c.trainer
+    _at_least("trainer.prompts_per_step", t.prompts_per_step, 1)
+    _at_least("trainer.group_size", t.group_size, 1)
+    if t.group_size < 2 and a.advantage.estimator in ("group", "rloo"):
+        raise ConfigError(f"trainer.group_size={t.group_size} with algorithm.advantage.estimator={a.advantage.estimator}: group advantages compare completions of one prompt, so they need trainer.group_size >= 2 (or use algorithm=ppo)")
+    _at_least("trainer.updates_per_rollout", t.updates_per_rollout, 1)
+    n_seqs = t.prompts_per_step * t.group_size
+    if t.updates_per_rollout > n_seqs:
+        raise ConfigError(f"trainer.updates_per_rollout={t.updates_per_rollout} exceeds the rollout batch of {n_seqs} completions; each update needs at least one")
+    if t.lr <= 0:
+        raise ConfigError(f"trainer.lr={t.lr} must be > 0")
+    if t.micro_batch_size is not None:
+        _at_least("trainer.micro_batch_size", t.micro_batch_size, 1)
+    _at_least("trainer.eval_every", t.eval_every, 1)
+    _at_least("trainer.max_bad_steps", t.max_bad_steps, 1)
+    _at_least("trainer.keep_checkpoints", t.keep_checkpoints, 1)
+    _at_least("trainer.checkpoint_every", t.checkpoint_every, 0, "0 turns checkpoints off")
+    _at_least("trainer.eval_batch_size", t.eval_batch_size, 1)
+    _at_least("trainer.n_samples_logged", t.n_samples_logged, 0, "0 logs no sample completions")
+    _at_least("trainer.sample_max_chars", t.sample_max_chars, 1)
+    _at_least("trainer.warmup_steps", t.warmup_steps, 0)
+    _at_least("trainer.weight_decay", t.weight_decay, 0)
+    if t.max_grad_norm is not None and t.max_grad_norm <= 0:
+        raise ConfigError(f"trainer.max_grad_norm={t.max_grad_norm} must be > 0, or null to turn clipping off")
+    betas = list(t.betas) if not isinstance(t.betas, (int, float, str)) else None
+    if betas is None or len(betas) != 2 or not all(isinstance(x, (int, float)) and 0 <= x < 1 for x in betas):
+        raise ConfigError(f"trainer.betas={t.betas!r} must be two numbers in [0, 1), e.g. [0.9, 0.99]")
+    if t.threads is not None:
+        _at_least("trainer.threads", t.threads, 1, "null uses torch's default")
+    if t.inject_nan_at_step is not None:
+        _at_least("trainer.inject_nan_at_step", t.inject_nan_at_step, 1, "a testing hook: null turns it off")
+    if c.rollout.temperature <= 0:
+        raise ConfigError(f"rollout.temperature={c.rollout.temperature} must be > 0 (sampling needs a positive temperature)")
+    if not 0 < c.rollout.top_p <= 1:
+        raise ConfigError(f"rollout.top_p={c.rollout.top_p} must be in (0, 1]")
+    if c.rollout.kv_cache not in KV_CACHES:
+        raise ConfigError(f"rollout.kv_cache={c.rollout.kv_cache!r} must be auto (a preallocated cache where the "
+                          f"architecture allows) or dynamic (transformers' cache)")
+
+
+def _check_budget(c: DictConfig) -> None:
+    """A budget that stops, and holds at least one step."""
+    t, b = c.trainer, c.budget
+    n_seqs = t.prompts_per_step * t.group_size
+    _at_least("budget.max_new_tokens", b.max_new_tokens, 1)
+    _at_least("budget.max_prompt_tokens", b.max_prompt_tokens, 1)
+    if b.total_tokens is None and b.max_steps is None:
+        raise ConfigError("budget needs budget.total_tokens (generated tokens) or budget.max_steps; set at least one")
+    if b.max_steps is not None:
+        _at_least("budget.max_steps", b.max_steps, 1)
+    if b.total_tokens is not None:
+        one_step = n_seqs  # every completion generates at least one token
+        if b.total_tokens < one_step:
+            raise ConfigError(f"budget.total_tokens={b.total_tokens} is smaller than one step ({t.prompts_per_step} prompts x {t.group_size} completions = at least {one_step} tokens); raise budget.total_tokens or lower trainer.prompts_per_step")
+
+
+def _check_model(c: DictConfig) -> None:
+    """Every numeric range, then the model: its kind, dtype and (tiny) shape, within its context."""
+    b = c.budget
+    _check_ranges(c)  # every numeric key the checks above did not cover (the model's sizes divide below)
+    _one_of("model.kind", c.model.kind, MODEL_KINDS)
+    _one_of("model.dtype", c.model.dtype, DTYPES)
+    if c.model.kind == "hf" and not c.model.name_or_path:
+        raise ConfigError("model.kind=hf needs model.name_or_path (a hub id or a local folder)")
+    if c.model.kind == "tiny":
+        check_fits_context(b, c.model.max_position_embeddings,
+                           f"model.max_position_embeddings={c.model.max_position_embeddings}",
+                           "lower the budget or raise the context")
+        if c.model.hidden_size % c.model.num_heads:
+            raise ConfigError(f"model.hidden_size={c.model.hidden_size} must be divisible by model.num_heads={c.model.num_heads}")
+        if (c.model.hidden_size // c.model.num_heads) % 2:  # RoPE rotates pairs of dimensions of every head
+            raise ConfigError(f"model.hidden_size={c.model.hidden_size} / model.num_heads={c.model.num_heads} = "
+                              f"{c.model.hidden_size // c.model.num_heads} dimensions per head must be even (rotary "
+                              f"embeddings rotate pairs); e.g. model.hidden_size=128 model.num_heads=4")
+        _check_warm_start(c.model.warm_start)
+        _at_least("model.num_layers", c.model.num_layers, 1)
+
+
+def _check_inputs_and_places(c: DictConfig) -> None:
+    """Prompts, verifier, resume, logger, and the folders the run writes."""
+    _one_of("prompts.kind", c.prompts.kind, PROMPT_KINDS)
+    _at_least("prompts.n_eval", c.prompts.n_eval, 1)
+    if c.prompts.n_train is not None:
+        _at_least("prompts.n_train", c.prompts.n_train, 0)
+    if c.prompts.kind == "file" and not c.prompts.path:
+        raise ConfigError("prompts.kind=file needs prompts.path (a .jsonl, .json, .csv or .parquet file)")
+    if c.prompts.kind == "hf" and not c.prompts.hf_id:
+        raise ConfigError("prompts.kind=hf needs prompts.hf_id (a dataset id on the Hugging Face hub)")
+    if c.verifier.timeout_s is None or c.verifier.timeout_s <= 0:
+        raise ConfigError(f"verifier.timeout_s={c.verifier.timeout_s} must be > 0 (seconds per completion)")
+    if c.verifier.timeout_s > MAX_TIMEOUT_S:  # 1e300 overflowed the workers' timers: score_batch raised
+        raise ConfigError(f"verifier.timeout_s={c.verifier.timeout_s} must be <= {MAX_TIMEOUT_S:g} (seconds per completion)")
+    if not (isinstance(c.resume, (bool, str)) and c.resume != ""):
+        raise ConfigError(f"resume={c.resume!r} is not accepted; use false, true (same overrides) or the path of a run folder")
+    _one_of("logger.name", c.logger.name, LOGGERS)
+    _one_of("logger.mode", c.logger.mode, LOGGER_MODES)
+    if c.prompts.kind == "arithmetic":
+        _check_arithmetic_template(c.prompts.template)
+    _check_generated_size(c.prompts)
+    _check_folder_name("experiment", c.experiment)
+    if c.run_name is not None:
+        _check_folder_name("run_name", c.run_name)
+    _check_results_dir(c.results_dir)
+    if c.model.cache_dir is not None:
+        check_creatable("model.cache_dir", c.model.cache_dir)
+
+
+# model config.json keys that give the context length (positions), in the order architectures use them
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx", "max_seq_len")
+
+
+def context_from(d: dict) -> int | None:
+    """The context length a model's config (config.json as a dict; a multimodal one's text part) gives, or None."""
+    for k in CONTEXT_KEYS:
+        v = d.get(k)
+        if isinstance(v, int) and v > 0:
+            return v
+    for sub in ("text_config", "llm_config", "language_config"):
+        if isinstance(d.get(sub), dict):
+            v = context_from(d[sub])
+            if v:
+                return v
+    return None
+
+
+def check_fits_context(budget, ctx: int | None, where: str, fix: str = "lower the budget") -> None:
+    """The one context-length check: a prompt of budget.max_prompt_tokens plus budget.max_new_tokens generated must
+    fit in the model's `ctx` positions (None: unknown, not checked). `where` says where ctx came from."""
+    need = budget.max_prompt_tokens + budget.max_new_tokens
+    if ctx is not None and need > ctx:
+        raise ConfigError(f"budget.max_prompt_tokens + budget.max_new_tokens = {need} exceeds the model's context "
+                          f"{where}; {fix}")
+
+
+def _check_results_dir(path: str) -> None:
+    check_creatable("results_dir", path)
+
+
+def check_creatable(key: str, path: str) -> None:
+    """`path` is a folder, or can be made one (by Hydra, or the run) with its parents; else ConfigError naming `key`."""
+    why = why_not_creatable(str(path))
+    if why is not None:
+        raise ConfigError(f"{key}={str(path)!r} is not writable ({why}); choose a folder you can write"
+                          + (", e.g. results_dir=./results" if key == "results_dir" else ""))
+
+
+def why_not_creatable(path: str) -> str | None:
+    """None when `path` is a folder one can write in, or can be made one; else why not. The one writability
+    check: validate (results_dir, model.cache_dir), the pre-check and the run's preflight all call it."""
+    if not path.strip() or "\0" in path:
+        return "an empty path or one holding a NUL character"
+    full = os.path.abspath(path)
+    missing = []
+    while not os.path.lexists(full):  # lexists: a dangling symlink is in the way, not missing
+        full, name = os.path.dirname(full), os.path.basename(full)
+        missing.append(name)
+    too_long = [n for n in missing if len(os.fsencode(n)) > _NAME_MAX]
+    if too_long:
+        return f"the folder name {too_long[0][:40]!r}... is longer than {_NAME_MAX} bytes"
+    if not os.path.isdir(full):
+        return f"checked {full}: not a folder"
+    try:  # os.access says yes to root on read-only mounts and /proc: make (and remove) a folder there instead
+        os.rmdir(tempfile.mkdtemp(prefix=".rlcompare-write-check-", dir=full))
+    except OSError as e:
+        return f"checked {full}: {e.strerror or e}"
+    return None
+
+
+_NAME_MAX = 255  # bytes in one folder name on Linux and macOS file systems
+
+
+def _check_folder_name(key: str, value: Any) -> None:
+    """`experiment` and `run_name` name one folder under results_dir: no separators, no `..`, nothing absolute."""
+    name = str(value)
+    bad = (not name.strip() or name in (".", "..") or any(ch in name for ch in "/\\\0")
+           or len(os.fsencode(name)) > _NAME_MAX)
+    if bad:
+        raise ConfigError(f"{key}={value!r} must be one folder name inside results_dir: not empty, not '.' or '..', no "
+                          f"'/' or '\\', at most {_NAME_MAX} bytes; e.g. {key}=my_{key}")
+
+
+def _check_arithmetic_template(template: str) -> None:
+    """The embedded arithmetic set formats its template with str.format: it must hold {question} and no other field."""
+    try:
+        ok = "{question}" in template and template.format(question="") is not None
+    except (KeyError, IndexError, ValueError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"prompts.template={template!r} does not work with prompts.kind=arithmetic: it needs a string "
+                          f"holding {{question}} and no other {{...}} field (doubled braces {{{{ }}}} stay literal); "
+                          f"e.g. prompts.template='{{question}}'")
+
+
+# Examples a generated prompt set may hold, each side: a few seconds to build on 2 cores (10^8 arithmetic examples
+# filled the memory; 10^6 Countdown puzzles took over a minute, built again by the job).
+MAX_GENERATED = {"arithmetic": 1_000_000, "countdown": 100_000}
+MAX_OPERAND = 999  # arithmetic: (max_operand + 1)^2 pairs are built, a million at 999
+
+
+def _check_generated_size(p) -> None:
+    """Generated sets (arithmetic, countdown without a file) are built in memory before training: bounded sizes."""
+    generated = p.kind == "arithmetic" or (p.kind == "countdown" and not p.path)
+    if not generated:
+        return
+    for key in ("n_train", "n_eval"):
+        if (p[key] or 0) > MAX_GENERATED[p.kind]:
+            raise ConfigError(f"prompts.{key}={p[key]} must be <= {MAX_GENERATED[p.kind]} for a generated prompt set "
+                              f"(prompts.kind={p.kind}); the set is built in memory before training")
+    if p.kind == "arithmetic" and p.max_operand > MAX_OPERAND:
+        raise ConfigError(f"prompts.max_operand={p.max_operand} must be <= {MAX_OPERAND}: every pair a+b is built in "
+                          f"memory ({MAX_OPERAND + 1}^2 = {(MAX_OPERAND + 1) ** 2} pairs at most)")
+
+
+def _check_warm_start(ws) -> None:
+    """The tiny model's supervised warm start draws noisy labels from `noise_offsets` (integers added to answers)."""
+    offsets = ws.noise_offsets
+    seq = None if isinstance(offsets, (str, bytes, int, float)) else list(offsets)
+    ints = seq is not None and all(isinstance(x, int) and not isinstance(x, bool) for x in seq)
+    if not ints or (ws.noisy_label_frac > 0 and not seq):
+        raise ConfigError(f"model.warm_start.noise_offsets={offsets!r} must be a list of integers (how far noisy labels "
+                          f"are off), non-empty while model.warm_start.noisy_label_frac > 0; e.g. [1, 2]")
+
+
+# ----------------------------------------------------------------------------- numbers: finite, within range
+@functools.lru_cache(maxsize=None)
+def numeric_keys(schema: type = None, prefix: str = "") -> dict[str, type]:
+    """Every int and float key of the schema (dotted path -> int | float), walked from the dataclasses: a key added
+    to the schema is covered by `_check_ranges` without being listed anywhere. (Cached: do not mutate.)"""
+    schema = RunConfig if schema is None else schema
+    out: dict[str, type] = {}
+    hints = get_type_hints(schema)
+    for f in fields(schema):
+        tp = _unwrap_optional(hints[f.name])
+        if is_dataclass(tp):
+            out.update(numeric_keys(tp, f"{prefix}{f.name}."))
+        elif tp in (int, float):
+            out[prefix + f.name] = tp
+    return out
+
+
+def _unwrap_optional(tp):
+    if get_origin(tp) is Union:
+        args = [a for a in get_args(tp) if a is not type(None)]
+        return args[0] if len(args) == 1 else tp
+    return tp
+
+
+@dataclass(frozen=True)
+class Range:
+    low: float
+    high: float = math.inf
+    low_open: bool = False  # low itself is refused
+    high_open: bool = False
+
+    def holds(self, v) -> bool:
+        above = v > self.low if self.low_open else v >= self.low
+        below = v < self.high if self.high_open else v <= self.high
+        return above and below
+
+    def __str__(self) -> str:
+        if self.high == math.inf:
+            return f"{'>' if self.low_open else '>='} {_num(self.low)}"
+        return f"in {'(' if self.low_open else '['}{_num(self.low)}, {_num(self.high)}{')' if self.high_open else ']'}"
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+NON_NEGATIVE = Range(0)  # every numeric key not in RANGES: counts, sizes, coefficients, seeds (a negative seed
+# collides with its absolute value in Python's random.Random)
+AT_LEAST_ONE = Range(1)
+POSITIVE = Range(0, low_open=True)
+PROBABILITY = Range(0, 1)
+FRACTION = Range(0, 1, high_open=True)
+
+# Keys whose accepted range is narrower than NON_NEGATIVE. Optional keys are checked when set.
+RANGES: dict[str, Range] = {
+    "algorithm.horizon": AT_LEAST_ONE,
+    "algorithm.clip.dual_clip": Range(1, low_open=True),
+    "algorithm.critic.gamma": PROBABILITY,
+    "algorithm.critic.lam": PROBABILITY,
+    "algorithm.critic.value_clip": POSITIVE,
+    "algorithm.critic.lr": POSITIVE,
+    "model.hidden_size": AT_LEAST_ONE,
+    "model.num_layers": AT_LEAST_ONE,
+    "model.num_heads": AT_LEAST_ONE,
+    "model.intermediate_size": AT_LEAST_ONE,
+    "model.max_position_embeddings": AT_LEAST_ONE,
+    "model.lora.r": AT_LEAST_ONE,
+    "model.lora.alpha": AT_LEAST_ONE,
+    "model.lora.dropout": FRACTION,
+    "model.warm_start.steps": AT_LEAST_ONE,  # the schedule divides by it; a start from scratch solves nothing
+    "model.warm_start.batch_size": AT_LEAST_ONE,
+    "model.warm_start.lr": POSITIVE,
+    "model.warm_start.noisy_label_frac": PROBABILITY,
+    "prompts.n_eval": AT_LEAST_ONE,
+    "prompts.eval_fraction": FRACTION,
+    "prompts.min_numbers": Range(2),
+    "prompts.max_numbers": Range(2),
+    "prompts.max_number": AT_LEAST_ONE,
+    "prompts.max_target": AT_LEAST_ONE,
+    "verifier.timeout_s": POSITIVE,  # and at most MAX_TIMEOUT_S
+    "verifier.max_chars": AT_LEAST_ONE,
+    "verifier.workers": AT_LEAST_ONE,
+    "budget.max_new_tokens": AT_LEAST_ONE,
+    "budget.max_prompt_tokens": AT_LEAST_ONE,
+    "budget.total_tokens": AT_LEAST_ONE,
+    "budget.max_steps": AT_LEAST_ONE,
+    "trainer.prompts_per_step": AT_LEAST_ONE,
+    "trainer.group_size": AT_LEAST_ONE,
+    "trainer.lr": POSITIVE,
+    "trainer.max_grad_norm": POSITIVE,
+    "trainer.updates_per_rollout": AT_LEAST_ONE,
+    "trainer.micro_batch_size": AT_LEAST_ONE,
+    "trainer.eval_every": AT_LEAST_ONE,
+    "trainer.eval_batch_size": AT_LEAST_ONE,
+    "trainer.sample_max_chars": AT_LEAST_ONE,
+    "trainer.keep_checkpoints": AT_LEAST_ONE,
+    "trainer.max_bad_steps": AT_LEAST_ONE,
+    "trainer.threads": AT_LEAST_ONE,
+    "trainer.inject_nan_at_step": AT_LEAST_ONE,
+    "rollout.temperature": Range(1e-6),  # float32 logits / 1e-320 are inf (the scalar rounds to 0): nan log-probs
+    "rollout.top_p": Range(0, 1, low_open=True),
+}
+
+
+def _check_ranges(c: DictConfig) -> None:
+    for key in numeric_keys():
+        value = OmegaConf.select(c, key)
+        rule = RANGES.get(key, NON_NEGATIVE)
+        if value is not None and not rule.holds(value):
+            raise ConfigError(f"{key}={value!r} must be {rule}")
+
+
+def _check_finite(node: Any, key: str = "") -> None:
+    """Every float anywhere in the config (typed keys, lists such as trainer.betas, verifier.components) is finite:
+    nan passes every comparison (kl.coef=nan silently turned KL off) and inf poisons the weights."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            _check_finite(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(node, (list, tuple)):
+        for i, v in enumerate(node):
+            _check_finite(v, f"{key}[{i}]")
+    elif isinstance(node, float) and not math.isfinite(node):
+        rule = RANGES.get(key, NON_NEGATIVE) if key in numeric_keys() else None
+        raise ConfigError(f"{key}={node} is not a finite number; use a finite number" + (f" {rule}" if rule else ""))
+
+
+def _check_variants(a: DictConfig, t: DictConfig) -> None:
+    """The knobs of issue 19: surrogate, REINFORCE++, rollout-mismatch correction, top-entropy mask."""
+    _one_of("algorithm.surrogate", a.surrogate, accepted.SURROGATES)
+    ratios = accepted.SURROGATE_RATIOS[a.surrogate]
+    if a.ratio not in ratios:
+        raise ConfigError(f"algorithm.ratio={a.ratio} does not go with algorithm.surrogate={a.surrogate}; "
+                          f"use one of: {', '.join(ratios)} (or algorithm.surrogate=clip)")
+    if a.clip.dual_clip is not None and a.surrogate != "clip":
+        raise ConfigError(f"algorithm.clip.dual_clip={a.clip.dual_clip} applies to algorithm.surrogate=clip only; "
+                          f"set algorithm.clip.dual_clip=null with algorithm.surrogate={a.surrogate}")
+    try:  # the messages start with the knob's name: algorithm.clip.<knob>
+        accepted.check_surrogate_knobs(a.surrogate, {k: a.clip[k] for k in accepted.SURROGATE_KNOBS})
+    except ValueError as e:
+        raise ConfigError(f"algorithm.clip.{e} (algorithm.surrogate={a.surrogate})") from None
+    adv = a.advantage
+    if adv.estimator == "reinforce_pp":
+        _one_of("algorithm.advantage.baseline", adv.baseline, accepted.REINFORCE_PP_BASELINES)
+        if not 0 <= adv.gamma <= 1:
+            raise ConfigError(f"algorithm.advantage.gamma={adv.gamma} must be in [0, 1]")
+        if adv.baseline == "group":
+            if adv.gamma != 1:
+                raise ConfigError(f"algorithm.advantage.gamma={adv.gamma} must be 1 with algorithm.advantage.baseline=group "
+                                  "(every token carries the centred sequence reward, as OpenRLHF)")
+            if t.group_size < 2:
+                raise ConfigError(f"trainer.group_size={t.group_size} with algorithm.advantage.baseline=group: the group "
+                                  "baseline needs trainer.group_size >= 2 (or algorithm.advantage.baseline=none)")
+    mm = a.mismatch
+    if mm.mode is not None:
+        if mm.mode not in accepted.MISMATCH_MODES:
+            raise ConfigError(f"algorithm.mismatch.mode={mm.mode!r} is not accepted; use one of: "
+                              f"{', '.join(accepted.MISMATCH_MODES)}, or null (off)")
+        if not t.recompute_old_logp:
+            raise ConfigError(f"algorithm.mismatch.mode={mm.mode} corrects recomputed old log-probs against the "
+                              "sampler's; set trainer.recompute_old_logp=true (or algorithm.mismatch.mode=null)")
+        try:
+            accepted.check_mismatch_bounds(mm.mode, mm.c_min, mm.c_max)
+        except ValueError as e:
+            raise ConfigError(f"algorithm.mismatch.{e} (algorithm.mismatch.mode={mm.mode})") from None
+    q = a.top_entropy_quantile
+    if q is not None and not 0 <= q <= 1:
+        raise ConfigError(f"algorithm.top_entropy_quantile={q} must be in [0, 1] (the share of highest-entropy "
+                          "tokens trained on; 0.2 in arXiv 2506.01939), or null to turn it off")

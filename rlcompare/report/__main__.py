@@ -1,0 +1,5 @@
+import sys
+
+from rlcompare.report.build import main
+
+sys.exit(main())

@@ -1,0 +1,278 @@
+"""Sampling with a KV cache, and per-token log-probs of given completions.
+
+Our own loop instead of `generate()`: one batched forward per new token, log-probs of the chosen
+tokens kept as they are sampled (they are the rollout policy's `old_logp` when weights have not
+moved), and decoding stops as soon as every sequence has emitted EOS.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass
+
+import torch
+
+from rlcompare import fast  # the fast paths' public entry: the preallocated-cache decoder
+from rlcompare.fast import base_model_of
+
+
+@dataclass
+class Completions:
+    ids: torch.Tensor  # [B,T] completion tokens (pad after EOS)
+    mask: torch.Tensor  # [B,T] 1 on real tokens (EOS included)
+    # [B,T] log-prob of each chosen token under the sampling weights (temperature applied); None when the sampler
+    # was told nobody reads them (`sample(logprobs=False)`)
+    logp: torch.Tensor | None
+    truncated: torch.Tensor  # [B] bool: no EOS within the budget
+    lengths: torch.Tensor  # [B] real tokens
+    # every projection output of the sampler (`sample(record=True)` on a model `static_decode` covers), for the
+    # update to reuse (`rlcompare.fast.replay`); None otherwise
+    record: fast.ProjectionRecord | None = None
+
+
+def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token lists as `[n, longest]` ids left-padded with `pad_id` and their 0/1 mask (built as lists: one tensor
+    each instead of a few small writes per row)."""
+    width = max(len(s) for s in seqs)
+    ids = torch.tensor([[pad_id] * (width - len(s)) + list(s) for s in seqs], dtype=torch.long)
+    mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], dtype=torch.long)
+    return ids.to(device), mask.to(device)
+
+
+def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+    cum = sorted_logits.softmax(-1).cumsum(-1)
+    drop = cum - sorted_logits.softmax(-1) >= top_p  # keep the smallest prefix reaching top_p
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
+
+
+def gumbel_max(logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token per row `[..., V]`, drawn from softmax(logits): argmax(logits + G) with G = -log(-log U),
+    U ~ U[0, 1), is exactly that draw (the Gumbel-max trick; Maddison, Tarlow & Minka 2014, sec. 2).
+    It replaces `torch.multinomial(logits.softmax(-1), 1)`, whose CPU kernel draws its Exp(1) variates one by
+    one in float64 (about 20 ns each: 200 us for a [128, 82] step, more than the step's attention), and it
+    needs no softmax. A U of exactly 0 gives G = -inf: that token is not drawn."""
+    u = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=logits.dtype)
+    return (logits - u.log_().neg_().log_()).argmax(-1)
+
+
+def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *,
+           record: bool | fast.ProjectionRecord = False, **kw) -> Completions:
+    """Sample completions (see `_sample`); the tensors returned are ordinary tensors, usable under autograd.
+
+    record: keep every projection output in `Completions.record` when the preallocated-cache decoder runs
+    (Llama family, `kv_cache="auto"`), so that the first update can skip its forward matmuls (`rlcompare.fast.replay`);
+    a `ProjectionRecord` from an earlier call whose batch is no longer needed is reused when its shapes match.
+    """
+    rec = None
+    if record and kw.get("kv_cache", "auto") == "auto":
+        n, P = prompt_ids.shape
+        T = kw["max_new_tokens"]
+        if fast.supports(model, P + T) is None:
+            dtype = next(model.parameters()).dtype
+            old = record if isinstance(record, fast.ProjectionRecord) else None
+            rec = fast.ProjectionRecord.reuse(old, model, n, P, kw.get("repeats", 1), T, prompt_ids.device, dtype)
+    with torch.inference_mode():
+        c = _sample(model, prompt_ids, prompt_mask, recorder=rec, **kw)
+    return Completions(*(x.clone() if x is not None else None for x in (c.ids, c.mask, c.logp, c.truncated, c.lengths)),
+                       record=rec)
+
+
+def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int, eos_id,
+           pad_id: int, temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False,
+           generator: torch.Generator | None = None, autocast_dtype=None, repeats: int = 1,
+           kv_cache: str = "auto", recorder: fast.ProjectionRecord | None = None,
+           logprobs: bool = True) -> Completions:
+    """Sample `repeats` completions for each left-padded prompt `[n,P]`; returns right-padded `[n*repeats, T]`
+    completions, the `repeats` completions of a prompt contiguous.
+    logprobs: keep each chosen token's log-prob (`Completions.logp`); False skips the gather and logsumexp of
+    every step (one update per batch needs none: its old log-probs are the update's own, detached).
+
+    Each prompt is prefilled once and its KV cache copied to its group. Rows that emitted EOS are dropped
+    from the decode batch (once they are a quarter of it), so long stragglers do not pay for finished rows.
+    kv_cache: "auto" decodes Llama-family models with a preallocated cache (`static_decode`), others with
+    transformers' cache; "dynamic" always uses transformers' cache.
+    """
+    n = prompt_ids.shape[0]
+    B = n * repeats
+    device = prompt_ids.device
+    eos = torch.as_tensor(eos_id, device=device).reshape(-1)  # one id or several (generation_config)
+    ctx = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype is not None else _nullctx()
+    pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+    decoder = make_decoder(model, prompt_ids.shape[1] + max_new_tokens, kv_cache)
+    if recorder is not None:
+        decoder.record = recorder
+    with ctx:
+        logits = decoder.prefill(prompt_ids, prompt_mask, pos, repeats).float()
+    next_pos = pos[:, -1:].repeat_interleave(repeats, 0) + 1
+    ids = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
+    logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device) if logprobs else None
+    rows = None  # full-batch row of each cache row; None while they are the identity
+    live = torch.ones(B, dtype=torch.bool, device=device)  # cache rows still decoding
+    all_live = True  # every cache row is live (the common case: plain writes, no masks)
+    steps = 0
+    for t in range(max_new_tokens):
+        scaled = logits / temperature if temperature != 1.0 else logits
+        if greedy:
+            tok = scaled.argmax(-1)
+        else:
+            tok = gumbel_max(_top_p_filter(scaled, top_p) if top_p < 1.0 else scaled, generator)
+        if not all_live:
+            tok = torch.where(live, tok, torch.full_like(tok, pad_id))
+        # the live cache rows `src` and their batch rows `dst` (plain slices while every row is live)
+        src = slice(None) if all_live else live.nonzero().squeeze(-1)
+        dst = src if rows is None else rows[src]
+        ids[dst, t] = tok[src]
+        if logprobs:  # log p of the chosen token: gather minus logsumexp, no [B,V] log-softmax
+            logp[dst, t] = (scaled.gather(-1, tok[:, None]).squeeze(-1) - torch.logsumexp(scaled, -1))[src]
+        steps = t + 1
+        ended = tok == eos[0] if len(eos) == 1 else torch.isin(tok, eos)
+        live = live & ~ended
+        n_live = int(live.sum())
+        if t == max_new_tokens - 1 or n_live == 0:
+            break
+        all_live = n_live == len(live)
+        if decoder.can_select and (len(live) - n_live) * 4 >= len(live):
+            keep = live.nonzero().squeeze(-1)
+            decoder.select(keep)
+            rows = keep if rows is None else rows[keep]
+            next_pos, tok, live, all_live = next_pos[keep], tok[keep], live[keep], True
+        with ctx:
+            logits = decoder.step(tok, next_pos).float()
+        next_pos = next_pos + 1
+    ids = ids[:, :steps]
+    is_eos = torch.isin(ids, eos)
+    # real tokens: everything up to and including the first EOS
+    after_eos = (is_eos.cumsum(1) - is_eos.long()) > 0
+    cmask = (~after_eos).long()
+    truncated = ~is_eos.any(1)
+    ids = ids.masked_fill(cmask == 0, pad_id)
+    return Completions(ids=ids, mask=cmask, logp=logp[:, :steps] * cmask if logprobs else None, truncated=truncated,
+                       lengths=cmask.sum(1))
+
+
+def make_decoder(model, capacity: int, kv_cache: str = "auto"):
+    """The decoder `_sample` drives: `prefill(ids, mask, pos, repeats)`, `step(tokens, pos)`, `select(rows)`."""
+    if kv_cache == "auto" and fast.supports(model, capacity) is None:
+        return fast.StaticDecoder(model, capacity)
+    return CacheDecoder(model)
+
+
+class CacheDecoder:
+    """Decoding through the model's own forward and transformers' KV cache (any architecture it supports)."""
+
+    def __init__(self, model):
+        self.model = model
+        self.cache_kw = _cache_kwarg(model)
+        self.cache = None
+        self.mask = None
+        self.can_select = False
+
+    def prefill(self, ids, mask, pos, repeats: int = 1):
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+        self.cache, self.mask = _cache_of(out), mask
+        logits = out.logits[:, -1]
+        if repeats > 1:
+            self.cache.batch_repeat_interleave(repeats)
+            logits, self.mask = logits.repeat_interleave(repeats, 0), mask.repeat_interleave(repeats, 0)
+        self.can_select = hasattr(self.cache, "batch_select_indices")
+        return logits
+
+    def step(self, tokens, pos):
+        self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=1)
+        out = self.model(input_ids=tokens[:, None], attention_mask=self.mask, position_ids=pos, use_cache=True,
+                         **{self.cache_kw: self.cache})
+        self.cache = _cache_of(out)
+        return out.logits[:, -1]
+
+    def select(self, rows):
+        self.cache.batch_select_indices(rows)
+        self.mask = self.mask[rows]
+
+
+def check_sampling_support(model, token_id: int) -> None:
+    """Run, on a 2-token prompt, every cache operation the sampler and the grouped update use (prefill,
+    repeat per group, drop rows, one decode step); raise `ValueError` saying why a model cannot be sampled.
+
+    Attention models with a transformers KV cache pass; state-space and recurrent models (Mamba, RWKV,
+    hybrids such as Jamba) keep a state that cannot be copied per group or cut per row this way.
+    """
+    device = next(model.parameters()).device
+    ids = torch.full((1, 2), int(token_id), dtype=torch.long, device=device)
+    try:
+        with torch.inference_mode():
+            decoder = CacheDecoder(model)
+            decoder.prefill(ids, torch.ones_like(ids), torch.arange(2, device=device)[None], repeats=2)
+            decoder.select(torch.tensor([1], device=device))
+            decoder.step(ids[:1, 0], torch.full((1, 1), 2, device=device))
+    except (AttributeError, TypeError, ValueError, NotImplementedError, RuntimeError) as e:
+        raise ValueError(f"{type(base_model_of(model)).__name__} cannot be sampled by rlcompare ({type(e).__name__}: {str(e).rstrip('.')}); rlcompare "
+                         f"needs an attention model with a transformers KV cache (copied per group, cut per row); "
+                         f"state-space and recurrent models (Mamba, RWKV, Jamba-style hybrids) are not "
+                         f"supported") from None
+
+
+def _cache_kwarg(model) -> str:
+    """transformers 5 renamed `past_key_values` to `cache`; accept both."""
+    return _cache_kwarg_of(type(base_model_of(model)))
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_kwarg_of(cls) -> str:
+    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
+
+
+def _cache_of(out):
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+class _nullctx:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def sequence_logits(model, prompt_ids, prompt_mask, comp_ids, comp_mask, *, autocast_dtype=None):
+    """Logits predicting each completion token: `[B,T,V]` (only the completion positions are projected)."""
+    T = comp_ids.shape[1]
+    ids = torch.cat([prompt_ids, comp_ids], 1)
+    mask = torch.cat([prompt_mask, comp_mask.to(prompt_mask.dtype)], 1)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    ctx = torch.autocast(ids.device.type, dtype=autocast_dtype) if autocast_dtype is not None else _nullctx()
+    with ctx:
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False, logits_to_keep=T + 1)
+    return out.logits[:, :-1]
+
+
+def token_logp(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log p(token) from logits without materializing a [B,T,V] log-softmax: gather minus logsumexp."""
+    logits = logits.float()
+    if temperature != 1.0:  # x / 1 is x: no copy of the logits
+        logits = logits / temperature
+    return logits.gather(-1, tokens[..., None]).squeeze(-1) - torch.logsumexp(logits, -1)
+
+
+def grouped_sequence_logits(model, prompt_ids, prompt_mask, comp_ids, comp_mask, *, group_size: int, autocast_dtype=None):
+    """`sequence_logits` for rows that come in groups of `group_size` sharing one prompt: each prompt is run
+    once and its KV cache (with its graph) copied to the group, so the prompt's forward and backward are paid
+    once per group instead of once per completion. Same values and gradients as `sequence_logits`.
+    """
+    G = group_size
+    pu, pmu = prompt_ids[::G], prompt_mask[::G]
+    pos = (pmu.cumsum(-1) - 1).clamp(min=0)
+    ctx = torch.autocast(prompt_ids.device.type, dtype=autocast_dtype) if autocast_dtype is not None else _nullctx()
+    with ctx:
+        out = model(input_ids=pu, attention_mask=pmu, position_ids=pos, use_cache=True, logits_to_keep=1)
+        cache = _cache_of(out)
+        cache.batch_repeat_interleave(G)
+        first = out.logits[:, -1:].repeat_interleave(G, 0)  # predicts each completion's first token
+        mask = torch.cat([pmu.repeat_interleave(G, 0), comp_mask.to(pmu.dtype)], 1)
+        cpos = pos[:, -1:].repeat_interleave(G, 0) + 1 + torch.arange(comp_ids.shape[1], device=comp_ids.device)
+        rest = model(input_ids=comp_ids, attention_mask=mask, position_ids=cpos, use_cache=True,
+                     **{_cache_kwarg(model): cache}).logits
+    return torch.cat([first, rest[:, :-1]], 1)

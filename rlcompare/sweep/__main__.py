@@ -1,0 +1,5 @@
+import sys
+
+from rlcompare.sweep.runner import main
+
+sys.exit(main())

@@ -1,0 +1,668 @@
+"""`train(cfg)`: one run from config to results/ (and W&B), with budget, evals, checkpoints and failure capture.
+
+Order of work, so that a bad setting fails in seconds with one message naming the key:
+
+1. `validate(cfg)`: schema (unknown keys, types), values, combinations, results_dir writable;
+2. the run folder: locked for this process (`run_lock`: one writer per folder; a live writer is named), resume
+   checks (a differing config names the keys; resume=true under a derived name that matches no run but a run of
+   the same preset and seed names how they differ), an occupied folder is refused, the checkpoint to resume
+   from is read (none usable: refused);
+3. `preflight`: builds the prompt set (missing file or field), the verifier (unknown name), reads the model's
+   context length from its config.json (hf) without loading weights, probes the verifier with a few of the prompt
+   set's reference answers written as correct completions (rlcompare.data.verifier_probe), checks the run folder is
+   writable;
+4. only then the heavy part: `Trainer(...)` (warm start, model load) and the loop.
+
+Failure capture: summary.json says "running" from the start, "completed" at the end, "failed" (with the error)
+on any exception, and on SIGTERM (preemption): with checkpointing on, the step in flight finishes, a checkpoint is
+saved, and the process exits 143; without it, it stops at once. Rows already written stay readable.
+
+Resume (`resume=true` with the same overrides, or `resume=<run dir>`): the newest checkpoint is loaded, rows after
+it are dropped from metrics/eval/samples.jsonl (a torn last line too), and the run continues; on the CPU its rows
+equal an uninterrupted run's (timing columns aside). With no checkpoint yet, the run restarts cleanly; when it
+has checkpoints but none can be read, it is refused (nothing is deleted). Only the keys in RESUME_IGNORED may
+differ from the run's config. summary.json's counters are those of the last row written to metrics.jsonl, so
+the two agree however the run stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rlcompare.config import operational
+from rlcompare.train import checkpoint, run_lock
+from rlcompare.config.flat import flatten
+from rlcompare.config import ConfigError, check_fits_context, context_from, to_schema, validate, why_not_creatable
+from rlcompare.train.tracking import (NullLogger, RunWriter, WandbLogger, atomic_write_json, atomic_write_text, read_jsonl,
+                                truncate_jsonl)
+
+FINGERPRINT_SAMPLING_KEYS = ("temperature", "top_p")
+ROW_FILES = ("metrics.jsonl", "eval.jsonl", "samples.jsonl")
+SIGTERM_ERROR = "terminated (SIGTERM)"
+SIGTERM_EXIT = 143  # 128 + SIGTERM, what a shell reports for a process killed by SIGTERM
+
+# Keys that may differ between a run and its resumption: how it runs, not what it computes (rlcompare.config.operational,
+# with each key's reason). None of them is in a derived run name, so changing one keeps the run's folder.
+RESUME_IGNORED = operational.RESUME_IGNORED
+
+
+class Terminated(SystemExit):
+    """SIGTERM (e.g. preemption): the run recorded its state (summary failed, a checkpoint when on) and exits 143.
+
+    A SystemExit, so Hydra and the CLI pass it through and the process exits with that status."""
+
+    def __init__(self, checkpoint_step: int | None = None):
+        super().__init__(SIGTERM_EXIT)
+        self.checkpoint_step = checkpoint_step
+
+    def __str__(self) -> str:
+        return SIGTERM_ERROR
+
+
+def fingerprint(cfg: DictConfig, tr) -> dict:
+    """What compared runs must share: initial weights, prompts and split, verifier, budget, sampling."""
+    c = OmegaConf.to_container(cfg, resolve=True)
+    prompts = _computing(c, "prompts")
+    prompts.update(n_train_used=len(tr.train_prompts), n_eval_used=len(tr.eval_prompts), eval_hash=tr.splits.eval_hash())
+    return {
+        "init_weights_hash": tr.policy.init_hash,
+        "warm_start_key": tr.policy.warm_start_key,
+        "model": tr.policy.source if c["model"]["kind"] == "hf" else c["model"]["name"],
+        "prompts": prompts,
+        # operational keys (verifier.probe, rollout.kv_cache, ...) never change what is computed: runs that differ
+        # only there compare
+        "verifier": _computing(c, "verifier"),
+        "budget": _computing(c, "budget"),
+        "sampling": {**_computing(c, "rollout"), "group_size": c["trainer"]["group_size"],
+                     "prompts_per_step": c["trainer"]["prompts_per_step"],
+                     "dynamic_sampling": c["algorithm"]["dynamic_sampling"]},
+    }
+
+
+def _computing(c: dict, section: str) -> dict:
+    """One config section without its operational keys (rlcompare.config.operational)."""
+    return {k: v for k, v in c[section].items() if not operational.is_operational(f"{section}.{k}")}
+
+
+def _budget_spent(cfg, state) -> bool:
+    b = cfg.budget
+    if b.max_steps is not None and state["step"] >= b.max_steps:
+        return True
+    return b.total_tokens is not None and state["tokens"] >= b.total_tokens
+
+
+# ----------------------------------------------------------------------------- resume
+def _resume_requested(cfg) -> bool:
+    r = cfg.resume
+    return r is True or (isinstance(r, str) and r.lower() not in ("false", "0", "no", ""))
+
+
+def _resume_is_path(cfg) -> bool:
+    r = cfg.resume
+    return isinstance(r, str) and r.lower() not in ("true", "false", "0", "1", "no", "yes", "")
+
+
+def _saved_config(run_dir: Path) -> DictConfig:
+    saved_path = run_dir / "config.yaml"
+    if not saved_path.exists():
+        raise ConfigError(f"resume: {run_dir} holds no config.yaml; it is not a run folder")
+    try:
+        saved_cfg = OmegaConf.load(saved_path)
+    except Exception as e:  # noqa: BLE001
+        raise ConfigError(f"resume: {saved_path} could not be read ({e}); start a new run") from None
+    try:  # fill keys the schema gained since the run started with their defaults
+        saved_cfg = to_schema(saved_cfg)
+    except ConfigError:
+        pass
+    return saved_cfg
+
+
+def _check_resume_config(run_dir: Path, cfg: DictConfig, only: set[str] | None = None) -> None:
+    """A resumed run must compute what the original computed: any differing key (but RESUME_IGNORED) fails, named.
+
+    `only`: compare just these keys (those the command line set explicitly, for resume=<run dir>)."""
+    saved = flatten(OmegaConf.to_container(_saved_config(run_dir), resolve=True))
+    now = flatten(OmegaConf.to_container(cfg, resolve=True))
+    diffs = _differing_keys(saved, now, only)
+    if diffs:
+        raise ConfigError(f"resume: the config differs from the run being resumed in: {', '.join(diffs)} "
+                          f"({_shown_diffs(saved, now, diffs)}); resume with the same overrides, or start a new run. "
+                          f"Only these keys may differ on resume: {', '.join(sorted(RESUME_IGNORED))}")
+
+
+def _differing_keys(saved: dict, now: dict, only: set[str] | None = None) -> list[str]:
+    """Flattened keys whose values differ (absent counts), but those in RESUME_IGNORED; `only`: just these keys."""
+    keys = set(saved) | set(now)
+    if only is not None:
+        keys = {k for k in keys if any(k == o or k.startswith(o + ".") for o in only)}
+    return sorted(k for k in keys if k not in RESUME_IGNORED and saved.get(k) != now.get(k))
+
+
+def _shown_diffs(saved: dict, now: dict, diffs: list[str]) -> str:
+    shown = "; ".join(f"{k}: {saved.get(k, '<absent>')!r} in the run, {now.get(k, '<absent>')!r} now" for k in diffs[:8])
+    return shown + (f" (and {len(diffs) - 8} more)" if len(diffs) > 8 else "")
+
+
+def _refuse_resuming_another_run(cfg: DictConfig, run_dir: Path) -> None:
+    """resume=true under a derived run name that names no run: the settings differ from the run meant to be
+    continued (its name would be this one otherwise). When the experiment folder holds runs of the same preset
+    and seed, refuse, naming how the closest one differs, instead of silently starting a new run."""
+    if cfg.run_name not in (None, "") or _resume_is_path(cfg) or (run_dir / "config.yaml").exists():
+        return
+    now = flatten(OmegaConf.to_container(cfg, resolve=True))
+    closest = None
+    for other in _same_preset_and_seed(run_dir.parent, cfg, exclude=run_dir):
+        try:
+            saved = flatten(OmegaConf.to_container(_saved_config(other), resolve=True))
+        except ConfigError:
+            continue
+        diffs = _differing_keys(saved, now)
+        if closest is None or len(diffs) < len(closest[2]):
+            closest = (other, saved, diffs)
+    if closest is None:
+        return
+    other, saved, diffs = closest
+    _drop_hydra_only_folder(run_dir)
+    how = (f"differs in: {', '.join(diffs)} ({_shown_diffs(saved, now, diffs)})" if diffs else
+           "differs only in keys that may change on resume (its name predates them being left out of names)")
+    raise ConfigError(f"resume=true: no run named {run_dir.name} in {run_dir.parent}, so nothing with these settings "
+                      f"can be continued. The run there with the same preset and seed closest to them, {other.name}, "
+                      f"{how}. To continue it, give the overrides it was started with, or resume={other}; to start "
+                      f"a new run with these settings, leave out resume=true. Only these keys may differ on resume: "
+                      f"{', '.join(sorted(RESUME_IGNORED))}")
+
+
+def _same_preset_and_seed(folder: Path, cfg: DictConfig, exclude: Path) -> list[Path]:
+    """Run folders in `folder` (their summary.json, else config.yaml, says so) with cfg's preset and seed."""
+    found = []
+    try:
+        children = sorted(p for p in folder.iterdir() if p.is_dir() and p != exclude)
+    except OSError:
+        return found
+    for d in children:
+        if not (d / "config.yaml").is_file():
+            continue
+        try:
+            s = json.loads((d / "summary.json").read_text())
+            algo, seed = s.get("algorithm"), s.get("seed")
+        except (OSError, ValueError, AttributeError):
+            try:
+                c = OmegaConf.load(d / "config.yaml")
+                algo, seed = OmegaConf.select(c, "algorithm.name"), OmegaConf.select(c, "seed")
+            except Exception:  # noqa: BLE001 - not a readable run folder
+                continue
+        if algo == cfg.algorithm.name and seed == cfg.seed:
+            found.append(d)
+    return found
+
+
+def _drop_hydra_only_folder(run_dir: Path) -> None:
+    """A run refused before it wrote anything: remove the folder Hydra made for it (only Hydra's files in it)."""
+    try:
+        if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {".hydra", "train.log"}:
+            shutil.rmtree(run_dir, ignore_errors=True)
+    except OSError:
+        pass
+
+
+def _checkpoint_to_resume(run_dir: Path) -> tuple[Path, dict] | None:
+    """The newest usable checkpoint at or below the last contiguous metrics row, read (not yet loaded); None when
+    the run has none. Checkpoints that are all unusable refuse the resume, so a run is never silently restarted."""
+    done = _contiguous_steps(read_jsonl(run_dir / "metrics.jsonl"))
+    try:
+        return checkpoint.read_latest(run_dir, max_step=done)
+    except checkpoint.NoUsableCheckpoint as e:
+        raise ConfigError(f"resume: none of the checkpoints in {run_dir / 'checkpoints'} can be resumed from ({e}); "
+                          f"nothing was changed. To start this run over from step 0, move or delete {run_dir} and run "
+                          f"the same command without resume=true; or keep it and start a new run with "
+                          f"run_name=<another name>") from None
+
+
+def _command_line_keys() -> set[str] | None:
+    """Keys (and config groups) set on the command line of this Hydra run, without the operational ones;
+    None when not run by Hydra (train() called with a composed config)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if not HydraConfig.initialized():
+            return None
+        task = list(HydraConfig.get().overrides.task)
+    except Exception:  # noqa: BLE001
+        return None
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        from rlcompare.train.app import conf_dir
+
+        groups = {p.name for p in Path(conf_dir()).iterdir() if p.is_dir()}
+    except Exception:  # noqa: BLE001
+        groups = set()
+    keys = set()
+    for o in OverridesParser.create().parse_overrides(task):
+        key = o.key_or_group
+        if key.startswith("hydra") or key in RESUME_IGNORED:
+            continue
+        keys.add(f"{key}.name" if key in groups else key)  # a preset: compare which one (its name), not every knob
+    return keys
+
+
+def _config_for_resume_from(run_dir: Path, cfg: DictConfig) -> DictConfig:
+    """resume=<run dir> from the command line: the run's own config, with the operational keys (RESUME_IGNORED)
+    from the command line. Settings given explicitly on the command line must agree with the run's."""
+    only = _command_line_keys()
+    if only is None:  # a full config was passed in: it must be the run's
+        _check_resume_config(run_dir, cfg)
+        return cfg
+    _check_resume_config(run_dir, cfg, only=only)
+    saved = _saved_config(run_dir)
+    for key in RESUME_IGNORED:
+        if OmegaConf.select(cfg, key, default="__absent__") != "__absent__":
+            OmegaConf.update(saved, key, OmegaConf.select(cfg, key), merge=False, force_add=True)
+    return validate(saved)
+
+
+
+
+def _completed_summary(run_dir: Path, cfg) -> dict | None:
+    """The summary of a run that completed its budget (its rows say so too), else None."""
+    try:
+        s = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(s, dict) or s.get("status") != "completed":
+        return None
+    rows = read_jsonl(run_dir / "metrics.jsonl")
+    n = _contiguous_steps(rows)
+    if n == 0 or n != len(rows) or n != s.get("steps"):
+        return None
+    state = {"step": n, "tokens": rows[-1].get("tokens/generated") or 0}
+    return s if _budget_spent(cfg, state) else None
+
+
+def _contiguous_steps(rows: list[dict]) -> int:
+    """The largest n such that rows hold steps 1..n, each once, in order."""
+    n = 0
+    for r in rows:
+        if r.get("step") != n + 1:
+            break
+        n += 1
+    return n
+
+
+# ----------------------------------------------------------------------------- preflight
+def model_context_length(cfg: DictConfig) -> int | None:
+    """The model's context (positions) from its config alone, without loading weights; None when unknown.
+
+    tiny: model.max_position_embeddings. hf: config.json of the local folder, or AutoConfig for a hub id
+    (from the local HF cache when offline). A name that resolves to nothing is a ConfigError."""
+    m = cfg.model
+    if m.kind == "tiny":
+        return int(m.max_position_embeddings)
+    path = str(m.name_or_path)
+    if os.path.isdir(path):
+        cfg_file = Path(path) / "config.json"
+        if not cfg_file.exists():
+            if (Path(path) / "adapter_config.json").exists():
+                return None  # a PEFT adapter folder: the base model's context is checked after loading
+            raise ConfigError(f"model.name_or_path={path!r} is a folder without config.json; point it at a saved "
+                              f"model (save_pretrained output) or a hub id")
+        try:
+            return context_from(json.loads(cfg_file.read_text()))
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"model.name_or_path={path!r}: config.json could not be read ({e})") from None
+    if os.path.exists(path):
+        raise ConfigError(f"model.name_or_path={path!r} is a file; give a model folder or a hub id")
+    try:
+        from transformers import AutoConfig
+
+        conf = AutoConfig.from_pretrained(path, trust_remote_code=bool(m.trust_remote_code))
+    except Exception as e:  # noqa: BLE001 - not found, offline without a cache, gated, ...
+        raise ConfigError(f"model.name_or_path={path!r} could not be resolved (not a local folder, and its config "
+                          f"could not be fetched from the hub or the local cache): {type(e).__name__}: {str(e)[:300]}") from None
+    return context_from(conf.to_dict())
+
+
+def _check_writable(path: Path, what: str) -> None:
+    why = why_not_creatable(str(path))  # the one writability check (rlcompare.config), as validate's for results_dir
+    if why is not None:
+        raise ConfigError(f"{what} {str(path)!r} is not writable ({why}); choose a folder you can write, "
+                          f"e.g. results_dir=./results")
+
+
+def preflight(cfg: DictConfig, run_dir: Path | None = None):
+    """Checks that need more than the config but nothing heavy: build the prompt set and the verifier, read the
+    model's context length, check the run folder is writable. Raises ConfigError naming the key.
+    Returns (prompt splits, verifier) so that the trainer does not build them again."""
+    from rlcompare.data.verifier_probe import build_prompt_set, build_run_verifier
+
+    splits = build_prompt_set(cfg)
+    verifier = build_run_verifier(cfg)
+    ctx = model_context_length(cfg)
+    check_fits_context(cfg.budget, ctx, f"({ctx} positions, from model.name_or_path={cfg.model.name_or_path!r}'s config)")
+    _probe_verifier(cfg, splits, verifier)
+    if run_dir is not None:
+        _check_writable(run_dir, "the run folder")
+    return splits, verifier
+
+
+def _probe_verifier(cfg: DictConfig, splits, verifier) -> None:
+    """The verifier must score a few of the prompt set's reference answers correct (rlcompare.data.verifier_probe)."""
+    from rlcompare.data.verifier_probe import check_verifier_reads_prompts
+
+    try:
+        warning = check_verifier_reads_prompts(cfg, splits, verifier)
+    except ConfigError:
+        verifier.close()  # its worker processes, if the probe started any
+        raise
+    if warning:
+        print(f"[rlcompare] {warning}", file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------- SIGTERM
+class _SigtermGuard:
+    """SIGTERM -> Terminated. While `defer` is on (inside the loop, checkpointing on), the handler only records the
+    termination (summary failed) and sets `requested`; the loop saves a checkpoint at the end of the step in flight
+    and raises. A second SIGTERM raises at once. Inside `no_interrupt()` nothing is raised until the block ends."""
+
+    def __init__(self, on_signal):
+        self.requested = False
+        self.defer = False
+        self.received = 0  # SIGTERMs so far
+        self._held = False
+        self._on_signal = on_signal
+        self._prev = None
+        self._installed = False
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._prev = signal.signal(signal.SIGTERM, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc):
+        if self._installed:
+            signal.signal(signal.SIGTERM, self._prev if self._prev is not None else signal.SIG_DFL)
+        return False
+
+    @contextlib.contextmanager
+    def no_interrupt(self):
+        """A block SIGTERM does not cut (writing a row and the counters that go with it): a SIGTERM in it is acted
+        on when it ends, as it would have been at once (deferred only for a first one while `defer` is on)."""
+        before = self.received
+        self._held = True
+        try:
+            yield
+        finally:
+            self._held = False
+        if self.received > before and (not self.defer or self.received > 1):
+            raise Terminated()
+
+    def _handle(self, signum, frame):
+        self.received += 1
+        if self._held or (self.defer and not self.requested):
+            if not self.requested:
+                self.requested = True
+                try:
+                    self._on_signal()
+                except Exception:  # noqa: BLE001 - recording is best effort; the loop will record again
+                    pass
+            return
+        raise Terminated()
+
+
+# ----------------------------------------------------------------------------- the run
+def _quiet_libraries() -> None:
+    """transformers' per-load progress bars drown our own; its warnings still show."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except Exception:
+        pass
+
+
+def train(cfg: DictConfig | dict) -> dict:
+    """Run one training job; returns the summary dict (also written to summary.json)."""
+    from rlcompare.train.trainer import resolve_run_dir
+
+    _quiet_libraries()
+    cfg = validate(cfg)
+    run_dir = resolve_run_dir(cfg)
+    if _resume_requested(cfg):
+        if _resume_is_path(cfg) and not run_dir.is_dir():
+            raise ConfigError(f"resume={cfg.resume!r}: no run folder there; pass the folder of the run to continue "
+                              f"(results/<experiment>/<run name>) or resume=true with the run's overrides")
+        _refuse_resuming_another_run(cfg, run_dir)
+    with run_lock.acquire(run_dir):  # one writer per run folder, from before anything in it is read
+        return _train_locked(cfg, run_dir)
+
+
+def _train_locked(cfg: DictConfig, run_dir: Path) -> dict:
+    """train() once this process holds the run folder."""
+    from rlcompare.train.trainer import Trainer
+
+    resuming = _resume_requested(cfg)
+    if resuming:
+        if (run_dir / "config.yaml").exists():
+            if _resume_is_path(cfg):
+                _drop_stray_hydra_dir(run_dir)
+                cfg = _config_for_resume_from(run_dir, cfg)
+            else:
+                _check_resume_config(run_dir, cfg)
+            done = _completed_summary(run_dir, cfg)
+            if done is not None:  # nothing left to do: keep the results as they are
+                print(f"[rlcompare] resume: {run_dir} already completed its budget ({done.get('steps')} steps); nothing to do",
+                      file=sys.stderr)
+                atomic_write_json(run_dir / "summary.json", done)
+                return done
+        elif _resume_is_path(cfg):
+            raise ConfigError(f"resume: {run_dir} holds no config.yaml; it is not a run folder")
+        else:
+            print(f"[rlcompare] resume=true: no run in {run_dir} yet; starting a new one", file=sys.stderr)
+    elif read_jsonl(run_dir / "metrics.jsonl"):
+        raise ConfigError(f"{run_dir} already holds a run; pass resume=true to continue it, or set run_name/experiment for a new one")
+    splits, verifier = preflight(cfg, run_dir)
+    found = _checkpoint_to_resume(run_dir) if resuming else None  # before the model loads: refuse early
+
+    t_wall = time.time()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    summary: dict[str, Any] = {"status": "running", "error": None, "run_name": run_dir.name, "experiment": cfg.experiment,
+                               "algorithm": cfg.algorithm.name, "seed": cfg.seed, "run_dir": str(run_dir),
+                               "sweep": resolved["sweep"], "pid": os.getpid()}
+    atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    atomic_write_json(run_dir / "summary.json", summary)
+
+    tr = writer = pbar = recorded = None
+    logger = NullLogger()
+
+    def record_sigterm():
+        atomic_write_json(run_dir / "summary.json", {**summary, "status": "failed", "error": SIGTERM_ERROR})
+
+    with _SigtermGuard(record_sigterm) as term:
+        try:
+            tr = Trainer(cfg, run_dir, splits=splits, verifier=verifier)  # heavy: warm start, model load
+            ckpt = None
+            if found is not None:
+                ckpt, blob = found
+                try:
+                    checkpoint.load(tr, ckpt, blob)
+                except (RuntimeError, KeyError, TypeError, ValueError) as e:  # read back, but not this run's
+                    raise ConfigError(f"resume: checkpoint {ckpt} does not fit this run ({type(e).__name__}: "
+                                      f"{str(e)[:300]}); its rows and checkpoints are kept. Start a new run with "
+                                      f"run_name=<another name>") from None
+                del blob, found
+            if ckpt is not None:
+                step = tr.state["step"]
+                tr.log(f"[rlcompare] resuming {run_dir} from step {step} ({ckpt.name})")
+                for name in ROW_FILES:
+                    dropped = truncate_jsonl(run_dir / name, lambda r: r.get("step", 0) <= step)
+                    if dropped:
+                        tr.log(f"[rlcompare] {name}: dropped {dropped} row(s) written after the checkpoint")
+            else:
+                if resuming:
+                    tr.log(f"[rlcompare] resume: no checkpoint in {run_dir}; starting the run from the beginning")
+                _clear_run_outputs(run_dir)
+            writer = RunWriter(run_dir)
+            writer.write_json("fingerprint.json", fingerprint(cfg, tr))
+            if cfg.logger.name == "wandb" and cfg.logger.mode != "disabled":
+                prev = {}
+                if ckpt is not None and (run_dir / "wandb_id.txt").exists():
+                    prev = {"resume_id": (run_dir / "wandb_id.txt").read_text().strip()}
+                logger = WandbLogger(cfg.logger, run_dir, run_dir.name, resolved, **prev)
+                writer.write_text("wandb_id.txt", logger.id + "\n")
+                if prev and logger.replay(run_dir, through=tr.state["step"]):
+                    tr.log(f"[rlcompare] W&B: logged the rows it had lost up to step {tr.state['step']} from the run folder")
+
+            recorded = dict(tr.state)  # the counters as of the last row written: what summary.json reports
+
+            def do_eval():
+                ev, samples = tr.evaluate()
+                row = {"step": tr.state["step"], "tokens/generated": tr.state["tokens"], **ev, "time/elapsed_s": tr.state["elapsed"]}
+                writer.evals.write(row)
+                for s in samples:
+                    writer.samples.write(s)
+                logger.log(row, step=tr.state["step"])
+                logger.log_samples(samples, step=tr.state["step"])
+                acc = ev["eval/accuracy"]
+                if tr.state["eval_initial"] is None:
+                    tr.state["eval_initial"] = acc
+                tr.state["eval_best"] = acc if tr.state["eval_best"] is None else max(tr.state["eval_best"], acc)
+                tr.state["eval_last"] = acc
+                recorded.update(eval_initial=tr.state["eval_initial"], eval_best=tr.state["eval_best"], eval_last=acc)
+                return acc
+
+            if tr.state["step"] == 0:
+                do_eval()
+            pbar = _progress(cfg, tr)
+            every = cfg.trainer.checkpoint_every
+            term.defer = bool(every)
+            while not _budget_spent(cfg, tr.state):
+                row = tr.step()
+                with term.no_interrupt():  # the row and the counters summary.json reports go together
+                    writer.metrics.write(row)
+                    recorded.clear()
+                    recorded.update(tr.state)
+                logger.log(row, step=tr.state["step"])
+                last = _budget_spent(cfg, tr.state)
+                if tr.state["step"] % cfg.trainer.eval_every == 0 or last:
+                    do_eval()
+                if pbar is not None:
+                    pbar.update(1)
+                    pbar.set_postfix(reward=f"{_num(row.get('reward/mean')):.3f}", acc=f"{_num(tr.state['eval_last']):.3f}",
+                                     tok_s=f"{row['perf/tokens_per_s']:.0f}", tokens=tr.state["tokens"])
+                if tr.state["bad_in_row"] >= cfg.trainer.max_bad_steps:
+                    raise FloatingPointError(_bad_steps_message(cfg, tr.state))
+                saved = False
+                if every and tr.state["step"] % every == 0:
+                    checkpoint.save(tr, cfg.trainer.keep_checkpoints)
+                    saved = True
+                if term.requested:
+                    if not saved:
+                        checkpoint.save(tr, cfg.trainer.keep_checkpoints)
+                    raise Terminated(checkpoint_step=tr.state["step"])
+            term.defer = False
+            summary.update(status="completed")
+        except BaseException as e:  # record the failure, keep everything written so far, re-raise
+            term.defer = False
+            if isinstance(e, Terminated):
+                err = SIGTERM_ERROR + (f"; checkpoint saved at step {e.checkpoint_step}, continue with resume=true"
+                                       if e.checkpoint_step is not None else "")
+            else:
+                err = f"{type(e).__name__}: {e}"
+            summary.update(status="failed", error=err, traceback=traceback.format_exc(limit=8))
+            try:
+                _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code=1, state=recorded)
+            except Exception as fe:  # noqa: BLE001 - never hide the run's own error behind a bookkeeping one
+                print(f"[rlcompare] could not record the failure in {run_dir}: {type(fe).__name__}: {fe}", file=sys.stderr)
+            raise
+    _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code=0, state=recorded)
+    return summary
+
+
+def _drop_stray_hydra_dir(run_dir: Path) -> None:
+    """`rlcompare train resume=<run dir>`: Hydra made an output folder for this command before train() ran; when it
+    is not the run folder and holds only Hydra's own files, remove it (the run continues in <run dir>)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if not HydraConfig.initialized():
+            return
+        out = Path(HydraConfig.get().runtime.output_dir)
+    except Exception:  # noqa: BLE001
+        return
+    if out.resolve() == Path(run_dir).resolve() or not out.is_dir():
+        return
+    if {p.name for p in out.iterdir()} <= {".hydra", "train.log"}:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _num(v) -> float:
+    return float("nan") if v is None else float(v)
+
+
+def _bad_steps_message(cfg, state) -> str:
+    step, what = state.get("last_bad") or (state["step"], "value")
+    n = state["bad_in_row"]
+    first = step - n + 1
+    where = f"step {step}" if n == 1 else f"steps {first}-{step}"
+    return (f"training stopped at step {step}: non-finite {what} ({where}: {n} update(s) in a row skipped; "
+            f"trainer.max_bad_steps={cfg.trainer.max_bad_steps}). The rows before are in metrics.jsonl. "
+            f"Lower trainer.lr, check the verifier's rewards, or raise trainer.max_bad_steps")
+
+
+def _clear_run_outputs(run_dir: Path) -> None:
+    """Starting from step 0 in a folder that may hold leftovers (a run killed before its first checkpoint)."""
+    for name in (*ROW_FILES, "wandb_id.txt", "fingerprint.json"):
+        (run_dir / name).unlink(missing_ok=True)
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+
+
+def _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code, state=None):
+    """`state`: the trainer's counters as of the last metrics row written (default: its current ones)."""
+    if pbar is not None:
+        try:
+            pbar.close()
+        except Exception:  # noqa: BLE001
+            pass
+    summary["wall_time_s"] = time.time() - t_wall
+    if tr is not None:
+        s = state if state is not None else tr.state
+        summary.update({"steps": s["step"], "tokens/generated": s["tokens"],
+                        "train_time_s": s["elapsed"], "eval/accuracy_initial": s["eval_initial"],
+                        "eval/accuracy_final": s["eval_last"], "eval/accuracy_best": s["eval_best"],
+                        "optim/skipped_updates": s["skipped_updates"], "verifier/errors": s["verifier_errors"],
+                        "init_weights_hash": tr.policy.init_hash})
+        summary["warm_start_origin"] = tr.policy.warm_start_origin  # shipped | cached | computed; null for hf
+    summary.pop("pid", None)
+    atomic_write_json(Path(run_dir) / "summary.json", summary)
+    if writer is not None:
+        writer.close()
+    try:
+        logger.summary({k: v for k, v in summary.items() if k not in ("traceback",)})
+        logger.finish(exit_code=exit_code)
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _progress(cfg, tr):
+    if not cfg.trainer.progress:
+        return None
+    from tqdm.auto import tqdm
+
+    total = cfg.budget.max_steps
+    interactive = sys.stderr.isatty()
+    return tqdm(total=total, initial=tr.state["step"], desc=f"{cfg.algorithm.name} s{cfg.seed}", unit="step",
+                file=sys.stderr, dynamic_ncols=True, leave=True, mininterval=0.5 if interactive else 30.0)

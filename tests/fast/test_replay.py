@@ -1,0 +1,374 @@
+"""The update rebuilt from the sampler's projections (`rlcompare.fast.replay`) gives the gradient of the ordinary
+forward, skips exactly the rows that carry no gradient, and is used only where it is exact.
+
+The reference in every test is the ordinary update path: `grouped_sequence_logits` (transformers' forward)
+differentiated by autograd.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlcompare.fast import replay, static_decode
+from rlcompare.config import validate
+from rlcompare.fast.replay import can_replay, replay_logits
+from rlcompare.rollout import grouped_sequence_logits, left_pad, sample, token_logp
+from rlcompare.train.trainer import Trainer
+from test_static_decode import CASES, PROMPTS, TOK, _model
+
+G = 8
+KW = dict(max_new_tokens=24, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id, repeats=G)
+
+
+def _eos_model(arch="llama", **extra):
+    """A tiny model whose LM head has a bias making EOS likely (~4 % a token): rows end early and leave the decoder."""
+    model = _model(arch, **{**CASES.get(arch, (arch, {}))[1], **extra})
+    head = torch.nn.Linear(model.lm_head.in_features, model.lm_head.out_features, bias=True)
+    with torch.no_grad():
+        head.weight.copy_(model.lm_head.weight)
+        head.bias.zero_()
+        head.bias[TOK.eos_token_id] = 1.5
+    model.lm_head = head
+    return model
+
+
+def _rollout(model, seed=0, record=True):
+    pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
+    comp = sample(model, pi, pm, generator=torch.Generator().manual_seed(seed), record=record, **KW)
+    return pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0), comp
+
+
+def _loss(logits, comp, adv):
+    """GRPO-style token-mean loss on the sampled tokens (any function of the logits would do)."""
+    lp = token_logp(logits, comp.ids) * comp.mask
+    return -(adv[:, None] * lp).sum() / comp.mask.sum()
+
+
+def _grads(model, logits_fn, comp, adv):
+    model.zero_grad(set_to_none=True)
+    logits = logits_fn()
+    _loss(logits, comp, adv).backward()
+    return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def _ordinary_and_replay(model, record, rows, pi, pm, comp, adv):
+    """(logits, gradients) of the ordinary forward, then of the replay, for the rollout rows `rows`."""
+    model.train()
+    want = _grads(model, lambda: grouped_sequence_logits(model, pi, pm, comp.ids, comp.mask, group_size=G), comp, adv)
+    got = _grads(model, lambda: replay_logits(model, record, rows, pi, pm, comp.ids, group_size=G), comp, adv)
+    return want, got
+
+
+def _assert_same_grads(got, want, *, floor=0.0, eps=0.0):
+    """Each gradient to 1e-5 of its scale (raised to `floor` x the largest gradient's), plus `eps`."""
+    top = max(float(g.abs().max()) for g in want.values())
+    for name, g in want.items():
+        scale = max(float(g.abs().max()), floor * top)
+        torch.testing.assert_close(got[name], g, atol=1e-5 * scale + eps, rtol=0, msg=lambda s: f"{name}: {s}")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_replay_gives_the_gradient_of_the_ordinary_forward(case):
+    arch, extra = CASES[case]
+    model = _eos_model(arch, **extra)
+    pi, pm, comp = _rollout(model)
+    rec = comp.record
+    assert isinstance(rec, static_decode.ProjectionRecord)
+    assert rec.rows is not None and 0 < len(rec.rows) < 3 * G  # some rows ended early and left the decoder
+    adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(1))
+    adv[G:2 * G] = 0.0  # one group without gradient: its rows are skipped in the backward
+    (want_logits, want), (got_logits, got) = _ordinary_and_replay(model, rec, torch.arange(3 * G), pi, pm, comp, adv)
+    m = comp.mask.bool()
+    torch.testing.assert_close(got_logits[m], want_logits[m], atol=1e-5, rtol=0)
+    # a gradient that is zero in exact arithmetic (the key bias: softmax ignores a shift shared by all keys) is
+    # float noise, held to 1e-8 of the largest gradient
+    _assert_same_grads(got, want, floor=1e-3)
+
+
+def test_long_rows_take_the_fused_attention_kernel_with_the_same_gradient(monkeypatch):
+    """Scores above `_EXPLICIT_ATTENTION_BYTES` go to `scaled_dot_product_attention` with the boolean mask (no
+    `[B, heads, T, S]` additive mask is built); the gradient is the ordinary forward's there too."""
+    monkeypatch.setattr(replay, "_EXPLICIT_ATTENTION_BYTES", 0)
+    calls = []
+    sdpa = replay.F.scaled_dot_product_attention
+    monkeypatch.setattr(replay.F, "scaled_dot_product_attention",
+                        lambda *a, **k: calls.append(k["attn_mask"].dtype) or sdpa(*a, **k))
+    model = _eos_model()  # Llama with grouped key/value heads (4 query heads, 2 key/value heads)
+    pi, pm, comp = _rollout(model)
+    calls.clear()  # the sampler's own calls
+    adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(1))
+    model.train()
+    want = _grads(model, lambda: grouped_sequence_logits(model, pi, pm, comp.ids, comp.mask, group_size=G), comp, adv)[1]
+    calls.clear()
+    got = _grads(model, lambda: replay_logits(model, comp.record, torch.arange(3 * G), pi, pm, comp.ids, group_size=G),
+                 comp, adv)[1]
+    assert calls and set(calls) == {torch.bool}
+    _assert_same_grads(got, want, floor=1e-3)
+
+
+@pytest.mark.parametrize("groups", [(2, 0), (1, 2, 0)], ids=["subset", "all-shuffled"])
+def test_a_subset_of_groups_in_any_order_replays_its_own_rows(groups):
+    """A subset of the groups (the record is gathered) or all of them shuffled, as one mini-batch is (replayed
+    in the record's order, the logits put back in the batch's order)."""
+    model = _eos_model()
+    pi, pm, comp = _rollout(model)
+    rows = torch.cat([torch.arange(i * G, (i + 1) * G) for i in groups])
+    adv = torch.randn(len(rows), generator=torch.Generator().manual_seed(2))
+    sub = type(comp)(comp.ids[rows], comp.mask[rows], comp.logp[rows], comp.truncated[rows], comp.lengths[rows])
+    (_, want), (_, got) = _ordinary_and_replay(model, comp.record, rows, pi[rows], pm[rows], sub, adv)
+    _assert_same_grads(got, want)
+
+
+def test_the_backward_computes_only_rows_with_a_gradient(monkeypatch):
+    """Projection-backward FLOPs, counted by hand: 2 (dX) + 2 (dW) FLOPs per weight per live token row. Live: the
+    real prompt tokens of the groups with a gradient, and, in their completions, every fed token that precedes a
+    real token (a completion of n tokens feeds n - 1 of them)."""
+    monkeypatch.setattr(replay, "_FLOP_PER_BYTE", {"cpu": 0.0})  # skip dead rows however few (see the next test)
+    model = _eos_model("qwen2")  # biases too
+    pi, pm, comp = _rollout(model)
+    adv = torch.zeros(3 * G)
+    adv[2 * G:] = torch.linspace(-1, 1, G)  # only group 2 has a gradient
+    flops = []
+    replay.flop_listener = flops.append
+    try:
+        model.train()
+        logits = replay_logits(model, comp.record, torch.arange(3 * G), pi, pm, comp.ids, group_size=G)
+        n_forward = len(flops)  # attention and LM head, counted when the forward is built
+        _loss(logits, comp, adv).backward()
+    finally:
+        replay.flop_listener = None
+    weights = sum(m.weight.numel() for layer in model.model.layers for mods in static_decode.projection_modules(layer) for m in mods)
+    prompt_tokens = len(PROMPTS[2])
+    completion_tokens = int((comp.lengths[2 * G:] - 1).clamp(min=0).sum())
+    assert sum(flops[n_forward:]) == 4.0 * weights * (prompt_tokens + completion_tokens)
+
+
+def test_dead_rows_are_skipped_only_when_that_saves_more_than_the_copies():
+    """100 rows, 128 -> 128 projection, 15 FLOP per byte: a dead row saves 4 * 128 * 128 = 65,536 FLOPs, a live
+    one costs 15 * 8 * 256 = 30,720 in copies. 10 dead rows: 655,360 < 90 * 30,720 -> dense. 50 dead:
+    3,276,800 > 50 * 30,720 = 1,536,000 -> gather."""
+    live = replay._LiveRows()
+    assert live.pick(128, 128, 0.0) is None  # not known yet: every row
+    live.set(torch.arange(100) < 90)
+    assert live.pick(128, 128, 15.0) is None
+    live.set(torch.arange(100) % 2 == 0)
+    assert torch.equal(live.pick(128, 128, 15.0), torch.arange(0, 100, 2))
+    live.set(torch.ones(100, dtype=torch.bool))
+    assert live.pick(4096, 4096, 0.0) is None  # nothing dead: nothing to skip
+
+
+@pytest.mark.parametrize("split", [["trainer.updates_per_rollout=1"],
+                                   ["trainer.updates_per_rollout=2", "trainer.micro_batch_size=4"]])
+def test_the_first_update_runs_no_forward_projection_and_moves_the_weights_the_same(compose, tmp_path, split):
+    """Trainer level. With the replay the policy's projections are never called during the first update (the
+    sampler computed them; with 2 mini-batches of 2 groups, in micro-batches of one group, the second mini-batch
+    runs the ordinary forward: 4 layers' worth of calls instead of 8); the first gradient AdamW receives is the
+    ordinary one."""
+
+    def run(name, *extra):
+        tr = Trainer(validate(compose(*split, *extra)), tmp_path / name)
+        b = tr.collect()["batch"]
+        b["rewards"] = torch.linspace(0, 1, len(b["rewards"]))  # every group informative
+        calls = []
+        hooks = [m.register_forward_hook(lambda *a: calls.append(1)) for m in tr.policy.model.modules()
+                 if isinstance(m, torch.nn.Linear) and m is not tr.policy.model.lm_head]
+        grads = []
+        step = tr.opt.step
+
+        def recording_step(*a, **kw):
+            grads.append([p.grad.detach().clone() for p in tr.params])
+            return step(*a, **kw)
+
+        tr.opt.step = recording_step
+        up = tr.update(b, tr.advantages(b), None)
+        for h in hooks:
+            h.remove()
+        return tr, b, up, len(calls), grads[0]
+
+    ref, b_ref, up_ref, calls_ref, g_ref = run("ordinary", "trainer.update_from_rollout=false")
+    fast, b_fast, up_fast, calls_fast, g_fast = run("replay")
+    assert ref.replay_off == "trainer.update_from_rollout=false" and fast.replay_off is None
+    assert b_ref["comp"].record is None and b_fast["comp"].record is not None
+    assert torch.equal(b_ref["comp"].ids, b_fast["comp"].ids)  # same seed, same batch
+    assert calls_ref > 0 and calls_fast == (0 if split == ["trainer.updates_per_rollout=1"] else calls_ref // 2)
+    for g, h in zip(g_ref, g_fast):
+        torch.testing.assert_close(h, g, atol=1e-5 * float(g.abs().max()) + 1e-12, rtol=0)
+    for k in ("loss/policy", "policy/entropy", "objective_per_token", "clip_frac_low", "ratio_mean"):
+        assert abs(up_fast[k] - up_ref[k]) < 1e-5, k
+
+
+def test_a_record_is_reused_when_its_shapes_match():
+    model = _eos_model()
+    _, _, first = _rollout(model, seed=0)
+    for buf in [t for layer in first.record.prompt + first.record.completion for t in layer if t is not None]:
+        buf.fill_(float("nan"))  # stale values must never reach the update: NaN would show
+    pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
+    second = sample(model, pi, pm, generator=torch.Generator().manual_seed(5), record=first.record, **KW)
+    assert second.record is first.record and not torch.equal(second.ids, first.ids)
+    rec = second.record
+    assert rec.rows is not None and len(rec.rows) < 3 * G  # rows left the decoder: their later positions unwritten
+    fed = second.ids.shape[1] - 1
+    for buf in ([t for layer in rec.prompt for t in layer if t is not None]
+                + [t[:, :fed] for layer in rec.completion for t in layer if t is not None]):
+        assert bool(torch.isfinite(buf).all())  # written by this rollout, or zeroed when the row left
+    pir, pmr = pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0)
+    adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(3))
+    (_, want), (_, got) = _ordinary_and_replay(model, rec, torch.arange(3 * G), pir, pmr, second, adv)
+    _assert_same_grads(got, want)
+    longer = sample(model, pi, pm, generator=torch.Generator().manual_seed(5), record=first.record,
+                    **{**KW, "max_new_tokens": 30})
+    assert longer.record is not first.record  # other shapes: a new record
+
+
+def test_replay_is_off_where_it_would_not_be_exact():
+    from peft import LoraConfig, get_peft_model
+
+    assert can_replay(_model("llama"), 40) is None
+    assert "GPT2LMHeadModel" in can_replay(_model("gpt2", n_embd=32, n_layer=1, n_head=2), 40)
+    assert can_replay(_model("llama"), 40, autocast_dtype=torch.bfloat16) == "autocast"
+    assert can_replay(_model("llama"), 40, gradient_checkpointing=True) == "gradient checkpointing"
+    assert can_replay(_model("llama", attention_dropout=0.1), 40) == "attention dropout"
+    assert "bfloat16" in can_replay(_model("llama").to(torch.bfloat16), 40)
+    lora = get_peft_model(_model("llama"), LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM"))
+    assert "LoRA" in can_replay(lora, 40)
+    # and the sampler keeps no record where the decoder is transformers' own
+    pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
+    assert sample(_model("llama"), pi, pm, record=True, kv_cache="dynamic", **{**KW, "max_new_tokens": 4}).record is None
+
+
+def test_a_single_new_token_replays_from_the_prompt_alone():
+    model = _eos_model()
+    pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
+    comp = sample(model, pi, pm, generator=torch.Generator().manual_seed(0), record=True, **{**KW, "max_new_tokens": 1})
+    assert comp.ids.shape[1] == 1 and comp.record.completion[0][0].shape[0] == 0  # no token is ever fed
+    pir, pmr = pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0)
+    adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(4))
+    (_, want), (_, got) = _ordinary_and_replay(model, comp.record, torch.arange(3 * G), pir, pmr, comp, adv)
+    _assert_same_grads(got, want, eps=1e-12)
+
+
+def _mlp_inputs(model, ids, mask):
+    """Each layer's MLP input `[B, T, H]` in transformers' own forward of `ids` (left-padded by `mask`)."""
+    seen = []
+    hooks = [layer.mlp.register_forward_hook(lambda mod, args, out: seen.append(args[0].detach()))
+             for layer in model.model.layers]
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0), use_cache=False)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
+
+
+def test_the_record_holds_the_mlp_activations_instead_of_gate_and_up():
+    """For every position the sampler fed, the record holds silu(g), silu(g) * u and u * silu'(g) of the model's
+    own gate and up outputs g, u (silu(g) = g s, silu'(g) = s (1 + g (1 - s)), s = sigmoid(g), written out here),
+    and keeps no gate/up outputs."""
+    model = _eos_model()
+    pi, pm, comp = _rollout(model)
+    rec = comp.record
+    P, T1 = pi.shape[1], rec.completion[0][static_decode.ACT].shape[0]  # [T1, B, width], time-major
+    ids = torch.cat([pi, comp.ids[:, :T1]], 1)
+    mask = torch.cat([pm, torch.ones_like(comp.ids[:, :T1])], 1)
+    real = pm[::G].bool()  # prompt tokens (the prompt record has one row per prompt)
+    fed = torch.arange(T1)[None] < (comp.lengths - 1)[:, None]  # completion tokens fed while their row decoded
+    assert 0 < int(fed.sum()) < fed.numel()
+    for li, h in enumerate(_mlp_inputs(model, ids, mask)):
+        assert rec.prompt[li][static_decode.GATE_UP] is None and rec.completion[li][static_decode.GATE_UP] is None
+        mlp = model.model.layers[li].mlp
+        with torch.no_grad():
+            g, u = mlp.gate_proj(h), mlp.up_proj(h)
+        s = torch.sigmoid(g)
+        want = {static_decode.ACT: g * s, static_decode.GATED: g * s * u,
+                static_decode.GATE_GRAD: u * s * (1 + g * (1 - s))}
+        for slot, w in want.items():
+            torch.testing.assert_close(rec.prompt[li][slot][real], w[::G, :P][real], atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(rec.completion[li][slot].transpose(0, 1)[fed], w[:, P:][fed], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("case", ["llama-gqa", "qwen2-bias", "qwen3-qk-norm"])
+def test_the_record_holds_queries_and_keys_roped_except_for_qwen3(case):
+    """The record's q/k/v rows are the model's own projections (q_proj, k_proj, v_proj hooked in transformers'
+    forward), with q and k roped by transformers' `apply_rotary_pos_emb` at each token's position, except for
+    Qwen3, whose per-head q/k norms need their inputs: there q and k are as projected. v is never roped."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    arch, extra = CASES[case]
+    model = _eos_model(arch, **extra)
+    pi, pm, comp = _rollout(model)
+    rec = comp.record
+    assert rec.qk_roped == (arch != "qwen3")
+    T1 = rec.completion[0][static_decode.QKV].shape[0]
+    ids = torch.cat([pi, comp.ids[:, :T1]], 1)
+    mask = torch.cat([pm, torch.ones_like(comp.ids[:, :T1])], 1)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    outs = {}
+    attn0 = model.model.layers[0].self_attn
+    hooks = [getattr(attn0, f"{n}_proj").register_forward_hook(lambda m, a, o, n=n: outs.__setitem__(n, o.detach()))
+             for n in "qkv"]
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
+            cos, sin = model.model.rotary_emb(outs["q"], pos)
+    finally:
+        for h in hooks:
+            h.remove()
+    nh, kvh, hd = static_decode.head_dims(model.config)
+    B, L = ids.shape
+    q, k = outs["q"].view(B, L, nh, hd).transpose(1, 2), outs["k"].view(B, L, kvh, hd).transpose(1, 2)
+    if rec.qk_roped:
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+    want = torch.cat([q.transpose(1, 2).reshape(B, L, -1), k.transpose(1, 2).reshape(B, L, -1), outs["v"]], -1)
+    P = pi.shape[1]
+    real = pm[::G].bool()
+    fed = torch.arange(T1)[None] < (comp.lengths - 1)[:, None]
+    torch.testing.assert_close(rec.prompt[0][static_decode.QKV][real], want[::G, :P][real], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(rec.completion[0][static_decode.QKV].transpose(0, 1)[fed], want[:, P:][fed],
+                               atol=1e-5, rtol=1e-4)
+
+
+def test_the_replay_runs_no_silu():
+    """The MLP's SiLU work is the sampler's (`test_the_record_holds_...`): the replay's forward and backward
+    run no `silu` or `silu_backward`."""
+    model = _eos_model()
+    pi, pm, comp = _rollout(model)
+    model.train()
+    adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(1))
+    with torch.profiler.profile() as prof:
+        logits = replay_logits(model, comp.record, torch.arange(3 * G), pi, pm, comp.ids, group_size=G)
+        _loss(logits, comp, adv).backward()
+    names = {e.name for e in prof.events()}
+    assert "aten::mm" in names and not names & {"aten::silu", "aten::silu_", "aten::silu_backward"}
+
+
+def test_a_batch_that_ends_before_the_limit_replays_from_a_copy_of_its_positions():
+    """Every row ends before `max_new_tokens` (a model with EOS about 1 token in 3, 40 tokens allowed), so the
+    record's buffers have positions past the batch's last token: the replay reads only the batch's own positions
+    (a copy, not the buffers in place) and still gives the ordinary gradient."""
+    model = _eos_model()
+    with torch.no_grad():
+        model.lm_head.bias[TOK.eos_token_id] = 4.0
+    pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
+    comp = sample(model, pi, pm, generator=torch.Generator().manual_seed(0), record=True, **{**KW, "max_new_tokens": 40})
+    assert 1 < comp.ids.shape[1] < 40 and comp.ids.shape[1] - 1 < comp.record.n_fed
+    adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(4))
+    (want_logits, want), (got_logits, got) = _ordinary_and_replay(
+        model, comp.record, torch.arange(3 * G), pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0), comp, adv)
+    m = comp.mask.bool()
+    torch.testing.assert_close(got_logits[m], want_logits[m], atol=1e-5, rtol=0)
+    _assert_same_grads(got, want, floor=1e-3)
+
+
+@pytest.mark.parametrize("extra, reads", [(["trainer.updates_per_rollout=1"], False), (["trainer.updates_per_rollout=2"], True),
+                                          (["trainer.updates_per_rollout=2", "trainer.recompute_old_logp=true"], False),
+                                          (["algorithm=ppo", "trainer.updates_per_rollout=1"], True)])
+def test_the_sampler_keeps_log_probs_only_where_they_are_read(compose, tmp_path, extra, reads):
+    """One update per batch is on-policy and takes its old log-probs from its own forward, so the sampler skips
+    them; several updates take the sampler's as old log-probs (unless recomputed), PPO's KL penalty in the reward
+    reads them. A batch without them that needed them would fail its update."""
+    tr = Trainer(validate(compose(*extra)), tmp_path / "run")
+    comp = tr.collect()["batch"]["comp"]
+    assert (comp.logp is not None) == reads
+    tr.step()  # the update runs with what the sampler kept
