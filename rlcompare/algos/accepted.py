@@ -60,6 +60,12 @@ SURROGATE_DEFAULTS = {
 }
 # group_advantages(scale=...): group (GRPO), batch (Lite PPO), batch-centered (ScaleRL), none (Dr. GRPO)
 GROUP_SCALES = ("group", "batch", "batch-centered", "none")
+# the advantage estimators (trainer dispatch; docs/algorithms.md §2) and the scales each accepts:
+# group_advantages' GROUP_SCALES; rloo: none; gae: PPO's batch whitening or none; reinforce_pp: whitened always
+ADVANTAGE_ESTIMATORS = ("group", "rloo", "gae", "reinforce_pp")
+ESTIMATOR_SCALES = {"group": GROUP_SCALES, "rloo": ("none",), "gae": ("whiten", "none"), "reinforce_pp": ("whiten",)}
+# where the KL penalty enters: a loss term, or subtracted from the reward before the advantages
+KL_PLACEMENTS = ("in_loss", "in_reward")
 # reinforce_pp_advantages(baseline=...): none (REINFORCE++, k = 1), group (REINFORCE++-baseline, k > 1)
 REINFORCE_PP_BASELINES = ("none", "group")
 

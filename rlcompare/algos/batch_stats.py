@@ -1,4 +1,9 @@
-"""Per-step statistics of a scored rollout batch (pure torch, no I/O)."""
+"""Training diagnostics of one scored rollout batch, logged per step (pure torch, no I/O): how the loss weight
+splits between correct and short responses, and completion lengths.
+
+Not to be confused with `rlcompare.stats`, which is the report's seed statistics (numpy, across runs: intervals,
+IQM, probability of improvement). This module describes one batch inside a run; that one compares runs.
+"""
 
 from __future__ import annotations
 

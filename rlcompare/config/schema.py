@@ -27,88 +27,88 @@ class ConfigError(ValueError):
 # ----------------------------------------------------------------------------- schema
 @dataclass
 class AdvantageConfig:
-    estimator: str = "group"  # group | rloo | gae | reinforce_pp
-    scale: str = "group"  # group | batch | batch-centered | none (group); none (rloo); whiten | none (gae); whiten (reinforce_pp)
-    std_ddof: int = 1
-    eps: float = 1e-6
+    estimator: str = "group"  # advantage estimator: group | rloo | gae | reinforce_pp
+    scale: str = "group"  # advantage scale: group | batch | batch-centered | none (group); none (rloo); whiten | none (gae); whiten (reinforce_pp)
+    std_ddof: int = 1  # delta degrees of freedom of the std that scales advantages: 1 (torch.std, TRL, verl) | 0
+    eps: float = 1e-6  # added to the std before dividing (keeps it finite for groups of equal rewards)
     baseline: str = "none"  # reinforce_pp: none (REINFORCE++) | group (REINFORCE++-baseline)
     gamma: float = 1.0  # reinforce_pp: discount of the return to go
 
 
 @dataclass
 class ClipConfig:
-    eps_low: float = 0.2
-    eps_high: float = 0.2
-    dual_clip: Optional[float] = None
-    seq_eps_low: Optional[float] = None  # hybrid (DHPO) sequence branch
-    seq_eps_high: Optional[float] = None
-    mix: str = "mean"  # hybrid: mean | entropy
+    eps_low: float = 0.2  # PPO clip range below 1: ratios under 1 - eps_low are clipped
+    eps_high: float = 0.2  # PPO clip range above 1 (DAPO's clip-higher raises it, e.g. 0.28)
+    dual_clip: Optional[float] = None  # dual-clip bound c > 1 on negative-advantage tokens (verl 3); null: off
+    seq_eps_low: Optional[float] = None  # hybrid (DHPO) ratio: the sequence branch's clip range below 1
+    seq_eps_high: Optional[float] = None  # hybrid (DHPO) ratio: the sequence branch's clip range above 1
+    mix: str = "mean"  # hybrid ratio: how token and sequence branches combine: mean | entropy
     # the other surrogates' knobs (algorithm.surrogate; losses.policy_loss keywords, defaults from there)
-    cispo_w_min: Optional[float] = accepted.SURROGATE_DEFAULTS["cispo_w_min"]
-    cispo_w_max: Optional[float] = accepted.SURROGATE_DEFAULTS["cispo_w_max"]
-    sapo_tau_pos: float = accepted.SURROGATE_DEFAULTS["sapo_tau_pos"]
-    sapo_tau_neg: float = accepted.SURROGATE_DEFAULTS["sapo_tau_neg"]
-    gmpo_eps_low: float = accepted.SURROGATE_DEFAULTS["gmpo_eps_low"]
-    gmpo_eps_high: float = accepted.SURROGATE_DEFAULTS["gmpo_eps_high"]
-    dppo_delta_low: float = accepted.SURROGATE_DEFAULTS["dppo_delta_low"]
-    dppo_delta_high: float = accepted.SURROGATE_DEFAULTS["dppo_delta_high"]
-    dppo_cap: float = accepted.SURROGATE_DEFAULTS["dppo_cap"]
-    cov_ratio: Optional[float] = accepted.SURROGATE_DEFAULTS["cov_ratio"]  # null: 2e-4 (clip-cov), 2e-3 (kl-cov)
-    cov_lb: float = accepted.SURROGATE_DEFAULTS["cov_lb"]
-    cov_ub: float = accepted.SURROGATE_DEFAULTS["cov_ub"]
-    kl_cov_coef: float = accepted.SURROGATE_DEFAULTS["kl_cov_coef"]
+    cispo_w_min: Optional[float] = accepted.SURROGATE_DEFAULTS["cispo_w_min"]  # CISPO: lower bound of the clipped IS weight; null: none
+    cispo_w_max: Optional[float] = accepted.SURROGATE_DEFAULTS["cispo_w_max"]  # CISPO: upper bound of the clipped IS weight (stop-gradient); null: none
+    sapo_tau_pos: float = accepted.SURROGATE_DEFAULTS["sapo_tau_pos"]  # SAPO: soft-gate temperature for positive advantages
+    sapo_tau_neg: float = accepted.SURROGATE_DEFAULTS["sapo_tau_neg"]  # SAPO: soft-gate temperature for negative advantages
+    gmpo_eps_low: float = accepted.SURROGATE_DEFAULTS["gmpo_eps_low"]  # GMPO: clip range below 0 of the log-ratio
+    gmpo_eps_high: float = accepted.SURROGATE_DEFAULTS["gmpo_eps_high"]  # GMPO: clip range above 0 of the log-ratio
+    dppo_delta_low: float = accepted.SURROGATE_DEFAULTS["dppo_delta_low"]  # DPPO: divergence bound for tokens whose probability falls
+    dppo_delta_high: float = accepted.SURROGATE_DEFAULTS["dppo_delta_high"]  # DPPO: divergence bound for tokens whose probability rises
+    dppo_cap: float = accepted.SURROGATE_DEFAULTS["dppo_cap"]  # DPPO: cap on the importance weight
+    cov_ratio: Optional[float] = accepted.SURROGATE_DEFAULTS["cov_ratio"]  # Clip-Cov / KL-Cov: share of tokens restricted; null: 2e-4 (clip-cov), 2e-3 (kl-cov)
+    cov_lb: float = accepted.SURROGATE_DEFAULTS["cov_lb"]  # Clip-Cov: lower end of the covariance window of tokens that may be clipped
+    cov_ub: float = accepted.SURROGATE_DEFAULTS["cov_ub"]  # Clip-Cov: upper end of the covariance window
+    kl_cov_coef: float = accepted.SURROGATE_DEFAULTS["kl_cov_coef"]  # KL-Cov: coefficient of the KL penalty on the selected tokens
 
 
 @dataclass
 class MismatchConfig:
-    mode: Optional[str] = None  # null: off | token-truncate | token-mask | sequence-truncate | sequence-mask | icepop
-    c_min: Optional[float] = None  # null: the mode's default (none; icepop 0.5)
-    c_max: Optional[float] = None  # null: the mode's default (2.0; icepop 5.0)
+    mode: Optional[str] = None  # rollout/trainer mismatch correction: null (off) | token-truncate | token-mask | sequence-truncate | sequence-mask | icepop
+    c_min: Optional[float] = None  # lower bound of the mismatch weight; null: the mode's default (none; icepop 0.5)
+    c_max: Optional[float] = None  # upper bound of the mismatch weight; null: the mode's default (2.0; icepop 5.0)
 
 
 @dataclass
 class KLConfig:
-    coef: float = 0.0
-    estimator: str = "k3"  # k1 | k2 | k3 | k3+
-    placement: str = "in_loss"  # in_loss | in_reward
+    coef: float = 1e-3  # KL penalty coefficient against the reference model; 0: off (no reference model loaded)
+    estimator: str = "k3"  # KL estimator: k1 | k2 | k3 | k3+
+    placement: str = "in_loss"  # where the KL enters: in_loss (a loss term) | in_reward (subtracted from the reward)
 
 
 @dataclass
 class DynamicSamplingConfig:
-    enabled: bool = False
+    enabled: bool = False  # DAPO dynamic sampling: drop groups whose rewards are all equal and refill the batch
     max_rounds: int = 3  # extra generation rounds allowed to refill the batch
 
 
 @dataclass
 class OverlongConfig:
-    filter: bool = False  # mask truncated completions (DAPO overlong filtering)
-    soft_punishment: bool = False  # DAPO Eq. 13
-    cache_len: int = 4
-    factor: float = 1.0
+    filter: bool = False  # mask truncated completions out of the loss (DAPO overlong filtering)
+    soft_punishment: bool = False  # DAPO Eq. 13: a length penalty over the last cache_len tokens of the budget
+    cache_len: int = 4  # soft punishment: tokens before budget.max_new_tokens where the penalty ramps up
+    factor: float = 1.0  # soft punishment: the penalty at the full length
 
 
 @dataclass
 class CriticConfig:
-    gamma: float = 1.0
-    lam: float = 1.0
-    value_clip: Optional[float] = 0.2
-    coef: float = 0.5
-    lr: float = 1e-3
+    gamma: float = 1.0  # GAE discount
+    lam: float = 1.0  # GAE lambda
+    value_clip: Optional[float] = 0.2  # value-loss clip range around the old values; null: off
+    coef: float = 0.5  # value-loss coefficient
+    lr: float = 1e-3  # the critic's learning rate
 
 
 @dataclass
 class AlgorithmConfig:
-    name: str = "grpo"
-    paper: str = ""
+    name: str = "grpo"  # the preset's name (a label; the run name starts with it)
+    paper: str = "DeepSeekMath (arXiv 2402.03300)"  # the paper the preset follows (shown in reports)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
-    ratio: str = "token"  # token | sequence | sequence-token | hybrid
-    surrogate: str = "clip"  # clip | cispo | sapo | gmpo | dppo-tv | dppo-kl | clip-cov | kl-cov
+    ratio: str = "token"  # importance-ratio level: token | sequence | sequence-token | hybrid
+    surrogate: str = "clip"  # per-token policy surrogate: clip | cispo | sapo | gmpo | dppo-tv | dppo-kl | clip-cov | kl-cov
     clip: ClipConfig = field(default_factory=ClipConfig)
-    aggregation: str = "seq-mean-token-mean"
-    horizon: Optional[int] = None  # H for seq-mean-token-sum-norm
+    aggregation: str = "seq-mean-token-mean"  # how token losses reduce to one number: token-mean | token-sum | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm | prompt-mean-token-mean
+    horizon: Optional[int] = None  # H for seq-mean-token-sum-norm (Dr. GRPO: budget.max_new_tokens)
     kl: KLConfig = field(default_factory=KLConfig)
-    entropy_coef: float = 0.0
-    top_entropy_quantile: Optional[float] = None  # null: off; rho in [0, 1]: train on the top-rho entropy tokens
+    entropy_coef: float = 0.0  # entropy bonus coefficient; 0: off
+    top_entropy_quantile: Optional[float] = None  # train only on the top-rho entropy tokens, rho in [0, 1]; null: off
     mismatch: MismatchConfig = field(default_factory=MismatchConfig)  # rollout/trainer mismatch correction
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
     overlong: OverlongConfig = field(default_factory=OverlongConfig)
@@ -117,65 +117,65 @@ class AlgorithmConfig:
 
 @dataclass
 class LoraConfig:
-    enabled: bool = False
-    r: int = 8
-    alpha: int = 16
-    dropout: float = 0.0
-    target_modules: Any = "all-linear"
+    enabled: bool = False  # train LoRA adapters instead of every weight
+    r: int = 8  # LoRA rank
+    alpha: int = 16  # LoRA alpha (the update is scaled by alpha / r)
+    dropout: float = 0.0  # LoRA dropout
+    target_modules: Any = "all-linear"  # modules given adapters: all-linear or a list of names
 
 
 @dataclass
 class WarmStartConfig:
-    steps: int = 300
-    batch_size: int = 64
-    lr: float = 3e-3
+    steps: int = 300  # tiny model: supervised warm-start steps before RL
+    batch_size: int = 64  # tiny model: warm-start batch size
+    lr: float = 3e-3  # tiny model: warm-start learning rate
     noisy_label_frac: float = 0.5  # share of SFT labels off by one or two
     noise_offsets: Any = field(default_factory=lambda: [1, 2])  # how noisy labels are off (a shared bias RL can undo)
-    seed: int = 0
+    seed: int = 0  # tiny model: the warm start's seed (its weights are shared by every run seed)
 
 
 @dataclass
 class ModelConfig:
-    kind: str = "tiny"  # tiny | hf
-    name: str = "tiny-llama"
+    kind: str = "tiny"  # tiny (a small Llama built in code) | hf (any causal LM)
+    name: str = "tiny-llama"  # the model's name (tiny: its identity in fingerprints)
     # tiny: a Llama built from a transformers config, char tokenizer built in code
-    hidden_size: int = 128
-    num_layers: int = 2
-    num_heads: int = 4
-    intermediate_size: int = 256
-    max_position_embeddings: int = 64
+    hidden_size: int = 128  # tiny: hidden size
+    num_layers: int = 2  # tiny: decoder layers
+    num_heads: int = 4  # tiny: attention heads (hidden_size / num_heads must be even)
+    intermediate_size: int = 256  # tiny: MLP width
+    max_position_embeddings: int = 64  # tiny: context length in positions
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
-    cache_dir: Optional[str] = None  # default: $RLCOMPARE_CACHE or ~/.cache/rlcompare
+    cache_dir: Optional[str] = None  # warm-start cache folder; null: $RLCOMPARE_CACHE or ~/.cache/rlcompare
     # hf: any causal LM, hub id or local folder
-    name_or_path: Optional[str] = None
-    dtype: str = "auto"  # auto | bfloat16 | float32
-    attn_implementation: Optional[str] = None
-    gradient_checkpointing: bool = False
-    trust_remote_code: bool = False
+    name_or_path: Optional[str] = None  # hf: a hub id or a local folder (save_pretrained output)
+    dtype: str = "auto"  # hf: weights dtype: auto | bfloat16 | float32 | float16
+    attn_implementation: Optional[str] = None  # hf: transformers' attn_implementation (e.g. sdpa, flash_attention_2); null: its default
+    gradient_checkpointing: bool = False  # hf: recompute activations in the backward (less memory, slower)
+    trust_remote_code: bool = False  # hf: run the model repository's own code (only for repositories you trust)
     disable_dropout: bool = True  # zero every dropout probability of the loaded model (LoRA's own dropout kept)
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass
 class PromptsConfig:
-    name: str = "arithmetic"
-    kind: str = "arithmetic"  # arithmetic | chain | countdown | file | hf
-    data_seed: int = 0
-    n_train: int = 2000
-    n_eval: int = 200
-    max_operand: int = 19
-    path: Optional[str] = None
-    eval_path: Optional[str] = None
-    hf_id: Optional[str] = None
-    hf_config: Optional[str] = None
-    train_split: str = "train"
-    eval_split: Optional[str] = "test"  # null: hold out eval_fraction of train_split
-    eval_fraction: float = 0.1  # when there is no separate eval file/split
-    fields: Any = field(default_factory=lambda: {"question": "question", "answer": "answer"})
-    answer_extractor: Optional[str] = None  # gsm8k | boxed | none
+    name: str = "arithmetic"  # the prompt set's name (a label)
+    kind: str = "arithmetic"  # where prompts come from: arithmetic | chain | countdown | file | hf
+    data_seed: int = 0  # seed of the data order and the train/eval split
+    n_train: int = 2000  # training prompts used (generated sets: built; files: at most); null: all
+    n_eval: int = 200  # held-out prompts evaluated
+    max_operand: int = 19  # arithmetic: operands drawn from 0..max_operand
+    path: Optional[str] = None  # file: the prompt file (.jsonl, .json, .csv or .parquet)
+    eval_path: Optional[str] = None  # file: a separate eval file; null: hold out eval_fraction of path
+    hf_id: Optional[str] = None  # hf: the dataset id on the Hugging Face hub
+    hf_config: Optional[str] = None  # hf: the dataset's config name
+    train_split: str = "train"  # hf: the split trained on
+    eval_split: Optional[str] = "test"  # hf: the split evaluated; null: hold out eval_fraction of train_split
+    eval_fraction: float = 0.1  # share held out for eval when there is no separate eval file/split
+    fields: Any = field(default_factory=lambda: {"question": "question", "answer": "answer"})  # the dataset's column names for question and answer
+    answer_extractor: Optional[str] = None  # how the reference answer is read from the answer column: gsm8k | boxed | none
     template: str = "{question}"  # a literal with {question}, or a named template: plain | boxed | r1 | r1_chat
-    chat: bool = False
-    system_prompt: Optional[str] = None
+    chat: bool = False  # wrap prompts in the tokenizer's chat template
+    system_prompt: Optional[str] = None  # chat: a system message; null: none
     min_numbers: int = 3  # countdown generator: fewest numbers per puzzle
     max_numbers: int = 4  # countdown generator: most numbers per puzzle
     max_number: int = 99  # countdown generator: numbers drawn from 1..max_number
@@ -184,13 +184,13 @@ class PromptsConfig:
     max_terms: int = 6  # chain: most terms per sum
     max_term: int = 9  # chain: terms drawn from 1..max_term
     warm_start: Any = None  # a prompt set's own warm-start recipe for model=tiny: keys replace model.warm_start's
-    extra: Any = field(default_factory=dict)
+    extra: Any = field(default_factory=dict)  # prompt-set specific settings
 
 
 @dataclass
 class VerifierConfig:
-    name: str = "exact_match"  # exact_match | math_verify | countdown | format | weighted
-    timeout_s: float = 2.0
+    name: str = "exact_match"  # the reward: exact_match | math_verify | countdown | format | weighted
+    timeout_s: float = 2.0  # seconds allowed to score one completion (at most 3600); over it scores 0
     max_chars: int = 10000  # completions are cut to their last max_chars characters before parsing
     number: str = "first"  # exact_match without <answer>/\boxed{}/#### markers: first | last number
     require_all: bool = False  # countdown: every given number must be used (TinyZero); false = each at most once
@@ -200,77 +200,77 @@ class VerifierConfig:
     workers: Optional[int] = None  # worker processes for isolated verifiers; null = min(4, usable CPU cores)
     batch_timeout_s: float = 30.0  # bound on scoring one batch (one step); completions not scored in time get 0 (error)
     probe: bool = True  # before training, a few reference answers written as correct completions must score correct
-    extra: Any = field(default_factory=dict)
+    extra: Any = field(default_factory=dict)  # verifier-specific settings
 
 
 @dataclass
 class BudgetConfig:
-    name: str = "smoke"
-    max_new_tokens: int = 8
-    max_prompt_tokens: int = 16
-    total_tokens: Optional[int] = None  # generated completion tokens
-    max_steps: Optional[int] = None
+    name: str = "smoke"  # the budget preset's name (a label)
+    max_new_tokens: int = 8  # tokens generated per completion at most
+    max_prompt_tokens: int = 16  # prompt tokens at most; longer prompts are dropped
+    total_tokens: Optional[int] = 40000  # stop after this many generated completion tokens; null: no token limit
+    max_steps: Optional[int] = 100  # stop after this many steps; null: no step limit
 
 
 @dataclass
 class LoggerConfig:
-    name: str = "wandb"  # wandb | none
-    mode: str = "offline"  # offline | online | disabled
-    project: str = "rlcompare"
-    entity: Optional[str] = None
-    group: Optional[str] = None
+    name: str = "wandb"  # where metrics are mirrored: wandb | none (results/ holds them either way)
+    mode: str = "offline"  # W&B: offline | online | disabled
+    project: str = "rlcompare"  # W&B project
+    entity: Optional[str] = None  # W&B entity; null: the default one
+    group: Optional[str] = None  # W&B group; null: none
 
 
 @dataclass
 class TrainerConfig:
-    prompts_per_step: int = 16
-    group_size: int = 8
-    lr: float = 1e-4
-    weight_decay: float = 0.0
-    betas: Any = field(default_factory=lambda: [0.9, 0.99])
-    warmup_steps: int = 0
-    max_grad_norm: Optional[float] = 1.0
-    updates_per_rollout: int = 2
-    micro_batch_size: Optional[int] = None  # sequences per forward (gradient accumulation); null = whole mini-batch
-    eval_every: int = 10
-    eval_batch_size: int = 256
-    n_samples_logged: int = 4
-    sample_max_chars: int = 400
-    recompute_old_logp: bool = False  # false: reuse the sampler's log-probs (same weights) as old_logp
+    prompts_per_step: int = 16  # prompts sampled per step
+    group_size: int = 8  # completions sampled per prompt
+    lr: float = 3e-5  # policy learning rate (AdamW)
+    weight_decay: float = 0.0  # AdamW weight decay
+    betas: Any = field(default_factory=lambda: [0.9, 0.99])  # AdamW betas
+    warmup_steps: int = 0  # linear learning-rate warmup steps; 0: none
+    max_grad_norm: Optional[float] = 1.0  # gradient-norm clip; null: off
+    updates_per_rollout: int = 2  # optimizer steps per rollout batch (mini-batches); > 1 makes ratio and clipping matter
+    micro_batch_size: Optional[int] = None  # sequences per forward inside a mini-batch (gradient accumulation); null: whole mini-batch
+    eval_every: int = 5  # steps between evaluations
+    eval_batch_size: int = 256  # prompts per evaluation forward
+    n_samples_logged: int = 4  # sample completions written per step to samples.jsonl
+    sample_max_chars: int = 400  # characters kept of each logged sample
+    recompute_old_logp: bool = False  # false: reuse the sampler's log-probs (same weights) as old_logp; true: recompute them
     skip_zero_advantage: bool = False  # true: no forward/backward for groups whose advantages are all 0 (when exact)
     update_from_rollout: bool = True  # the first update on a batch reuses the sampler's projections (rlcompare.fast.replay)
-    checkpoint_every: int = 0
-    keep_checkpoints: int = 2
-    max_bad_steps: int = 5
-    threads: Optional[int] = None
-    keep_freed_memory: bool = True  # CPU: malloc keeps freed memory (rlcompare.fast.allocator)
-    progress: bool = True
-    inject_nan_at_step: Optional[int] = None  # testing hook: makes that step's loss NaN
+    checkpoint_every: int = 0  # steps between checkpoints; 0: off
+    keep_checkpoints: int = 2  # newest checkpoints kept on disk
+    max_bad_steps: int = 5  # non-finite steps (skipped) in a row before the run fails
+    threads: Optional[int] = None  # CPU threads for torch; null: torch's default
+    keep_freed_memory: bool = True  # CPU: malloc keeps freed memory for reuse (rlcompare.fast.allocator)
+    progress: bool = True  # print a progress line
+    inject_nan_at_step: Optional[int] = None  # testing hook: makes that step's loss NaN; null: off
 
 
 @dataclass
 class RolloutConfig:
-    temperature: float = 1.0
-    top_p: float = 1.0
-    kv_cache: str = "auto"  # auto: preallocated cache for Llama/Qwen2/Qwen3/Mistral; dynamic: transformers' cache
+    temperature: float = 1.0  # sampling temperature (>= 1e-6)
+    top_p: float = 1.0  # nucleus sampling: keep the smallest token set with this probability; 1: off
+    kv_cache: str = "auto"  # auto: preallocated cache for Llama/Qwen2/Qwen3/Mistral (same tokens) | dynamic: transformers' cache
 
 
 @dataclass
 class SweepTags:
-    name: Optional[str] = None
-    variant: Optional[str] = None
-    reference: Optional[str] = None
-    component: Optional[str] = None
+    name: Optional[str] = None  # set by rlcompare sweep: the sweep's name
+    variant: Optional[str] = None  # set by rlcompare sweep: this member's label
+    reference: Optional[str] = None  # set by rlcompare sweep: the label it is compared with
+    component: Optional[str] = None  # set by rlcompare sweep: the component it changes
 
 
 @dataclass
 class RunConfig:
-    seed: int = 0
-    experiment: str = "default"
-    results_dir: str = "results"
-    run_name: Optional[str] = None
+    seed: int = 0  # policy/sampling seed (data order is prompts.data_seed)
+    experiment: str = "default"  # results sub-folder: <results_dir>/<experiment>/<run name>/
+    results_dir: str = "results"  # where run folders land
+    run_name: Optional[str] = None  # the run folder's name; null: derived from preset, key overrides and seed
     device: str = "auto"  # auto | cpu | cuda
-    resume: Any = False  # false | true | <run dir>
+    resume: Any = False  # false | true (same overrides) | <run dir>
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     prompts: PromptsConfig = field(default_factory=PromptsConfig)
@@ -285,10 +285,10 @@ class RunConfig:
 # ----------------------------------------------------------------------------- accepted values
 RATIOS = accepted.RATIO_LEVELS
 AGGREGATIONS = accepted.AGGREGATIONS
-ESTIMATORS = ("group", "rloo", "gae", "reinforce_pp")
-SCALES = {"group": accepted.GROUP_SCALES, "rloo": ("none",), "gae": ("whiten", "none"), "reinforce_pp": ("whiten",)}
+ESTIMATORS = accepted.ADVANTAGE_ESTIMATORS
+SCALES = accepted.ESTIMATOR_SCALES
 KL_ESTIMATORS = accepted.KL_ESTIMATORS
-KL_PLACEMENTS = ("in_loss", "in_reward")
+KL_PLACEMENTS = accepted.KL_PLACEMENTS
 MIXES = accepted.MIXES
 MODEL_KINDS = ("tiny", "hf")
 DTYPES = ("auto", "bfloat16", "float32", "float16")
@@ -296,6 +296,7 @@ DEVICES = ("auto", "cpu", "cuda")
 LOGGERS = ("wandb", "none")
 LOGGER_MODES = ("offline", "online", "disabled")
 PROMPT_KINDS = ("arithmetic", "chain", "countdown", "file", "hf")
+KV_CACHES = ("auto", "dynamic")
 
 
 MAX_TIMEOUT_S = 3600.0  # seconds per completion: an hour is already far past any verifier's need
@@ -338,9 +339,18 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     except Exception as e:  # a bad interpolation
         raise ConfigError(f"config interpolation failed: {e}") from None
     _check_finite(OmegaConf.to_container(c, resolve=True))  # first: nan passes every comparison below
-    a, t, b = c.algorithm, c.trainer, c.budget
-
     _one_of("device", c.device, DEVICES)
+    _check_algorithm(c)
+    _check_trainer(c)
+    _check_budget(c)
+    _check_model(c)
+    _check_inputs_and_places(c)
+    return c
+
+
+def _check_algorithm(c: DictConfig) -> None:
+    """The algorithm's names, ranges and combinations."""
+    a, t, b = c.algorithm, c.trainer, c.budget
     _one_of("algorithm.ratio", a.ratio, RATIOS)
     _one_of("algorithm.aggregation", a.aggregation, AGGREGATIONS)
     _one_of("algorithm.advantage.estimator", a.advantage.estimator, ESTIMATORS)
@@ -382,6 +392,10 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
         if a.overlong.cache_len >= b.max_new_tokens:
             raise ConfigError(f"algorithm.overlong.cache_len={a.overlong.cache_len} must be < budget.max_new_tokens={b.max_new_tokens}")
 
+
+def _check_trainer(c: DictConfig) -> None:
+    """The trainer's and the sampler's settings."""
+    a, t = c.algorithm, c.trainer
     _at_least("trainer.prompts_per_step", t.prompts_per_step, 1)
     _at_least("trainer.group_size", t.group_size, 1)
     if t.group_size < 2 and a.advantage.estimator in ("group", "rloo"):
@@ -416,10 +430,15 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
         raise ConfigError(f"rollout.temperature={c.rollout.temperature} must be > 0 (sampling needs a positive temperature)")
     if not 0 < c.rollout.top_p <= 1:
         raise ConfigError(f"rollout.top_p={c.rollout.top_p} must be in (0, 1]")
-    if c.rollout.kv_cache not in ("auto", "dynamic"):
+    if c.rollout.kv_cache not in KV_CACHES:
         raise ConfigError(f"rollout.kv_cache={c.rollout.kv_cache!r} must be auto (a preallocated cache where the "
                           f"architecture allows) or dynamic (transformers' cache)")
 
+
+def _check_budget(c: DictConfig) -> None:
+    """A budget that stops, and holds at least one step."""
+    t, b = c.trainer, c.budget
+    n_seqs = t.prompts_per_step * t.group_size
     _at_least("budget.max_new_tokens", b.max_new_tokens, 1)
     _at_least("budget.max_prompt_tokens", b.max_prompt_tokens, 1)
     if b.total_tokens is None and b.max_steps is None:
@@ -431,15 +450,19 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
         if b.total_tokens < one_step:
             raise ConfigError(f"budget.total_tokens={b.total_tokens} is smaller than one step ({t.prompts_per_step} prompts x {t.group_size} completions = at least {one_step} tokens); raise budget.total_tokens or lower trainer.prompts_per_step")
 
+
+def _check_model(c: DictConfig) -> None:
+    """Every numeric range, then the model: its kind, dtype and (tiny) shape, within its context."""
+    b = c.budget
     _check_ranges(c)  # every numeric key the checks above did not cover (the model's sizes divide below)
     _one_of("model.kind", c.model.kind, MODEL_KINDS)
     _one_of("model.dtype", c.model.dtype, DTYPES)
     if c.model.kind == "hf" and not c.model.name_or_path:
         raise ConfigError("model.kind=hf needs model.name_or_path (a hub id or a local folder)")
     if c.model.kind == "tiny":
-        need = b.max_prompt_tokens + b.max_new_tokens
-        if need > c.model.max_position_embeddings:
-            raise ConfigError(f"budget.max_prompt_tokens + budget.max_new_tokens = {need} exceeds the model's context model.max_position_embeddings={c.model.max_position_embeddings}; lower the budget or raise the context")
+        check_fits_context(b, c.model.max_position_embeddings,
+                           f"model.max_position_embeddings={c.model.max_position_embeddings}",
+                           "lower the budget or raise the context")
         if c.model.hidden_size % c.model.num_heads:
             raise ConfigError(f"model.hidden_size={c.model.hidden_size} must be divisible by model.num_heads={c.model.num_heads}")
         if (c.model.hidden_size // c.model.num_heads) % 2:  # RoPE rotates pairs of dimensions of every head
@@ -448,6 +471,10 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
                               f"embeddings rotate pairs); e.g. model.hidden_size=128 model.num_heads=4")
         _check_warm_start(c.model.warm_start)
         _at_least("model.num_layers", c.model.num_layers, 1)
+
+
+def _check_inputs_and_places(c: DictConfig) -> None:
+    """Prompts, verifier, resume, logger, and the folders the run writes."""
     _one_of("prompts.kind", c.prompts.kind, PROMPT_KINDS)
     _at_least("prompts.n_eval", c.prompts.n_eval, 1)
     if c.prompts.n_train is not None:
@@ -473,7 +500,33 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     _check_results_dir(c.results_dir)
     if c.model.cache_dir is not None:
         check_creatable("model.cache_dir", c.model.cache_dir)
-    return c
+
+
+# model config.json keys that give the context length (positions), in the order architectures use them
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx", "max_seq_len")
+
+
+def context_from(d: dict) -> int | None:
+    """The context length a model's config (config.json as a dict; a multimodal one's text part) gives, or None."""
+    for k in CONTEXT_KEYS:
+        v = d.get(k)
+        if isinstance(v, int) and v > 0:
+            return v
+    for sub in ("text_config", "llm_config", "language_config"):
+        if isinstance(d.get(sub), dict):
+            v = context_from(d[sub])
+            if v:
+                return v
+    return None
+
+
+def check_fits_context(budget, ctx: int | None, where: str, fix: str = "lower the budget") -> None:
+    """The one context-length check: a prompt of budget.max_prompt_tokens plus budget.max_new_tokens generated must
+    fit in the model's `ctx` positions (None: unknown, not checked). `where` says where ctx came from."""
+    need = budget.max_prompt_tokens + budget.max_new_tokens
+    if ctx is not None and need > ctx:
+        raise ConfigError(f"budget.max_prompt_tokens + budget.max_new_tokens = {need} exceeds the model's context "
+                          f"{where}; {fix}")
 
 
 def _check_results_dir(path: str) -> None:
@@ -482,13 +535,15 @@ def _check_results_dir(path: str) -> None:
 
 def check_creatable(key: str, path: str) -> None:
     """`path` is a folder, or can be made one (by Hydra, or the run) with its parents; else ConfigError naming `key`."""
-    why = _why_not_creatable(str(path))
+    why = why_not_creatable(str(path))
     if why is not None:
         raise ConfigError(f"{key}={str(path)!r} is not writable ({why}); choose a folder you can write"
                           + (", e.g. results_dir=./results" if key == "results_dir" else ""))
 
 
-def _why_not_creatable(path: str) -> str | None:
+def why_not_creatable(path: str) -> str | None:
+    """None when `path` is a folder one can write in, or can be made one; else why not. The one writability
+    check: validate (results_dir, model.cache_dir), the pre-check and the run's preflight all call it."""
     if not path.strip() or "\0" in path:
         return "an empty path or one holding a NUL character"
     full = os.path.abspath(path)

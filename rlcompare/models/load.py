@@ -281,7 +281,11 @@ class Policy:
     @property
     def context_length(self) -> int | None:
         cfg = getattr(self.model, "config", None)
-        return getattr(cfg, "max_position_embeddings", None)
+        if cfg is None or not hasattr(cfg, "to_dict"):
+            return getattr(cfg, "max_position_embeddings", None)
+        from rlcompare.config import context_from  # the keys preflight reads from config.json, read once
+
+        return context_from(cfg.to_dict())
 
     def eos_ids(self) -> list[int]:
         ids = set()

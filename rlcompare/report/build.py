@@ -37,9 +37,11 @@ import numpy as np
 import pandas as pd
 
 from . import compute_fit, stats
+from rlcompare.config import operational
 from rlcompare.config.flat import flatten
+from rlcompare.results import scan_jsonl
 
-__all__ = ["build_report", "main", "ReportError", "read_jsonl", "find_run_dirs"]
+__all__ = ["build_report", "main", "ReportError", "read_jsonl_frame", "find_run_dirs"]
 
 RUN_MARKERS = ("config.yaml", "metrics.jsonl")
 SKIP_DIRS = {"wandb", "checkpoints", "__pycache__", "node_modules"}
@@ -106,36 +108,23 @@ class ReportError(Exception):
 # tolerant readers
 
 
-def read_jsonl(path: Path) -> tuple[pd.DataFrame, int, bool]:
-    """Read a jsonl file, skipping lines that do not parse (e.g. a torn last line).
+def read_jsonl_frame(path: Path) -> tuple[pd.DataFrame, int, bool]:
+    """A jsonl file as a frame, read by the one results reader (`tracking.scan_jsonl`: lines that do not parse,
+    e.g. a torn last line, are skipped); numeric-looking object columns become numbers.
 
     Returns (frame, number of bad lines, whether the bad lines were only the last one).
     """
-    rows: list[dict] = []
-    bad: list[int] = []
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return pd.DataFrame(), 0, True
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    for i, line in enumerate(lines):
-        try:
-            obj = json.loads(line)
-        except (ValueError, TypeError):
-            bad.append(i)
-            continue
-        if isinstance(obj, dict):
-            rows.append(obj)
-        else:
-            bad.append(i)
+    rows, n_bad, only_last = scan_jsonl(path)
     df = pd.DataFrame(rows)
     for col in df.columns:
         if df[col].dtype == object:
             conv = pd.to_numeric(df[col], errors="coerce")
             if conv.notna().sum() == df[col].notna().sum():
                 df[col] = conv
-    only_last = bad == [len(lines) - 1] if bad else True
-    return df, len(bad), only_last
+    return df, n_bad, only_last
+
+
+read_jsonl = read_jsonl_frame  # its name before tracking.read_jsonl (rows as dicts) became the one reader's face
 
 
 def _read_json(path: Path) -> tuple[Optional[dict], bool]:
@@ -319,8 +308,8 @@ def load_run(d: Path, root: Path) -> Optional[Run]:
     fingerprint, fp_corrupt = _read_json(d / "fingerprint.json")
     if fp_corrupt:
         notes.append("fingerprint.json unreadable")
-    metrics, bad_m, last_m = read_jsonl(d / "metrics.jsonl")
-    evals, bad_e, last_e = read_jsonl(d / "eval.jsonl")
+    metrics, bad_m, last_m = read_jsonl_frame(d / "metrics.jsonl")
+    evals, bad_e, last_e = read_jsonl_frame(d / "eval.jsonl")
     for fname, bad, only_last in (("metrics.jsonl", bad_m, last_m), ("eval.jsonl", bad_e, last_e)):
         if bad:
             notes.append(f"{fname}: dropped {'a torn last line' if only_last and bad == 1 else f'{bad} unreadable line(s)'}")
@@ -428,12 +417,19 @@ def _allowed(key: str, components: list[str]) -> bool:
     return False
 
 
+def _operational(key: str) -> bool:
+    """A fingerprint field that is an operational config key (rlcompare.config.operational): fingerprint.json files
+    written before those were left out hold e.g. verifier.probe and sampling.kv_cache (= rollout.kv_cache)."""
+    head, _, rest = key.partition(".")
+    return operational.is_operational(f"rollout.{rest}" if head == "sampling" else key)
+
+
 def fingerprint_diff(a: dict, b: dict, allowed: list[str] = (), ignore: tuple = ()) -> list[str]:
     """Fields that differ between two fingerprints, as 'key: a vs b', skipping allowed components."""
     fa, fb = _flatten(a), _flatten(b)
     out = []
     for key in sorted(set(fa) | set(fb)):
-        if key in ignore or _allowed(key, list(allowed)):
+        if key in ignore or _allowed(key, list(allowed)) or _operational(key):
             continue
         va, vb = fa.get(key, "<missing>"), fb.get(key, "<missing>")
         if va != vb and not (_isnan(va) and _isnan(vb)):
@@ -631,11 +627,62 @@ def build_report(
     ReportError for folders without runs, an unknown metric or compute axis.
     """
     root = Path(results_dir)
+    out = Path(out_dir) if out_dir is not None else root
+    _check_report_arguments(root, at_tokens, reps, min_seeds, compute)
+    runs = _load_runs(root, out)
+    flags: list[str] = []  # shown at the top of report.md
+    notes: list[str] = []  # comparability notes
+
+    _assign_variants(runs, reference)
+    source = _metric_source(runs, metric)
+    _mark_included(runs, metric, source)
+    mode, T, shortest = _comparison_point(runs, at_tokens, metric, source)
+    included = [r for r in runs if r.included]
+    _per_run_values(included, metric, source, T, notes)
+    thr, threshold_how = _apply_threshold(included, threshold)
+
+    variants = _group_variants(included)
+    unmatched_variants = _check_within_variants(variants, flags, notes)
+    differences, pair_problems = _differences(runs, variants, unmatched_variants, metric, allow_unmatched,
+                                              min_seeds, flags, notes)
+    headline, summary = _variant_tables(variants, unmatched_variants, pair_problems, reps)
+    runs_df = _runs_table(runs)
+    fit_report = _compute_fit(variants, list(headline["variant"]) if not headline.empty else [], differences, compute)
+    _status_flags(runs, flags, notes)
+
+    result = {
+        "headline": headline,
+        "summary": summary,
+        "differences": differences,
+        "runs": runs_df,
+        "flags": flags,
+        "notes": notes,
+        "mode": mode,
+        "at_tokens": T,
+        "threshold": thr,
+        "threshold_how": threshold_how,
+        "metric": metric,
+        "metric_source": source,
+        "shortest_run": shortest.name if mode == "cut" and shortest is not None else None,
+        "reps": reps,
+        "min_seeds": min_seeds,
+        "allow_unmatched": allow_unmatched,
+        "results_dir": str(root),
+        "out_dir": str(out),
+        "plots": [],
+        "report_path": None,
+        "compute_fit": fit_report,
+    }
+    if write:
+        _write_report(result, variants, out)
+    return result
+
+
+def _check_report_arguments(root: Path, at_tokens, reps: int, min_seeds, compute: str) -> None:
     if not root.exists():
         raise ReportError(f"{root} does not exist")
     if not root.is_dir():
         raise ReportError(f"{root} is not a folder")
-    out = Path(out_dir) if out_dir is not None else root
     if at_tokens is not None and not at_tokens > 0:
         raise ReportError("--at-tokens must be a positive number of generated tokens")
     if reps < 1:
@@ -643,6 +690,9 @@ def build_report(
     _check_min_seeds(min_seeds)
     _check_compute(compute)
 
+
+def _load_runs(root: Path, out: Path) -> list[Run]:
+    """Every run folder under root (the output folder aside), read; ReportError when there is none."""
     dirs = find_run_dirs(root, skip={out} if out != root else None)
     runs = [r for r in (load_run(d, root) for d in dirs) if r is not None]
     if not runs:
@@ -651,11 +701,11 @@ def build_report(
             f"{root} {what}: no rlcompare runs found (a run folder holds config.yaml or metrics.jsonl, "
             f"as written by `rlcompare train`)"
         )
+    return runs
 
-    flags: list[str] = []  # shown at the top of report.md
-    notes: list[str] = []  # comparability notes
 
-    # ---- variants and references
+def _assign_variants(runs: list[Run], reference: Optional[str]) -> None:
+    """Each run's variant (its sweep tag, else its name without the seed), reference and components."""
     experiments = sorted({r.experiment for r in runs})
     multi = len(experiments) > 1
     for r in runs:
@@ -675,66 +725,73 @@ def build_report(
             if r.reference is None and r.variant != reference:
                 r.reference = reference
 
-    # ---- which runs count, and the metric's source file
-    def has(df: pd.DataFrame, col: str) -> bool:
-        return not df.empty and col in df.columns and pd.to_numeric(df[col], errors="coerce").notna().any()
 
+def _has_values(df: pd.DataFrame, col: str) -> bool:
+    return not df.empty and col in df.columns and pd.to_numeric(df[col], errors="coerce").notna().any()
+
+
+def _metric_source(runs: list[Run], metric: str) -> str:
+    """'eval' or 'metrics': the file the metric is read from (eval.jsonl first), judged on completed runs."""
     completed = [r for r in runs if r.status == "completed"]
-    if any(has(r.evals, metric) for r in completed):
-        source = "eval"
-    elif any(has(r.metrics, metric) for r in completed):
-        source = "metrics"
-    elif completed:
+    if any(_has_values(r.evals, metric) for r in completed):
+        return "eval"
+    if any(_has_values(r.metrics, metric) for r in completed):
+        return "metrics"
+    if completed:
         keys = sorted({c for r in completed for c in r.evals.columns if c not in ("step", TOKENS)})
         raise ReportError(
             f"metric {metric!r} is in neither eval.jsonl nor metrics.jsonl of any completed run"
             + (f"; eval.jsonl keys: {', '.join(keys)}" if keys else "")
         )
-    else:
-        source = "eval"
+    return "eval"
 
+
+def _source_frame(r: Run, source: str) -> pd.DataFrame:
+    return r.evals if source == "eval" else r.metrics
+
+
+def _mark_included(runs: list[Run], metric: str, source: str) -> None:
+    """Completed runs with the metric count; the others get their reason."""
     for r in runs:
         r.final_tokens = _final_tokens(r)
         if r.status != "completed":
             r.exclude_reason = r.status
             continue
-        df = r.evals if source == "eval" else r.metrics
-        t, _ = _curve(df, metric)
+        t, _ = _curve(_source_frame(r, source), metric)
         if t.size == 0:
             r.exclude_reason = f"no {metric} rows with {TOKENS} in {source}.jsonl"
             continue
         r.included = True
 
-    included = [r for r in runs if r.included]
 
-    # ---- comparison point
+def _comparison_point(runs: list[Run], at_tokens, metric: str, source: str):
+    """(mode, T, shortest run or None): the token count runs are compared at. --at-tokens interpolates there (runs
+    whose curve does not cover it are left out); else the shortest included run's end ('cut')."""
+    included = [r for r in runs if r.included]
     if at_tokens is not None:
-        mode, T = "interpolate", float(at_tokens)
+        T = float(at_tokens)
         for r in included:
-            df = r.evals if source == "eval" else r.metrics
-            t, _ = _curve(df, metric)
+            t, _ = _curve(_source_frame(r, source), metric)
             if T > t[-1] * (1 + 1e-9) or T < t[0]:
                 r.included = False
                 r.exclude_reason = (
                     f"its {source}.jsonl covers {_fmt_tokens(t[0])}–{_fmt_tokens(t[-1])} tokens, not {_fmt_tokens(T)}"
                 )
-        included = [r for r in runs if r.included]
-        shortest = None
-    else:
-        mode = "cut"
-        if included:
-            shortest = min(included, key=lambda r: r.final_tokens)
-            T = shortest.final_tokens
-            if all(math.isclose(r.final_tokens, T) for r in included):
-                shortest = None  # every run ends at the same token count
-        else:
-            shortest, T = None, float("nan")
+        return "interpolate", T, None
+    if not included:
+        return "cut", float("nan"), None
+    shortest = min(included, key=lambda r: r.final_tokens)
+    T = shortest.final_tokens
+    if all(math.isclose(r.final_tokens, T) for r in included):
+        shortest = None  # every run ends at the same token count
+    return "cut", T, shortest
 
-    # ---- per-run values
+
+def _per_run_values(included: list[Run], metric: str, source: str, T: float, notes: list[str]) -> None:
+    """Each included run's quantities at T (r.values), noting runs that end early or are interpolated."""
     interpolated: list[tuple[float, str, float, float]] = []  # (gap, run, before, after)
     for r in included:
-        df = r.evals if source == "eval" else r.metrics
-        t, y = _curve(df, metric)
+        t, y = _curve(_source_frame(r, source), metric)
         st, sy = _segment(t, y, T)
         if st.size >= 2 and not np.any(np.isclose(t, T, rtol=1e-9, atol=1e-9)) and T <= t[-1]:
             before, after = float(st[-2]), float(t[t > T][0])
@@ -759,6 +816,9 @@ def build_report(
             f"{_fmt_tokens(before)}–{_fmt_tokens(after)} tokens)"
         )
 
+
+def _apply_threshold(included: list[Run], threshold: Optional[float]):
+    """(threshold, how it was chosen), and each included run's tokens_to_threshold."""
     if threshold is None and included:
         thr = (np.mean([r.values["initial"] for r in included]) + np.mean([r.values["best"] for r in included])) / 2
         threshold_how = "midway between the mean initial and the mean best value over included runs"
@@ -768,45 +828,66 @@ def build_report(
     for r in included:
         st, sy = r.values.pop("_seg")
         r.values["tokens_to_threshold"] = tokens_to_reach(st, sy, thr) if thr is not None else float("nan")
+    return thr, threshold_how
 
-    # ---- matched checks
+
+def _group_variants(included: list[Run]) -> dict[str, list[Run]]:
+    """variant -> its included runs, by seed."""
     variants: dict[str, list[Run]] = {}
     for r in included:
         variants.setdefault(r.variant, []).append(r)
     for v in variants.values():
         v.sort(key=lambda r: (r.seed is None, r.seed if r.seed is not None else 0, r.name))
+    return variants
 
+
+def _check_within_variants(variants: dict[str, list[Run]], flags: list[str], notes: list[str]) -> dict[str, list[str]]:
+    """variant -> why its own runs are not matched (seeds, fingerprints); flagged."""
     unmatched_variants: dict[str, list[str]] = {}
     for name, vr in variants.items():
-        problems: list[str] = []
-        seeds = [r.seed for r in vr]
-        if any(s is None for s in seeds):
-            problems.append("seed unknown for " + ", ".join(f"`{r.name}`" for r in vr if r.seed is None))
-        dup = sorted({s for s in seeds if s is not None and seeds.count(s) > 1})
-        if dup:
-            notes.append(f"variant `{name}` has several runs with seed(s) {dup}; all are counted")
-        missing = [r for r in vr if r.fingerprint is None]
-        if missing:
-            problems.append("fingerprint.json missing in " + ", ".join(f"`{r.name}`" for r in missing))
-        with_fp = [r for r in vr if r.fingerprint is not None]
-        if with_fp:
-            first = with_fp[0]
-            init_differs = False
-            for r in with_fp[1:]:
-                diff = fingerprint_diff(r.fingerprint, first.fingerprint, ignore=("init_weights_hash",))
-                if diff:
-                    problems.append(f"`{r.name}` vs `{first.name}`: " + "; ".join(diff))
-                if first.fingerprint.get("init_weights_hash") != r.fingerprint.get("init_weights_hash"):
-                    init_differs = True
-            if init_differs:
-                notes.append(
-                    f"variant `{name}`: initial weights differ across seeds (seed-dependent init); "
-                    "variant-vs-reference checks compare weights seed by seed"
-                )
+        problems = _problems_within(name, vr, notes)
         if problems:
             unmatched_variants[name] = problems
             flags.append(f"**Unmatched runs within `{name}`**: " + " | ".join(problems))
+    return unmatched_variants
 
+
+def _problems_within(name: str, vr: list[Run], notes: list[str]) -> list[str]:
+    problems: list[str] = []
+    seeds = [r.seed for r in vr]
+    if any(s is None for s in seeds):
+        problems.append("seed unknown for " + ", ".join(f"`{r.name}`" for r in vr if r.seed is None))
+    dup = sorted({s for s in seeds if s is not None and seeds.count(s) > 1})
+    if dup:
+        notes.append(f"variant `{name}` has several runs with seed(s) {dup}; all are counted")
+    missing = [r for r in vr if r.fingerprint is None]
+    if missing:
+        problems.append("fingerprint.json missing in " + ", ".join(f"`{r.name}`" for r in missing))
+    with_fp = [r for r in vr if r.fingerprint is not None]
+    if with_fp:
+        first = with_fp[0]
+        init_differs = False
+        for r in with_fp[1:]:
+            diff = fingerprint_diff(r.fingerprint, first.fingerprint, ignore=("init_weights_hash",))
+            if diff:
+                problems.append(f"`{r.name}` vs `{first.name}`: " + "; ".join(diff))
+            if first.fingerprint.get("init_weights_hash") != r.fingerprint.get("init_weights_hash"):
+                init_differs = True
+        if init_differs:
+            notes.append(
+                f"variant `{name}`: initial weights differ across seeds (seed-dependent init); "
+                "variant-vs-reference checks compare weights seed by seed"
+            )
+    return problems
+
+
+DIFFERENCE_COLUMNS = ["variant", "reference", "quantity", "metric", "n_variant", "n_reference",
+                      "diff", "diff_low", "diff_high", "p_value", "poi", "poi_low", "poi_high", "matched"]
+
+
+def _differences(runs, variants, unmatched_variants, metric, allow_unmatched, min_seeds, flags, notes):
+    """(differences frame with verdicts, (variant, reference) -> why unmatched): each variant against its
+    reference, where both are here and matched (or --allow-unmatched)."""
     diffs_rows: list[dict] = []
     pair_problems: dict[tuple[str, str], list[str]] = {}
     refs = sorted({(v, vr[0].reference) for v, vr in variants.items() if vr[0].reference})
@@ -819,36 +900,8 @@ def build_report(
             why = "has no completed runs" if ref in listed else "is not in this folder"
             notes.append(f"`{v}`: reference `{ref}` {why}; no difference computed")
             continue
-        problems = []
         a, b = variants[v], variants[ref]
-        sa, sb = {r.seed for r in a}, {r.seed for r in b}
-        if sa != sb:
-            problems.append(f"seeds differ: {_seedset(sa)} vs {_seedset(sb)}")
-        allowed = sorted({c for r in a for c in r.component})
-        inferred = ""
-        algos_a, algos_b = {r.algorithm for r in a}, {r.algorithm for r in b}
-        if not allowed and None not in algos_a | algos_b and algos_a.isdisjoint(algos_b):
-            # no sweep.component (e.g. --reference): different algorithms may differ in their own settings
-            allowed, inferred = ["algorithm"], " (inferred: the algorithms differ)"
-        by_seed_b = {r.seed: r for r in b}
-        found: dict[str, list[tuple[Run, Run]]] = {}
-        for r in a:
-            other = by_seed_b.get(r.seed) or b[0]
-            if r.fingerprint is None or other.fingerprint is None:
-                continue
-            ignore = () if r.seed in by_seed_b else ("init_weights_hash",)
-            diff = fingerprint_diff(r.fingerprint, other.fingerprint, allowed=allowed, ignore=ignore)
-            if diff:
-                found.setdefault("; ".join(diff), []).append((r, other))
-        for text, pairs in found.items():
-            if len(pairs) == 1:
-                problems.append(f"`{pairs[0][0].name}` vs `{pairs[0][1].name}`: {text}")
-            else:
-                problems.append(f"{len(pairs)} seed pairs ({', '.join(f'`{x.name}`' for x, _ in pairs)}): {text}")
-        for side in (v, ref):
-            if side in unmatched_variants:
-                problems.append(f"`{side}` is not matched within itself")
-        problems = list(dict.fromkeys(problems))
+        problems, allowed, inferred = _pair_problems(v, ref, a, b, unmatched_variants)
         matched = not problems
         if matched and inferred:
             notes.append(f"`{v}` vs `{ref}`: no `sweep.component`; algorithm settings in fingerprint.json "
@@ -860,24 +913,65 @@ def build_report(
             flags.append(f"**Unmatched: `{v}` vs reference `{ref}`**{allowed_txt}: " + " | ".join(problems) + tail)
             if not allow_unmatched:
                 continue
-        for q in DIFF_QUANTITIES:
-            xa = np.array([r.values[q] for r in a], float)
-            xb = np.array([r.values[q] for r in b], float)
-            d = stats.difference_ci(xa, xb, alpha=ALPHA)
-            p = stats.probability_of_improvement(xa, xb, ci=True, alpha=ALPHA)
-            diffs_rows.append({
-                "variant": v, "reference": ref, "quantity": q,
-                "metric": metric, "n_variant": len(xa), "n_reference": len(xb),
-                "diff": d.point, "diff_low": d.low, "diff_high": d.high,
-                "p_value": stats.welch_p_value(xa, xb),
-                "poi": p.point, "poi_low": p.low, "poi_high": p.high,
-                "matched": matched,
-            })
-    differences = _with_verdicts(pd.DataFrame(diffs_rows, columns=[
-        "variant", "reference", "quantity", "metric", "n_variant", "n_reference",
-        "diff", "diff_low", "diff_high", "p_value", "poi", "poi_low", "poi_high", "matched"]), min_seeds)
+        diffs_rows += _difference_rows(v, ref, a, b, metric, matched)
+    differences = _with_verdicts(pd.DataFrame(diffs_rows, columns=DIFFERENCE_COLUMNS), min_seeds)
+    return differences, pair_problems
 
-    # ---- per-variant statistics
+
+def _pair_problems(v: str, ref: str, a: list[Run], b: list[Run], unmatched_variants: dict):
+    """(problems, components allowed to differ, ' (inferred: ...)' or ''): how variant `v`'s runs `a` fail to
+    match its reference's `b`, seed by seed, outside the components it declares."""
+    problems = []
+    sa, sb = {r.seed for r in a}, {r.seed for r in b}
+    if sa != sb:
+        problems.append(f"seeds differ: {_seedset(sa)} vs {_seedset(sb)}")
+    allowed = sorted({c for r in a for c in r.component})
+    inferred = ""
+    algos_a, algos_b = {r.algorithm for r in a}, {r.algorithm for r in b}
+    if not allowed and None not in algos_a | algos_b and algos_a.isdisjoint(algos_b):
+        # no sweep.component (e.g. --reference): different algorithms may differ in their own settings
+        allowed, inferred = ["algorithm"], " (inferred: the algorithms differ)"
+    by_seed_b = {r.seed: r for r in b}
+    found: dict[str, list[tuple[Run, Run]]] = {}
+    for r in a:
+        other = by_seed_b.get(r.seed) or b[0]
+        if r.fingerprint is None or other.fingerprint is None:
+            continue
+        ignore = () if r.seed in by_seed_b else ("init_weights_hash",)
+        diff = fingerprint_diff(r.fingerprint, other.fingerprint, allowed=allowed, ignore=ignore)
+        if diff:
+            found.setdefault("; ".join(diff), []).append((r, other))
+    for text, pairs in found.items():
+        if len(pairs) == 1:
+            problems.append(f"`{pairs[0][0].name}` vs `{pairs[0][1].name}`: {text}")
+        else:
+            problems.append(f"{len(pairs)} seed pairs ({', '.join(f'`{x.name}`' for x, _ in pairs)}): {text}")
+    for side in (v, ref):
+        if side in unmatched_variants:
+            problems.append(f"`{side}` is not matched within itself")
+    return list(dict.fromkeys(problems)), allowed, inferred
+
+
+def _difference_rows(v: str, ref: str, a: list[Run], b: list[Run], metric: str, matched: bool) -> list[dict]:
+    rows = []
+    for q in DIFF_QUANTITIES:
+        xa = np.array([r.values[q] for r in a], float)
+        xb = np.array([r.values[q] for r in b], float)
+        d = stats.difference_ci(xa, xb, alpha=ALPHA)
+        p = stats.probability_of_improvement(xa, xb, ci=True, alpha=ALPHA)
+        rows.append({
+            "variant": v, "reference": ref, "quantity": q,
+            "metric": metric, "n_variant": len(xa), "n_reference": len(xb),
+            "diff": d.point, "diff_low": d.low, "diff_high": d.high,
+            "p_value": stats.welch_p_value(xa, xb),
+            "poi": p.point, "poi_low": p.low, "poi_high": p.high,
+            "matched": matched,
+        })
+    return rows
+
+
+def _variant_tables(variants, unmatched_variants, pair_problems, reps: int):
+    """(headline: one row per variant, best final first; summary: variant x quantity, long)."""
     long_rows: list[dict] = []
     head_rows: list[dict] = []
     for v, vr in variants.items():
@@ -908,8 +1002,11 @@ def build_report(
     if not headline.empty:
         headline = headline.sort_values(["final", "variant"], ascending=[False, True], na_position="last",
                                         kind="stable").reset_index(drop=True)
-    summary = pd.DataFrame(long_rows)
+    return headline, pd.DataFrame(long_rows)
 
+
+def _runs_table(runs: list[Run]) -> pd.DataFrame:
+    """One row per run folder, included or not, with why not."""
     runs_rows = []
     for r in sorted(runs, key=lambda r: (r.variant, r.seed if r.seed is not None else -1, r.name)):
         rr = {
@@ -921,9 +1018,11 @@ def build_report(
         for key in ["initial", "final", "final_at_tokens"] + [k for k, _, _ in QUANTITIES if k != "final"]:
             rr[key] = r.values.get(key, float("nan"))
         runs_rows.append(rr)
-    runs_df = pd.DataFrame(runs_rows)
-    fit_report = _compute_fit(variants, list(headline["variant"]) if not headline.empty else [], differences, compute)
+    return pd.DataFrame(runs_rows)
 
+
+def _status_flags(runs: list[Run], flags: list[str], notes: list[str]) -> None:
+    """Flags for partial, failed and left-out runs; notes for rows dropped or files unreadable."""
     partial = [r for r in runs if r.status == "partial"]
     failed = [r for r in runs if r.status == "failed"]
     other_excluded = [r for r in runs if r.status == "completed" and not r.included]
@@ -941,41 +1040,21 @@ def build_report(
             if "dropped" in n or "unreadable" in n:
                 notes.append(f"`{r.name}`: {n}")
 
-    result = {
-        "headline": headline,
-        "summary": summary,
-        "differences": differences,
-        "runs": runs_df,
-        "flags": flags,
-        "notes": notes,
-        "mode": mode,
-        "at_tokens": T,
-        "threshold": thr,
-        "threshold_how": threshold_how,
-        "metric": metric,
-        "metric_source": source,
-        "shortest_run": shortest.name if mode == "cut" and shortest is not None else None,
-        "reps": reps,
-        "min_seeds": min_seeds,
-        "allow_unmatched": allow_unmatched,
-        "results_dir": str(root),
-        "out_dir": str(out),
-        "plots": [],
-        "report_path": None,
-        "compute_fit": fit_report,
-    }
-    if write:
-        out.mkdir(parents=True, exist_ok=True)
-        headline.to_csv(out / "report.csv", index=False)
-        differences.to_csv(out / "differences.csv", index=False)
-        runs_df.to_csv(out / "runs.csv", index=False)
-        _write_compute_fit_csvs(fit_report, out)
-        result["plots"] = _plots(variants, list(headline["variant"]) if not headline.empty else [],
-                                 metric, source, T, out, notes, fit_report)
-        report_path = out / "report.md"
-        report_path.write_text(_markdown(result), encoding="utf-8")
-        result["report_path"] = str(report_path)
-    return result
+
+def _write_report(result: dict, variants: dict[str, list[Run]], out: Path) -> None:
+    """report.md, the CSVs and the plots into `out`; result gains their paths."""
+    headline, fit_report = result["headline"], result["compute_fit"]
+    out.mkdir(parents=True, exist_ok=True)
+    headline.to_csv(out / "report.csv", index=False)
+    result["differences"].to_csv(out / "differences.csv", index=False)
+    result["runs"].to_csv(out / "runs.csv", index=False)
+    _write_compute_fit_csvs(fit_report, out)
+    result["plots"] = _plots(variants, list(headline["variant"]) if not headline.empty else [],
+                             result["metric"], result["metric_source"], result["at_tokens"], out, result["notes"],
+                             fit_report)
+    report_path = out / "report.md"
+    report_path.write_text(_markdown(result), encoding="utf-8")
+    result["report_path"] = str(report_path)
 
 
 # --------------------------------------------------------------------------
@@ -1387,11 +1466,24 @@ def _differences_section(res: dict) -> list[str]:
 
 
 def _markdown(res: dict) -> str:
-    h: pd.DataFrame = res["headline"]
-    runs: pd.DataFrame = res["runs"]
-    metric, T = res["metric"], res["at_tokens"]
+    """report.md: how runs were compared, attention flags, the headline, statistics, comparability,
+    differences, the compute fit, plots and the run list."""
     L: list[str] = [f"# rlcompare report: `{res['results_dir']}`", ""]
+    L += _md_comparison_point(res)
+    L += _md_headline(res)
+    L += _statistics_method(res)
+    L += _md_comparability(res)
+    L += _differences_section(res)
+    L += _compute_fit_section(res)
+    L += _md_plots(res)
+    L += _md_runs(res)
+    return "\n".join(L)
 
+
+def _md_comparison_point(res: dict) -> list[str]:
+    """Where runs are compared, the metric and threshold, the Attention flags and how many runs count."""
+    metric, T, runs = res["metric"], res["at_tokens"], res["runs"]
+    L: list[str] = []
     if res["mode"] == "interpolate":
         L.append(f"**Compared at equal generated tokens: {_fmt_tokens(T)}** (`--at-tokens {T:g}`): "
                  f"values linearly interpolated between {res['metric_source']}.jsonl rows at that point.")
@@ -1413,62 +1505,69 @@ def _markdown(res: dict) -> str:
         for f in res["flags"]:
             L.append(f"> - {f}")
         L.append("")
-
     n_runs = len(runs)
     n_inc = int(runs["included"].sum()) if n_runs else 0
     L.append(f"{n_inc} of {n_runs} run folder(s) included in the statistics.")
     L.append("")
+    return L
 
-    if not h.empty:
-        any_iqm = (h["n_seeds"] >= 4).any()
-        L += ["## Headline (sorted by final value)", ""]
-        header = ["variant", "algorithm", "seeds", f"final {metric}", "best", "AUC", "tokens to threshold",
-                  "wall time (s)", "tokens/s"]
-        if any_iqm:
-            header.insert(4, "final IQM")
-        rows = []
-        for _, r in h.iterrows():
-            reached = int(r.get("tokens_to_threshold_reached", 0))
-            ttt = _cell(r, "tokens_to_threshold", "tokens")
-            if reached < r["n_seeds"]:
-                ttt = (f"{ttt} ({reached}/{r['n_seeds']} reached)" if reached else "not reached")
-            cells = [
-                r["variant"] + ("" if r["matched"] else " ⚠"),
-                r["algorithm"] or "—",
-                str(r["n_seeds"]),
-                _cell(r, "final", "score"),
-                _cell(r, "best", "score"),
-                _cell(r, "auc", "score"),
-                ttt,
-                _cell(r, "wall_time_s", "seconds"),
-                _cell(r, "tokens_per_s", "rate"),
-            ]
-            if any_iqm:
-                iq = r["final_iqm"]
-                cells.insert(4, "—" if _isnan(iq) else
-                             f"{_fmt(iq, 'score')} [{_fmt(r['final_iqm_low'], 'score')}, {_fmt(r['final_iqm_high'], 'score')}]")
-            rows.append(cells)
-        L.append(_md_table(header, rows))
-        L.append("")
-        L.append("Cells: mean over seeds [95% Student t interval]; IQM [95% Tukey–McLaughlin interval]; "
-                 "— = not available (one seed gives no interval). "
-                 "AUC = area under the metric-vs-generated-tokens curve divided by the token span (a mean value). "
-                 "Tokens/s = generated tokens / wall time at the comparison point."
-                 + (" ⚠ = unmatched (see Attention)." if not h["matched"].all() else ""))
-        L.append("")
-        L += ["### Training diagnostics (means over steps up to the comparison point)", ""]
-        rows = []
-        for _, r in h.iterrows():
-            rows.append([r["variant"], _cell(r, "length_correct", "length"), _cell(r, "length_incorrect", "length"),
-                         _cell(r, "clip_low", "frac"), _cell(r, "clip_high", "frac"),
-                         _cell(r, "zero_variance_frac", "frac")])
-        L.append(_md_table(["variant", "length correct", "length incorrect", "clip low", "clip high",
-                            "zero-variance groups"], rows))
-        L.append("")
 
-    L += _statistics_method(res)
+def _md_headline(res: dict) -> list[str]:
+    """The headline table (one row per variant) and the training diagnostics; nothing without variants."""
+    h: pd.DataFrame = res["headline"]
+    if h.empty:
+        return []
+    any_iqm = (h["n_seeds"] >= 4).any()
+    L = ["## Headline (sorted by final value)", ""]
+    header = ["variant", "algorithm", "seeds", f"final {res['metric']}", "best", "AUC", "tokens to threshold",
+              "wall time (s)", "tokens/s"]
+    if any_iqm:
+        header.insert(4, "final IQM")
+    L.append(_md_table(header, [_md_headline_row(r, any_iqm) for _, r in h.iterrows()]))
+    L.append("")
+    L.append("Cells: mean over seeds [95% Student t interval]; IQM [95% Tukey–McLaughlin interval]; "
+             "— = not available (one seed gives no interval). "
+             "AUC = area under the metric-vs-generated-tokens curve divided by the token span (a mean value). "
+             "Tokens/s = generated tokens / wall time at the comparison point."
+             + (" ⚠ = unmatched (see Attention)." if not h["matched"].all() else ""))
+    L.append("")
+    L += ["### Training diagnostics (means over steps up to the comparison point)", ""]
+    rows = []
+    for _, r in h.iterrows():
+        rows.append([r["variant"], _cell(r, "length_correct", "length"), _cell(r, "length_incorrect", "length"),
+                     _cell(r, "clip_low", "frac"), _cell(r, "clip_high", "frac"),
+                     _cell(r, "zero_variance_frac", "frac")])
+    L.append(_md_table(["variant", "length correct", "length incorrect", "clip low", "clip high",
+                        "zero-variance groups"], rows))
+    L.append("")
+    return L
 
-    L += ["## Comparability", ""]
+
+def _md_headline_row(r, any_iqm: bool) -> list[str]:
+    reached = int(r.get("tokens_to_threshold_reached", 0))
+    ttt = _cell(r, "tokens_to_threshold", "tokens")
+    if reached < r["n_seeds"]:
+        ttt = (f"{ttt} ({reached}/{r['n_seeds']} reached)" if reached else "not reached")
+    cells = [
+        r["variant"] + ("" if r["matched"] else " ⚠"),
+        r["algorithm"] or "—",
+        str(r["n_seeds"]),
+        _cell(r, "final", "score"),
+        _cell(r, "best", "score"),
+        _cell(r, "auc", "score"),
+        ttt,
+        _cell(r, "wall_time_s", "seconds"),
+        _cell(r, "tokens_per_s", "rate"),
+    ]
+    if any_iqm:
+        iq = r["final_iqm"]
+        cells.insert(4, "—" if _isnan(iq) else
+                     f"{_fmt(iq, 'score')} [{_fmt(r['final_iqm_low'], 'score')}, {_fmt(r['final_iqm_high'], 'score')}]")
+    return cells
+
+
+def _md_comparability(res: dict) -> list[str]:
+    L = ["## Comparability", ""]
     L.append("Runs compared must share `fingerprint.json` (initial weights, prompts and split, verifier, budget, "
              "sampling), except the fields of the component a sweep variant changes (`sweep.component`); "
              "a variant and its reference must use the same seeds.")
@@ -1480,11 +1579,11 @@ def _markdown(res: dict) -> str:
     elif not res["notes"]:
         L.append("- All compared runs are matched.")
     L.append("")
+    return L
 
-    L += _differences_section(res)
-    L += _compute_fit_section(res)
 
-    L += ["## Plots", ""]
+def _md_plots(res: dict) -> list[str]:
+    L = ["## Plots", ""]
     if res["plots"]:
         for p in res["plots"]:
             name = Path(p).name
@@ -1497,8 +1596,13 @@ def _markdown(res: dict) -> str:
     else:
         L.append("No plots (no included runs).")
         L.append("")
+    return L
 
-    L += ["## Runs", ""]
+
+def _md_runs(res: dict) -> list[str]:
+    """Every run folder: status, final tokens, its value at the comparison point and why it is left out."""
+    runs: pd.DataFrame = res["runs"]
+    L = ["## Runs", ""]
     rows = []
     for _, r in runs.iterrows():
         status = r["status"] if r["included"] or r["status"] != "completed" else "completed (left out)"
@@ -1512,13 +1616,13 @@ def _markdown(res: dict) -> str:
             why = r["notes"]
         rows.append([r["run"], r["variant"], "—" if pd.isna(r["seed"]) else str(int(r["seed"])), status,
                      _fmt_tokens(r["final_tokens"]), _fmt(r["final"], "score"), why or ""])
-    L.append(_md_table(["run", "variant", "seed", "status", "final tokens", f"{metric} at comparison point",
+    L.append(_md_table(["run", "variant", "seed", "status", "final tokens", f"{res['metric']} at comparison point",
                         "note"], rows))
     L.append("")
     L.append("Files: `report.csv` (headline, all quantities with intervals and IQM), `differences.csv`, "
              "`runs.csv` (one row per run).")
     L.append("")
-    return "\n".join(L)
+    return L
 
 
 # --------------------------------------------------------------------------

@@ -1,5 +1,8 @@
 """Seed statistics for comparing RL runs (pure numpy; rliable definitions, small-sample intervals).
 
+Across runs, for the report; the per-step diagnostics of one rollout batch inside a run (lengths, loss-weight
+shares) are `rlcompare.batch_stats`, a different thing.
+
 Everything here works on small arrays of per-seed scores. Definitions follow
 Agarwal et al., "Deep RL at the Edge of the Statistical Precipice" (rliable):
 

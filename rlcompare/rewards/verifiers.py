@@ -626,14 +626,8 @@ def _worker_entry(fd: int) -> None:
     signal.signal(signal.SIGALRM, on_alarm)
     _quiet_math_verify()
     conn = Connection(fd)
-    try:
-        verifier = conn.recv()
-        warm = getattr(verifier, "warm", None)
-        if warm is not None:
-            warm()
-        _limit_memory()
-        conn.send("ready")
-    except (EOFError, OSError):
+    verifier = _worker_ready(conn)
+    if verifier is None:
         return
     while True:
         try:
@@ -642,26 +636,45 @@ def _worker_entry(fd: int) -> None:
             return
         if msg is None:
             return
-        i, completion, answer, timeout_s = msg
         try:
-            try:
-                signal.setitimer(signal.ITIMER_REAL, _bounded_seconds(timeout_s))
-                s = verifier.score(completion, answer)
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-            r = float(s.reward)
-            if math.isfinite(r):
-                out = (i, r, bool(s.correct), bool(s.error), str(s.reason or ("raised" if s.error else "")))
-            else:
-                out = (i, 0.0, False, True, "raised")
-        except _ItemTimeout:
-            out = (i, 0.0, False, True, "timeout")
-        except BaseException:  # MemoryError, RecursionError, anything
-            out = (i, 0.0, False, True, "raised")
-        try:
-            conn.send(out)
+            conn.send(_score_in_worker(verifier, *msg))
         except (EOFError, OSError):
             return
+
+
+def _worker_ready(conn):
+    """Receive the verifier, warm it, cap the address space, report ready; None when the parent is gone."""
+    try:
+        verifier = conn.recv()
+        warm = getattr(verifier, "warm", None)
+        if warm is not None:
+            warm()
+        _limit_memory()
+        conn.send("ready")
+    except (EOFError, OSError):
+        return None
+    return verifier
+
+
+def _score_in_worker(verifier, i: int, completion, answer, timeout_s) -> tuple:
+    """(i, reward, correct, error, reason) for one item, under a SIGALRM deadline of timeout_s: a timeout, a
+    non-finite reward or anything raised (MemoryError, RecursionError, ...) scores 0 as an error."""
+    import signal
+
+    try:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, _bounded_seconds(timeout_s))
+            s = verifier.score(completion, answer)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        r = float(s.reward)
+        if math.isfinite(r):
+            return (i, r, bool(s.correct), bool(s.error), str(s.reason or ("raised" if s.error else "")))
+        return (i, 0.0, False, True, "raised")
+    except _ItemTimeout:
+        return (i, 0.0, False, True, "timeout")
+    except BaseException:  # MemoryError, RecursionError, anything
+        return (i, 0.0, False, True, "raised")
 
 
 class _Worker:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import yaml
+from rlcompare.config import operational
 from rlcompare.config.flat import flatten
 
 __all__ = ["COMPONENTS", "IGNORED_KEYS", "SweepError", "SweepSpec", "VariantSpec", "Member", "Job", "load_sweep",
@@ -69,11 +70,9 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
     "verifier": ("verifier",),
 }
 
-# keys that never count as a change: names, bookkeeping, where results go, how the run is shown or placed
-IGNORED_KEYS: tuple[str, ...] = (
-    "algorithm.name", "algorithm.paper", "seed", "run_name", "experiment", "results_dir", "sweep", "logger",
-    "trainer.progress", "device", "resume", "trainer.threads", "trainer.keep_freed_memory",
-)
+# keys that never count as a change: the operational keys (names, places, display, speed; rlcompare.config.operational,
+# each with its reason) and the seed (the replicate axis)
+IGNORED_KEYS: tuple[str, ...] = operational.SWEEP_IGNORED
 
 # set by the sweep for every member; a sweep file (or the command line) may not set them
 _RESERVED = {
@@ -792,18 +791,7 @@ def run_jobs(jobs: list[Job], root: Path, launch, results: Optional[dict] = None
         batch = [alone.pop(0)] if alone else todo
         t0 = time.time()
         rc = launch(batch)
-        died, waiting, progressed = [], [], False
-        for j in batch:
-            d = run_dir(root, *j.key)
-            status = (_fresh_summary(d, t0) or {}).get("status")
-            if status in ("completed", "failed"):
-                results[j.key] = {"status": status, "error": (_summary(d) or {}).get("error") if status == "failed" else None,
-                                  "dir": str(d)}
-                progressed = True
-            elif _started(d, t0):
-                died.append(j)
-            else:
-                waiting.append(j)
+        died, waiting, progressed = _settle(batch, root, t0, results)
         if len(died) == 1:
             results[died[0].key] = _died(root, died[0], rc)
         elif died:
@@ -822,6 +810,24 @@ def run_jobs(jobs: list[Job], root: Path, launch, results: Optional[dict] = None
         else:
             todo += waiting
     return results
+
+
+def _settle(batch: list[Job], root: Path, t0: float, results: dict) -> tuple[list[Job], list[Job], bool]:
+    """After one launch (started at t0): jobs with a summary of their own go into results; returns (jobs that
+    started but left no final summary, jobs that never started, whether any job settled)."""
+    died, waiting, progressed = [], [], False
+    for j in batch:
+        d = run_dir(root, *j.key)
+        status = (_fresh_summary(d, t0) or {}).get("status")
+        if status in ("completed", "failed"):
+            results[j.key] = {"status": status, "error": (_summary(d) or {}).get("error") if status == "failed" else None,
+                              "dir": str(d)}
+            progressed = True
+        elif _started(d, t0):
+            died.append(j)
+        else:
+            waiting.append(j)
+    return died, waiting, progressed
 
 
 def _died(root: Path, j: Job, rc: int) -> dict:
@@ -936,28 +942,12 @@ def run_sweep(path, extra: Optional[list[str]] = None, seeds: Optional[list[int]
     _, hydra_extra = split_extra(extra)
     root = _results_root(members, spec)
     n_runs = len(members) * len(spec.seeds)
-    print(f"sweep {spec.name} ({spec.mode}, {len(members)} members x {len(spec.seeds)} seeds = {n_runs} runs; "
-          f"seeds {', '.join(map(str, spec.seeds))})" + (f"\nquestion: {spec.question}" if spec.question else ""), file=out)
-    if extra:
-        print(f"extra overrides (all members): {' '.join(extra)}", file=out)
-    print(f"results: {root}/<label>__s<seed>/\n", file=out)
-    print(member_table(spec, members), file=out)
+    _print_plan(spec, members, extra, root, n_runs, out)
     launcher = check_launch_settings(hydra_extra)
     if dry_run:
-        print(f"\nthe {n_runs} runs are the jobs of one Hydra multirun ({launcher}); member by member they are:", file=out)
-        for m in members:
-            print("  " + _shell(train_command(spec, m, spec.seeds, hydra_extra)), file=out)
-        print("\none-change check passed; nothing was run (--dry-run)", file=out)
+        _print_dry_run(spec, members, hydra_extra, launcher, n_runs, out)
         return 0
-
-    existing = _existing(root, members, spec.seeds)
-    if existing and not resume:
-        listing = ", ".join(f"{lb}__s{s} ({st})" for (lb, s), st in sorted(existing.items()))
-        raise SweepError(f"{root} already holds runs of this sweep: {listing}. Continue it with "
-                         f"`rlcompare sweep {spec.path or spec.name} --resume ...` (completed runs are kept, the others "
-                         f"resumed), or choose another results_dir / sweep name")
-    if existing:
-        _check_kept_runs(root, members, existing)
+    existing = _runs_to_keep(root, spec, members, resume)
     record_argv = list(argv if argv is not None else [str(spec.path)] + extra)
     created = _now()
     write_record(root, spec, members, extra, record_argv, created=created)
@@ -975,7 +965,43 @@ def run_sweep(path, extra: Optional[list[str]] = None, seeds: Optional[list[int]
         return 130
     runs = _runs_record(root, members, spec.seeds, settled, existing)
     write_record(root, spec, members, extra, record_argv, runs=runs, created=created)
+    return _print_outcome(spec, root, runs, n_runs, out)
 
+
+def _print_plan(spec: SweepSpec, members: list[Member], extra: list[str], root: Path, n_runs: int, out) -> None:
+    """The sweep's size, question, extra overrides, results folder and member table."""
+    print(f"sweep {spec.name} ({spec.mode}, {len(members)} members x {len(spec.seeds)} seeds = {n_runs} runs; "
+          f"seeds {', '.join(map(str, spec.seeds))})" + (f"\nquestion: {spec.question}" if spec.question else ""), file=out)
+    if extra:
+        print(f"extra overrides (all members): {' '.join(extra)}", file=out)
+    print(f"results: {root}/<label>__s<seed>/\n", file=out)
+    print(member_table(spec, members), file=out)
+
+
+def _print_dry_run(spec: SweepSpec, members: list[Member], hydra_extra: list[str], launcher: str, n_runs: int,
+                   out) -> None:
+    print(f"\nthe {n_runs} runs are the jobs of one Hydra multirun ({launcher}); member by member they are:", file=out)
+    for m in members:
+        print("  " + _shell(train_command(spec, m, spec.seeds, hydra_extra)), file=out)
+    print("\none-change check passed; nothing was run (--dry-run)", file=out)
+
+
+def _runs_to_keep(root: Path, spec: SweepSpec, members: list[Member], resume: bool) -> dict[tuple[str, int], str]:
+    """Runs of this sweep already in root ((label, seed) -> status): refused without --resume, and with it checked
+    to have been made with the config their member has now."""
+    existing = _existing(root, members, spec.seeds)
+    if existing and not resume:
+        listing = ", ".join(f"{lb}__s{s} ({st})" for (lb, s), st in sorted(existing.items()))
+        raise SweepError(f"{root} already holds runs of this sweep: {listing}. Continue it with "
+                         f"`rlcompare sweep {spec.path or spec.name} --resume ...` (completed runs are kept, the others "
+                         f"resumed), or choose another results_dir / sweep name")
+    if existing:
+        _check_kept_runs(root, members, existing)
+    return existing
+
+
+def _print_outcome(spec: SweepSpec, root: Path, runs: dict[str, dict], n_runs: int, out) -> int:
+    """How many runs completed, the failed ones with their errors, the report command; the exit code."""
     failed = [(lb, int(s), r["error"]) for lb, rs in runs.items() for s, r in rs.items() if r["status"] != "completed"]
     done = sum(1 for rs in runs.values() for r in rs.values() if r["status"] == "completed")
     print(f"\nsweep {spec.name}: {done} of {n_runs} runs completed; definition in {root / 'sweep.yaml'}", file=out)

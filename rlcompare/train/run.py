@@ -41,9 +41,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from rlcompare.config import operational
 from rlcompare.train import checkpoint, run_lock
 from rlcompare.config.flat import flatten
-from rlcompare.config import ConfigError, to_schema, validate
+from rlcompare.config import ConfigError, check_fits_context, context_from, to_schema, validate, why_not_creatable
 from rlcompare.train.tracking import (NullLogger, RunWriter, WandbLogger, atomic_write_json, atomic_write_text, read_jsonl,
                                 truncate_jsonl)
 
@@ -52,10 +53,9 @@ ROW_FILES = ("metrics.jsonl", "eval.jsonl", "samples.jsonl")
 SIGTERM_ERROR = "terminated (SIGTERM)"
 SIGTERM_EXIT = 143  # 128 + SIGTERM, what a shell reports for a process killed by SIGTERM
 
-# Keys that may differ between a run and its resumption: how it runs, not what it computes. None of them is in a
-# derived run name (conf/config.yaml's override_dirname.exclude_keys), so changing one keeps the run's folder.
-RESUME_IGNORED = {"resume", "results_dir", "device", "trainer.threads", "trainer.keep_freed_memory", "trainer.progress",
-                  "trainer.checkpoint_every", "trainer.keep_checkpoints", "trainer.max_bad_steps", "logger.mode"}
+# Keys that may differ between a run and its resumption: how it runs, not what it computes (rlcompare.config.operational,
+# with each key's reason). None of them is in a derived run name, so changing one keeps the run's folder.
+RESUME_IGNORED = operational.RESUME_IGNORED
 
 
 class Terminated(SystemExit):
@@ -74,20 +74,26 @@ class Terminated(SystemExit):
 def fingerprint(cfg: DictConfig, tr) -> dict:
     """What compared runs must share: initial weights, prompts and split, verifier, budget, sampling."""
     c = OmegaConf.to_container(cfg, resolve=True)
-    prompts = {k: v for k, v in c["prompts"].items()}
+    prompts = _computing(c, "prompts")
     prompts.update(n_train_used=len(tr.train_prompts), n_eval_used=len(tr.eval_prompts), eval_hash=tr.splits.eval_hash())
     return {
         "init_weights_hash": tr.policy.init_hash,
         "warm_start_key": tr.policy.warm_start_key,
         "model": tr.policy.source if c["model"]["kind"] == "hf" else c["model"]["name"],
         "prompts": prompts,
-        "verifier": {k: v for k, v in c["verifier"].items() if k != "probe"},  # a check before training, not the reward
-        "budget": c["budget"],
-        # kv_cache is how decoding is computed, not what is sampled: runs that differ only there compare
-        "sampling": {**{k: v for k, v in c["rollout"].items() if k != "kv_cache"}, "group_size": c["trainer"]["group_size"],
+        # operational keys (verifier.probe, rollout.kv_cache, ...) never change what is computed: runs that differ
+        # only there compare
+        "verifier": _computing(c, "verifier"),
+        "budget": _computing(c, "budget"),
+        "sampling": {**_computing(c, "rollout"), "group_size": c["trainer"]["group_size"],
                      "prompts_per_step": c["trainer"]["prompts_per_step"],
                      "dynamic_sampling": c["algorithm"]["dynamic_sampling"]},
     }
+
+
+def _computing(c: dict, section: str) -> dict:
+    """One config section without its operational keys (rlcompare.config.operational)."""
+    return {k: v for k, v in c[section].items() if not operational.is_operational(f"{section}.{k}")}
 
 
 def _budget_spent(cfg, state) -> bool:
@@ -296,22 +302,6 @@ def _contiguous_steps(rows: list[dict]) -> int:
 
 
 # ----------------------------------------------------------------------------- preflight
-CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx", "max_seq_len")
-
-
-def _context_from(d: dict) -> int | None:
-    for k in CONTEXT_KEYS:
-        v = d.get(k)
-        if isinstance(v, int) and v > 0:
-            return v
-    for sub in ("text_config", "llm_config", "language_config"):
-        if isinstance(d.get(sub), dict):
-            v = _context_from(d[sub])
-            if v:
-                return v
-    return None
-
-
 def model_context_length(cfg: DictConfig) -> int | None:
     """The model's context (positions) from its config alone, without loading weights; None when unknown.
 
@@ -329,7 +319,7 @@ def model_context_length(cfg: DictConfig) -> int | None:
             raise ConfigError(f"model.name_or_path={path!r} is a folder without config.json; point it at a saved "
                               f"model (save_pretrained output) or a hub id")
         try:
-            return _context_from(json.loads(cfg_file.read_text()))
+            return context_from(json.loads(cfg_file.read_text()))
         except (OSError, ValueError) as e:
             raise ConfigError(f"model.name_or_path={path!r}: config.json could not be read ({e})") from None
     if os.path.exists(path):
@@ -341,15 +331,13 @@ def model_context_length(cfg: DictConfig) -> int | None:
     except Exception as e:  # noqa: BLE001 - not found, offline without a cache, gated, ...
         raise ConfigError(f"model.name_or_path={path!r} could not be resolved (not a local folder, and its config "
                           f"could not be fetched from the hub or the local cache): {type(e).__name__}: {str(e)[:300]}") from None
-    return _context_from(conf.to_dict())
+    return context_from(conf.to_dict())
 
 
 def _check_writable(path: Path, what: str) -> None:
-    p = Path(os.path.abspath(path))
-    while not p.exists() and p.parent != p:
-        p = p.parent
-    if not p.is_dir() or not os.access(p, os.W_OK | os.X_OK):
-        raise ConfigError(f"{what} {str(path)!r} is not writable (checked {p}); choose a folder you can write, "
+    why = why_not_creatable(str(path))  # the one writability check (rlcompare.config), as validate's for results_dir
+    if why is not None:
+        raise ConfigError(f"{what} {str(path)!r} is not writable ({why}); choose a folder you can write, "
                           f"e.g. results_dir=./results")
 
 
@@ -362,10 +350,7 @@ def preflight(cfg: DictConfig, run_dir: Path | None = None):
     splits = build_prompt_set(cfg)
     verifier = build_run_verifier(cfg)
     ctx = model_context_length(cfg)
-    need = cfg.budget.max_prompt_tokens + cfg.budget.max_new_tokens
-    if ctx is not None and need > ctx:
-        raise ConfigError(f"budget.max_prompt_tokens + budget.max_new_tokens = {need} exceeds the model's context "
-                          f"({ctx} positions, from model.name_or_path={cfg.model.name_or_path!r}'s config); lower the budget")
+    check_fits_context(cfg.budget, ctx, f"({ctx} positions, from model.name_or_path={cfg.model.name_or_path!r}'s config)")
     _probe_verifier(cfg, splits, verifier)
     if run_dir is not None:
         _check_writable(run_dir, "the run folder")

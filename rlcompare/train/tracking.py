@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rlcompare.results import json_objects, read_jsonl, scan_jsonl  # noqa: F401 - the one results reader
+
 _TMP_IDS = itertools.count()
 
 
@@ -53,32 +55,6 @@ def _clean(v):
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
-
-
-def read_jsonl(path: str | Path) -> list[dict]:
-    """Rows of a jsonl file; a torn last line (a kill mid-write, no newline) is dropped, as is any line that
-    does not parse as a JSON object."""
-    rows = []
-    p = Path(path)
-    if not p.exists():
-        return rows
-    with open(p, encoding="utf-8", errors="replace") as f:
-        whole = itertools.takewhile(lambda line: line.endswith("\n"), f)  # stop at a torn last line
-        rows.extend(json_objects(whole))
-    return rows
-
-
-def json_objects(lines) -> list[dict]:
-    """The lines that parse as JSON objects, parsed; any other line is skipped."""
-    out = []
-    for line in lines:
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out
 
 
 def drop_torn_tail(path: str | Path) -> bool:

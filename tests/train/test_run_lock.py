@@ -47,7 +47,7 @@ def _wait(pred, proc: subprocess.Popen, what: str, timeout: float = 240.0) -> No
 
 def _holder_process(folder: Path) -> subprocess.Popen:
     """A separate process that locks `folder` the way a run does, then waits to be killed."""
-    code = ("import sys, time; from rlcompare import run_lock; run_lock.acquire(sys.argv[1]); "
+    code = ("import sys, time; from rlcompare.train import run_lock; run_lock.acquire(sys.argv[1]); "
             "print('locked', flush=True); time.sleep(600)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(folder)], env=_env(), stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "locked"

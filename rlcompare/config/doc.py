@@ -1,0 +1,93 @@
+"""docs/config.md from the schema: every key with its default and its one-line help.
+
+The help of a key is the comment after its field in rlcompare/config/schema.py (one place; the schema's defaults equal
+conf/'s, tests/config/test_config_defaults.py). `python scripts/config_doc.py` rewrites docs/config.md, and
+tests/config/test_config_doc.py fails when it is out of step (a missing key, a stale default or help).
+Torch-free: reads schema.py's source with `ast` and `tokenize`.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import tokenize
+from dataclasses import fields, is_dataclass
+from pathlib import Path
+from typing import Any, get_type_hints
+
+from omegaconf import OmegaConf
+
+from rlcompare.config import schema as config
+
+HEADER = """# Config keys
+
+Every key of `rlcompare train` (and of a sweep's overrides), its default and what it does. Generated from the
+schema in `rlcompare/config/schema.py`, where each field's comment is its help: edit it there and run
+`python scripts/config_doc.py` (tests/config/test_config_doc.py fails when this page is out of step). The defaults are
+those of `conf/` (the default presets: algorithm=grpo, model=tiny, prompts=arithmetic, verifier=exact_match,
+budget=smoke, logger=wandb); each preset in `conf/algorithm/` writes every `algorithm.*` key out
+(docs/algorithms.md). Keys marked *operational* never change what a run computes (`rlcompare/config/operational.py`).
+"""
+
+
+def _field_comments() -> dict[str, dict[str, str]]:
+    """class name -> field name -> the comment after the field (without '# '), from config.py's source."""
+    src = Path(config.__file__).read_text()
+    comments = {tok.start[0]: tok.string.lstrip("#").strip()
+                for tok in tokenize.generate_tokens(io.StringIO(src).readline) if tok.type == tokenize.COMMENT}
+    out: dict[str, dict[str, str]] = {}
+    for node in ast.parse(src).body:
+        if isinstance(node, ast.ClassDef):
+            out[node.name] = {st.target.id: comments.get(st.end_lineno, "") for st in node.body
+                              if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)}
+    return out
+
+
+def key_help(schema: type = config.RunConfig, prefix: str = "", _comments: dict | None = None) -> dict[str, str]:
+    """Every leaf key of the schema (dotted) -> its help ('' when its field has no comment), in schema order."""
+    comments = _field_comments() if _comments is None else _comments
+    hints = get_type_hints(schema)
+    out: dict[str, str] = {}
+    for f in fields(schema):
+        tp = config._unwrap_optional(hints[f.name])
+        if is_dataclass(tp):
+            out.update(key_help(tp, f"{prefix}{f.name}.", comments))
+        else:
+            out[prefix + f.name] = comments.get(schema.__name__, {}).get(f.name, "")
+    return out
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, str):
+        return v if v else '""'
+    return json.dumps(v)
+
+
+def rows() -> list[tuple[str, str, str]]:
+    """(key, default, help) for every key of the schema."""
+    defaults = OmegaConf.structured(config.RunConfig)
+    out = []
+    for key, help_ in key_help().items():
+        value = OmegaConf.select(defaults, key)
+        if OmegaConf.is_config(value):
+            value = OmegaConf.to_container(value)
+        out.append((key, _fmt(value), help_))
+    return out
+
+
+def render() -> str:
+    """docs/config.md: one table per top-level section."""
+    from rlcompare.config.operational import is_operational
+
+    parts = [HEADER]
+    section = None
+    for key, default, help_ in rows():
+        head = key.split(".")[0] if "." in key else "run"
+        if head != section:
+            section = head
+            parts.append(f"\n## {section}\n\n| key | default | help |\n|---|---|---|")
+        note = " *(operational)*" if is_operational(key) else ""
+        cell = help_.replace("|", "\\|").replace("<", "&lt;")  # a table cell: <run dir> is no HTML tag
+        parts.append(f"| `{key}` | `{default}` | {cell}{note} |")
+    return "\n".join(parts) + "\n"

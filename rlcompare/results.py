@@ -1,0 +1,53 @@
+"""The one reader of results/ files (metrics/eval/samples.jsonl): resume and the W&B read-back
+(`rlcompare.train`) and the report (`rlcompare.report`) read rows through it. Standard library only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Rows of a jsonl file; a torn last line (a kill mid-write, no newline) is dropped, as is any line that
+    does not parse as a JSON object. (What resume and the W&B read-back trust; the report reads `scan_jsonl`.)"""
+    whole = itertools.takewhile(lambda line: line.endswith("\n"), _lines(path))  # stop at a torn last line
+    return json_objects(whole)
+
+
+def scan_jsonl(path: str | Path) -> tuple[list[dict], int, bool]:
+    """Every non-empty line of a jsonl file that parses as a JSON object, tolerantly (the report's reader):
+    (rows, number of non-empty lines that do not, whether that is only the last one, e.g. a torn write).
+    A missing file reads as ([], 0, True)."""
+    lines = [line for line in _lines(path) if line.strip()]
+    rows, bad = [], []
+    for i, line in enumerate(lines):
+        obj = _json_object(line)
+        if obj is None:
+            bad.append(i)
+        else:
+            rows.append(obj)
+    return rows, len(bad), bad == [len(lines) - 1] if bad else True
+
+
+def _lines(path: str | Path) -> list[str]:
+    """The lines of a results file (undecodable bytes replaced); none when it does not exist."""
+    p = Path(path)
+    if not p.exists():
+        return []
+    with open(p, encoding="utf-8", errors="replace") as f:
+        return list(f)
+
+
+def _json_object(line: str) -> dict | None:
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def json_objects(lines) -> list[dict]:
+    """The lines that parse as JSON objects, parsed; any other line is skipped."""
+    return [obj for obj in map(_json_object, lines) if obj is not None]

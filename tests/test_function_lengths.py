@@ -1,0 +1,51 @@
+"""No function in rlcompare/ is longer than MAX_LINES lines (def to last line, docstring included) unless it is
+listed below with the reason: a long function is one that cannot be read at once."""
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "rlcompare"
+MAX_LINES = 80
+
+# "path:function" -> why it may be longer
+ALLOWED = {
+    "trainer.py:update": "being rewritten in branch core",
+    "replay.py:replay_logits": "being rewritten in branch core",
+    "bench.py:*": "being rewritten in branch core",
+    "against_trl.py:*": "being rewritten in branch core (bench/against_trl.py, was bench.py)",
+    "static_decode.py:*": "being rewritten in branch core",
+    "rollout.py:*": "being rewritten in branch core",
+    "sampler.py:*": "being rewritten in branch core (rollout/sampler.py, was rollout.py)",
+    "losses.py:policy_loss": "the body is 64 lines; the rest is its signature (every surrogate knob is a keyword, "
+                             "38 lines) and its docstring (shapes and papers, 76 lines)",
+    "run.py:_train_locked": "the training loop with its SIGTERM, checkpoint and summary bookkeeping; left whole "
+                            "while branch core rewrites the trainer it drives, to be split after that merge",
+}
+
+
+def _long_functions() -> dict[str, int]:
+    out = {}
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_LINES:
+                    out[f"{rel}:{node.name}"] = n
+    return out
+
+
+def _allowed(key: str) -> bool:
+    path = key.split(":")[0]
+    name = Path(path).name  # a module moved into a subpackage keeps its entry
+    return any(k in (f"{name}:{key.split(':')[1]}", f"{name}:*") for k in ALLOWED)
+
+
+def test_no_function_is_longer_than_the_limit_without_a_reason():
+    too_long = {k: n for k, n in _long_functions().items() if not _allowed(k)}
+    assert too_long == {}, (f"functions over {MAX_LINES} lines: {too_long}; split them into named steps, or list "
+                            f"them in ALLOWED with the reason")
+
+
+def test_every_allowed_entry_has_a_reason():
+    assert all(why.strip() for why in ALLOWED.values())
