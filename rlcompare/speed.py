@@ -20,7 +20,6 @@ applies it (`rlcompare.run.apply_process_settings`).
 
 from __future__ import annotations
 
-import functools
 from typing import Protocol
 
 import torch
@@ -56,11 +55,6 @@ class Recording:
         return Recording(self.projections, self.rows[keep.cpu()])
 
 
-@functools.lru_cache(maxsize=None)
-def _version_refusal() -> str | None:
-    return static_decode.transformers_version_refusal()
-
-
 def decoder_for(model, capacity: int, *, kv_cache: str = "auto", record: bool | Recording | None = False,
                 autocast_dtype=None, flop_observer: FlopObserver | None = None):
     """The preallocated-cache decoder (`static_decode.StaticDecoder`) for `model` with `capacity` positions, or
@@ -94,7 +88,7 @@ def recorded_update_forward(model, recording: Recording | None, rows: torch.Tens
     the plain forward while the weights are the ones that sampled (the first optimizer step on a batch: the
     caller decides that). None when there is no recording (the ordinary path sampled, or several rollouts were
     joined) or the transformers version is outside the tested range: the caller runs the plain forward."""
-    if recording is None or _version_refusal() is not None:
+    if recording is None or static_decode.transformers_version_refusal() is not None:
         return None
     record_rows = recording.rows[rows.cpu()].to(comp_ids.device)
     return replay.replay_logits(model, recording.projections, record_rows, prompt_ids, prompt_mask, comp_ids,
