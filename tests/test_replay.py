@@ -380,15 +380,26 @@ def test_the_sampler_keeps_log_probs_only_where_they_are_read(compose, tmp_path,
 # ---------------------------------------------------------------- every preset, fast path against plain autograd
 PRESETS = sorted(p.stem for p in (Path(__file__).parents[1] / "conf" / "algorithm").glob("*.yaml"))
 # The fast path (the speed layer's decoder, which records; the first update rebuilt from the recording) against
-# plain autograd (transformers' cache, the model's own forward). Both compute the same math in a different order
-# (one-token decode steps against whole-sequence forwards, ~1e-6 relative), so every metric of every step agrees
-# to FAST_PATH_RTOL relative (FAST_PATH_ATOL absolute for values near 0), and each step samples the same tokens.
-FAST_PATH_RTOL, FAST_PATH_ATOL = 1e-4, 1e-5
+# plain autograd (transformers' cache, the model's own forward): the same math in another order (one-token decode
+# steps against whole-sequence forwards), ~1e-7 apart. Adam turns that into more than rounding where one path has
+# a gradient of exactly 0 and the other one of 1e-9 (a KL term between two engines' log-probs, PPO's KL in the
+# reward): its first steps move every weight by +-lr whatever the gradient's size. At the presets' lr (3e-5) that
+# moved PPO's ratio/min 3.5e-3 within the first step (measured, the same before the speed layer had its door);
+# at lr 3e-8 (policy and critic) 4e-6. So both runs use lr 3e-8, and:
+# - step 1 (the same weights, the same batch; later mini-batches within 3e-8 a weight): every metric agrees to
+#   STEP1_RTOL relative (STEP1_ATOL absolute near 0);
+# - step 2 samples the very same tokens (every count, reward and length equal), and its update's metrics agree to
+#   STEP2_RTOL / STEP2_ATOL (measured worst: PPO's grad_norm, 2e-4 absolute at 1.6e-4: whitened GAE advantages
+#   near zero amplify the difference).
+STEP1_RTOL, STEP1_ATOL = 1e-4, 1e-5
+STEP2_RTOL, STEP2_ATOL = 1e-2, 1e-3
 PLAIN = ["trainer.update_from_rollout=false", "rollout.kv_cache=dynamic"]
+SMALL_STEPS = ["trainer.lr=3e-8", "algorithm.critic.lr=3e-8"]
+ROLLOUT_METRICS = ("tokens/", "sampling/", "reward/", "accuracy/", "groups/", "length/", "weight/", "verifier/")
 
 
 def _preset_rows(compose, tmp_path, name, preset, *extra):
-    tr = Trainer(validate(compose(f"algorithm={preset}", "budget.max_steps=2", *extra)), tmp_path / name)
+    tr = Trainer(validate(compose(f"algorithm={preset}", "budget.max_steps=2", *SMALL_STEPS, *extra)), tmp_path / name)
     recorded = []
     collect = tr.collect
 
@@ -407,14 +418,19 @@ def test_every_preset_trains_the_same_through_the_fast_path_and_plain_autograd(c
     fast, fast_recorded = _preset_rows(compose, tmp_path, "fast", preset)
     plain, plain_recorded = _preset_rows(compose, tmp_path, "plain", preset, *PLAIN)
     assert not any(plain_recorded)
-    # the fast path ran: every batch sampled in one round carries the sampler's recording
-    assert fast_recorded[0] or preset == "dapo", fast_recorded
+    # the fast path ran: a batch sampled in one round carries the sampler's recording (scalerl's batch joins
+    # several dynamic-sampling rounds: plain forward on both sides, its sampler still the fast one)
+    assert all(fast_recorded) or preset == "scalerl", fast_recorded
     for step, (f, p) in enumerate(zip(fast, plain), 1):
         assert f.keys() == p.keys()
         for k in f:
             if k.startswith(TIMING_PREFIXES):
                 continue
-            if isinstance(p[k], float) and isinstance(f[k], float):
-                assert f[k] == pytest.approx(p[k], rel=FAST_PATH_RTOL, abs=FAST_PATH_ATOL, nan_ok=True), (step, k)
-            else:
+            if not (isinstance(p[k], float) and isinstance(f[k], float)):
                 assert f[k] == p[k], (step, k)
+            elif step == 1:
+                assert f[k] == pytest.approx(p[k], rel=STEP1_RTOL, abs=STEP1_ATOL, nan_ok=True), (step, k)
+            elif k.startswith(ROLLOUT_METRICS):
+                assert f[k] == pytest.approx(p[k], rel=1e-6, abs=1e-9, nan_ok=True), (step, k)  # the same tokens
+            else:
+                assert f[k] == pytest.approx(p[k], rel=STEP2_RTOL, abs=STEP2_ATOL, nan_ok=True), (step, k)
