@@ -107,7 +107,7 @@ class Trainer:
         (`rlcompare.run.apply_process_settings`)."""
         self.cfg = cfg
         self.run_dir = run_dir
-        a, t = cfg.algorithm, cfg.trainer
+        algo, train_cfg = cfg.algorithm, cfg.trainer
         self.device = pick_device(cfg.device)
         _seed_everything(cfg.seed)
         self.splits = splits if splits is not None else build_prompts(cfg.prompts)
@@ -130,13 +130,13 @@ class Trainer:
         # the first update on a batch reuses the sampler's projections where the speed layer can (rlcompare.speed)
         self._recording: speed.Recording | None = None  # the last rollout's, whose buffers the next may reuse
         self.flop_observer: speed.FlopObserver | None = None  # the benchmark's FLOP count of the fast path
-        self.opt = _adamw(self.params, lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / max(1, t.warmup_steps)))
-        self.ref = ReferenceModel(self.policy) if a.kl.coef > 0 else None
+        self.opt = _adamw(self.params, lr=train_cfg.lr, betas=tuple(train_cfg.betas), weight_decay=train_cfg.weight_decay)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / max(1, train_cfg.warmup_steps)))
+        self.ref = ReferenceModel(self.policy) if algo.kl.coef > 0 else None
         self.critic = self.critic_opt = None
-        if a.advantage.estimator == "gae":
+        if algo.advantage.estimator == "gae":
             self.critic = ValueModel(model).to(self.device)
-            self.critic_opt = _adamw(self.critic.parameters(), lr=a.critic.lr, betas=tuple(t.betas))
+            self.critic_opt = _adamw(self.critic.parameters(), lr=algo.critic.lr, betas=tuple(train_cfg.betas))
         self.gen = torch.Generator(device=self.device)
         self.gen.manual_seed(cfg.seed)
         self.shuffle_gen = torch.Generator()
@@ -144,10 +144,10 @@ class Trainer:
         self.stream = PromptStream(self.train_prompts, cfg.prompts.data_seed)
         self.state = TrainerState()
         # the surrogate's knobs, as losses.policy_loss takes them (objective.total_loss's `policy`)
-        self.policy_knobs = dict(surrogate=a.surrogate, ratio=a.ratio, eps_low=a.clip.eps_low, eps_high=a.clip.eps_high,
-                                 dual_clip=a.clip.dual_clip, seq_eps_low=a.clip.seq_eps_low,
-                                 seq_eps_high=a.clip.seq_eps_high, mix=a.clip.mix,
-                                 **{k: a.clip[k] for k in losses.SURROGATE_KNOBS})
+        self.policy_knobs = dict(surrogate=algo.surrogate, ratio=algo.ratio, eps_low=algo.clip.eps_low, eps_high=algo.clip.eps_high,
+                                 dual_clip=algo.clip.dual_clip, seq_eps_low=algo.clip.seq_eps_low,
+                                 seq_eps_high=algo.clip.seq_eps_high, mix=algo.clip.mix,
+                                 **{k: algo.clip[k] for k in losses.SURROGATE_KNOBS})
 
     # ------------------------------------------------------------------ helpers
     def log(self, msg: str) -> None:
@@ -162,29 +162,29 @@ class Trainer:
         if record and reuse_recording and self._recording is not None:
             record = self._recording
         self.policy.model.eval()
-        comp = sample(self.policy.model, prompt_ids, prompt_mask, max_new_tokens=self.cfg.budget.max_new_tokens,
+        completions = sample(self.policy.model, prompt_ids, prompt_mask, max_new_tokens=self.cfg.budget.max_new_tokens,
                       eos_id=self.eos_ids, pad_id=self.pad_id, temperature=self.cfg.rollout.temperature,
                       top_p=self.cfg.rollout.top_p, greedy=greedy, generator=self.gen, autocast_dtype=self.autocast,
                       repeats=repeat, kv_cache=self.cfg.rollout.kv_cache, flop_observer=self.flop_observer,
                       record=record, logprobs=not greedy and self._reads_sampler_logp())
-        if comp.recording is not None:
-            self._recording = comp.recording
+        if completions.recording is not None:
+            self._recording = completions.recording
         if repeat > 1:  # the update needs every completion's prompt
             prompt_ids, prompt_mask = prompt_ids.repeat_interleave(repeat, 0), prompt_mask.repeat_interleave(repeat, 0)
-        return prompt_ids, prompt_mask, comp
+        return prompt_ids, prompt_mask, completions
 
     def _reads_sampler_logp(self) -> bool:
         """Whether anything reads the sampler's log-probs: the old log-probs of several updates per batch, or
         PPO's KL penalty in the reward. One update per batch is on-policy and uses its own, detached."""
-        a, t = self.cfg.algorithm, self.cfg.trainer
-        old = t.updates_per_rollout > 1 and not t.recompute_old_logp
+        algo, train_cfg = self.cfg.algorithm, self.cfg.trainer
+        old = train_cfg.updates_per_rollout > 1 and not train_cfg.recompute_old_logp
         # the mismatch correction compares the trainer's recomputed old log-probs with the sampler's
-        return old or (self.ref is not None and a.kl.placement == "in_reward") or a.mismatch.mode is not None
+        return old or (self.ref is not None and algo.kl.placement == "in_reward") or algo.mismatch.mode is not None
 
-    def _score(self, prompts: list[EncodedPrompt], comp, repeat: int):
+    def _score(self, prompts: list[EncodedPrompt], completions, repeat: int):
         # the tensor itself, not .tolist(): transformers converts a tensor in one call but type-checks every element
         # of nested lists (0.5 vs 0.74 ms for 128 x 16 ids)
-        texts = self.policy.tokenizer.batch_decode(comp.ids.masked_fill(comp.mask == 0, self.pad_id), skip_special_tokens=True)
+        texts = self.policy.tokenizer.batch_decode(completions.ids.masked_fill(completions.mask == 0, self.pad_id), skip_special_tokens=True)
         answers = [p.example.answer for p in prompts for _ in range(repeat)]
         scores = score_batch(self.verifier, texts, answers, timeout_s=self.cfg.verifier.timeout_s)
         rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)
@@ -197,11 +197,11 @@ class Trainer:
         """One training step: collect (sample + score), advantages, the update over mini-batches, the metrics row."""
         t_start = time.perf_counter()
         self.state.step += 1
-        col = self.collect()
-        self.state.tokens += col.generated_tokens
-        row = self._collect_metrics(col)
+        collected = self.collect()
+        self.state.tokens += collected.generated_tokens
+        row = self._collect_metrics(collected)
         t_update = time.perf_counter()
-        batch = col.batch
+        batch = collected.batch
         if batch is None:  # dynamic sampling kept no informative group: no update
             self.state.skipped_updates += 1
             row["optim/skipped_updates"] = self.state.skipped_updates
@@ -215,12 +215,12 @@ class Trainer:
                                          self.cfg.algorithm.horizon, group_size=self.cfg.trainer.group_size))
                 old_logp = self._old_logp(batch, targets, row)
                 row.update(self._update_metrics(self.update(batch, targets, old_logp)))
-        return self._finish_row(row, col, t_start, t_update)
+        return self._finish_row(row, collected, t_start, t_update)
 
     # ------------------------------------------------------------------ collect: sample + score
     def collect(self) -> Collected:
         """Sample, score and (with dynamic sampling) refill until the batch holds informative groups."""
-        cfg, a = self.cfg, self.cfg.algorithm
+        cfg, algo = self.cfg, self.cfg.algorithm
         G, n_prompts = cfg.trainer.group_size, cfg.trainer.prompts_per_step
         kept, rounds, drawn, dropped, gen_tokens = [], 0, 0, 0, 0
         t_roll = t_score = 0.0
@@ -228,27 +228,27 @@ class Trainer:
         while need > 0:
             prompts = self.stream.take(need)
             t0 = time.perf_counter()
-            prompt_ids, prompt_mask, comp = self._sample(prompts, repeat=G, greedy=False, reuse_recording=rounds == 0)
+            prompt_ids, prompt_mask, completions = self._sample(prompts, repeat=G, greedy=False, reuse_recording=rounds == 0)
             t1 = time.perf_counter()
-            texts, verifier_rewards, correct, errors = self._score(prompts, comp, G)
+            texts, verifier_rewards, correct, errors = self._score(prompts, completions, G)
             self.state.verifier_errors += errors
             t_score += time.perf_counter() - t1
             t_roll += t1 - t0
             rounds += 1
             drawn += len(prompts)
-            gen_tokens += int(comp.lengths.sum())
+            gen_tokens += int(completions.lengths.sum())
             rewards = verifier_rewards.clone()
-            if a.overlong.soft_punishment:
-                rewards = rewards + losses.overlong_penalty(comp.lengths.cpu(), max_len=cfg.budget.max_new_tokens,
-                                                            cache_len=a.overlong.cache_len, factor=a.overlong.factor)
-            part = RolloutBatch(prompt_ids, prompt_mask, comp, texts, rewards, verifier_rewards, correct, prompts)
-            if a.dynamic_sampling.enabled:
+            if algo.overlong.soft_punishment:
+                rewards = rewards + losses.overlong_penalty(completions.lengths.cpu(), max_len=cfg.budget.max_new_tokens,
+                                                            cache_len=algo.overlong.cache_len, factor=algo.overlong.factor)
+            part = RolloutBatch(prompt_ids, prompt_mask, completions, texts, rewards, verifier_rewards, correct, prompts)
+            if algo.dynamic_sampling.enabled:
                 info = adv_lib.informative_groups(rewards, G)
                 dropped += int((~info).sum())
                 if info.any():
                     kept.append(part.select(info.repeat_interleave(G), G))
                 need = n_prompts - sum(len(k.prompts) for k in kept)
-                if rounds > a.dynamic_sampling.max_rounds:
+                if rounds > algo.dynamic_sampling.max_rounds:
                     break
             else:
                 kept.append(part)
@@ -268,43 +268,43 @@ class Trainer:
     # ------------------------------------------------------------------ advantages
     def advantages(self, batch: RolloutBatch) -> Targets:
         """The loss mask, the reference's log-probs, and the advantages (with KL in the reward when so placed)."""
-        a, comp = self.cfg.algorithm, batch.completions
-        targets = Targets(loss_mask=objective.loss_mask(comp.mask, comp.truncated, overlong_filter=a.overlong.filter),
+        algo, completions = self.cfg.algorithm, batch.completions
+        targets = Targets(loss_mask=objective.loss_mask(completions.mask, completions.truncated, overlong_filter=algo.overlong.filter),
                           advantages=torch.empty(0))
         if self.ref is not None:
             with torch.no_grad():
-                logits = self.ref(lambda m: self._logits(m, batch.prompt_ids, batch.prompt_mask, comp.ids, comp.mask))
-                targets.ref_logp = token_logp(logits, comp.ids, self.cfg.rollout.temperature) * comp.mask
+                logits = self.ref(lambda m: self._logits(m, batch.prompt_ids, batch.prompt_mask, completions.ids, completions.mask))
+                targets.ref_logp = token_logp(logits, completions.ids, self.cfg.rollout.temperature) * completions.mask
                 del logits
         kl = None  # KL in the reward: -beta * sg(kl_t) on each real token, from the sampler's log-probs
-        if targets.ref_logp is not None and a.kl.placement == "in_reward":
-            kl = objective.reward_kl(comp.logp, targets.ref_logp, comp.mask, estimator=a.kl.estimator)
+        if targets.ref_logp is not None and algo.kl.placement == "in_reward":
+            kl = objective.reward_kl(completions.logp, targets.ref_logp, completions.mask, estimator=algo.kl.estimator)
         values = None
-        if a.advantage.estimator == "gae":  # PPO: the critic's values at rollout time
+        if algo.advantage.estimator == "gae":  # PPO: the critic's values at rollout time
             with torch.no_grad():
-                values = self.critic(batch.prompt_ids, batch.prompt_mask, comp.ids, comp.mask) * comp.mask
+                values = self.critic(batch.prompt_ids, batch.prompt_mask, completions.ids, completions.mask) * completions.mask
         est = objective.advantages(
-            a.advantage.estimator, batch.rewards.to(self.device), comp.mask, group_size=self.cfg.trainer.group_size,
-            scale=a.advantage.scale, std_ddof=a.advantage.std_ddof, eps=a.advantage.eps, kl=kl, beta=a.kl.coef,
-            gamma=a.advantage.gamma, baseline=a.advantage.baseline, values=values, gae_gamma=a.critic.gamma,
-            gae_lam=a.critic.lam)
+            algo.advantage.estimator, batch.rewards.to(self.device), completions.mask, group_size=self.cfg.trainer.group_size,
+            scale=algo.advantage.scale, std_ddof=algo.advantage.std_ddof, eps=algo.advantage.eps, kl=kl, beta=algo.kl.coef,
+            gamma=algo.advantage.gamma, baseline=algo.advantage.baseline, values=values, gae_gamma=algo.critic.gamma,
+            gae_lam=algo.critic.lam)
         targets.advantages, targets.returns, targets.old_values = est.advantages, est.returns, est.old_values
         return targets
 
     def _old_logp(self, batch: RolloutBatch, targets: Targets, row: dict) -> torch.Tensor | None:
         """The old log-probs of the surrogate's ratio: recomputed by the trainer (and the mismatch correction's
         weights from them, into `targets`), the sampler's, or None when one update per batch is on-policy."""
-        a, t, comp = self.cfg.algorithm, self.cfg.trainer, batch.completions
-        if t.recompute_old_logp:
+        algo, train_cfg, completions = self.cfg.algorithm, self.cfg.trainer, batch.completions
+        if train_cfg.recompute_old_logp:
             old_logp = self._recompute_logp(batch)
-            if a.mismatch.mode is not None:  # same weights, two engines: TIS / IcePop / TRL's modes
+            if algo.mismatch.mode is not None:  # same weights, two engines: TIS / IcePop / TRL's modes
                 targets.token_weight, mm = losses.mismatch_weights(
-                    old_logp, comp.logp, targets.loss_mask, mode=a.mismatch.mode, c_min=a.mismatch.c_min,
-                    c_max=a.mismatch.c_max)
+                    old_logp, completions.logp, targets.loss_mask, mode=algo.mismatch.mode, c_min=algo.mismatch.c_min,
+                    c_max=algo.mismatch.c_max)
                 row.update({"mismatch/" + k[len("mismatch_"):]: v for k, v in mm.items()})
             return old_logp
-        if t.updates_per_rollout > 1:
-            return comp.logp  # the sampler's log-probs: same weights, temperature applied
+        if train_cfg.updates_per_rollout > 1:
+            return completions.logp  # the sampler's log-probs: same weights, temperature applied
         return None  # one update per batch is on-policy: old = current (detached) is exact
 
     # ------------------------------------------------------------------ the update
@@ -338,22 +338,22 @@ class Trainer:
     def _plan_update(self, batch: RolloutBatch, targets: Targets) -> UpdatePlan:
         """Mini-batch partitioning: whole groups per mini-batch where there are enough groups, so each prompt's
         forward/backward is shared by its completions (grouped_sequence_logits); else rows."""
-        a, t = self.cfg.algorithm, self.cfg.trainer
-        B, G = len(batch), t.group_size
+        algo, train_cfg = self.cfg.algorithm, self.cfg.trainer
+        B, G = len(batch), train_cfg.group_size
         n_groups = B // G
-        grouped = G > 1 and n_groups * G == B and n_groups >= t.updates_per_rollout
+        grouped = G > 1 and n_groups * G == B and n_groups >= train_cfg.updates_per_rollout
         if grouped:
             order = torch.randperm(n_groups, generator=self.shuffle_gen)
-            minibatches = [(g[:, None] * G + torch.arange(G)).reshape(-1) for g in torch.tensor_split(order, t.updates_per_rollout)]
+            minibatches = [(g[:, None] * G + torch.arange(G)).reshape(-1) for g in torch.tensor_split(order, train_cfg.updates_per_rollout)]
         else:
             order = torch.randperm(B, generator=self.shuffle_gen)
-            minibatches = [mb for mb in torch.tensor_split(order, t.updates_per_rollout) if len(mb)]
+            minibatches = [mb for mb in torch.tensor_split(order, train_cfg.updates_per_rollout) if len(mb)]
         idle = self._idle_rows(targets, G if grouped else 1)
         # prompt-mean-token-mean: each row's group token count over the whole batch (mini-batches may split groups)
-        group_tokens = (losses.group_token_counts(targets.loss_mask, G) if a.aggregation == "prompt-mean-token-mean"
+        group_tokens = (losses.group_token_counts(targets.loss_mask, G) if algo.aggregation == "prompt-mean-token-mean"
                         else None)
         return UpdatePlan(minibatches=minibatches, grouped=grouped,
-                          micro_rows=t.micro_batch_size and (max(G, t.micro_batch_size // G * G) if grouped else t.micro_batch_size),
+                          micro_rows=train_cfg.micro_batch_size and (max(G, train_cfg.micro_batch_size // G * G) if grouped else train_cfg.micro_batch_size),
                           idle=idle, n_idle=int(idle.sum()) if idle is not None else 0,
                           total_tokens=float(targets.loss_mask.sum()), group_tokens=group_tokens)
 
@@ -381,35 +381,35 @@ class Trainer:
     def _micro_step(self, batch: RolloutBatch, targets: Targets, old_logp, idx, plan: UpdatePlan, *,
                     first_minibatch: bool, selection: dict | None, metrics: MetricsAccumulator) -> float:
         """Forward, total_loss and backward of the micro-batch `idx`; returns its total loss."""
-        cfg, a, t = self.cfg, self.cfg.algorithm, self.cfg.trainer
-        comp, temp = batch.completions, cfg.rollout.temperature
-        ids, mask, loss_mask = comp.ids[idx], comp.mask[idx], targets.loss_mask[idx]
+        cfg, algo, train_cfg = self.cfg, self.cfg.algorithm, self.cfg.trainer
+        completions, temp = batch.completions, cfg.rollout.temperature
+        ids, mask, loss_mask = completions.ids[idx], completions.mask[idx], targets.loss_mask[idx]
         logits = self._update_forward(batch, idx, plan.grouped, first_minibatch)
         logp = token_logp(logits, ids, temp) * mask
         # the entropy bonus needs its gradient; otherwise it is a metric (and DHPO's mix weight): no graph
-        with torch.set_grad_enabled(a.entropy_coef > 0):
+        with torch.set_grad_enabled(algo.entropy_coef > 0):
             entropy = losses.entropy_from_logits(logits / temp if temp != 1.0 else logits, chunk_size=1024)
         del logits
         old = old_logp[idx] if old_logp is not None else logp.detach()
         if selection is None:
             selection = self._token_selection(targets, idx, logp.detach(), old, entropy.detach())
         token_weight, extra = self._token_weight(targets, idx, loss_mask, selection.get("keep"))
-        mixes_entropy = a.ratio == "hybrid" and a.clip.mix == "entropy"
+        mixes_entropy = algo.ratio == "hybrid" and algo.clip.mix == "entropy"
         values = (self.critic(batch.prompt_ids[idx], batch.prompt_mask[idx], ids, mask)
                   if self.critic is not None else None)
-        norm = objective.Normalizers(total_tokens=plan.total_tokens, total_seqs=len(batch), group_size=t.group_size,
-                                     horizon=a.horizon, group_tokens=plan.group_tokens[idx] if plan.group_tokens is not None else None)
+        norm = objective.Normalizers(total_tokens=plan.total_tokens, total_seqs=len(batch), group_size=train_cfg.group_size,
+                                     horizon=algo.horizon, group_tokens=plan.group_tokens[idx] if plan.group_tokens is not None else None)
         loss, parts = objective.total_loss(
-            logp, old, targets.advantages[idx], mask, loss_mask, aggregation=a.aggregation, norm=norm,
+            logp, old, targets.advantages[idx], mask, loss_mask, aggregation=algo.aggregation, norm=norm,
             policy=self.policy_knobs, token_weight=token_weight, cov_selected=selection.get("cov_selected"),
             mix_entropy=(entropy.detach() / math.log(len(self.policy.tokenizer))) if mixes_entropy else None,
-            ref_logp=targets.ref_logp[idx] if targets.ref_logp is not None else None, kl_coef=a.kl.coef,
-            kl_estimator=a.kl.estimator, kl_in_loss=a.kl.placement == "in_loss", entropy=entropy,
-            entropy_coef=a.entropy_coef, values=values,
+            ref_logp=targets.ref_logp[idx] if targets.ref_logp is not None else None, kl_coef=algo.kl.coef,
+            kl_estimator=algo.kl.estimator, kl_in_loss=algo.kl.placement == "in_loss", entropy=entropy,
+            entropy_coef=algo.entropy_coef, values=values,
             old_values=targets.old_values[idx] if values is not None else None,
-            returns=targets.returns[idx] if values is not None else None, value_coef=a.critic.coef,
-            value_clip=a.critic.value_clip)
-        if t.inject_nan_at_step is not None and self.state.step == t.inject_nan_at_step:
+            returns=targets.returns[idx] if values is not None else None, value_coef=algo.critic.coef,
+            value_clip=algo.critic.value_clip)
+        if train_cfg.inject_nan_at_step is not None and self.state.step == train_cfg.inject_nan_at_step:
             loss = loss * float("nan")
         total = float(loss.detach())
         loss.backward()
@@ -428,14 +428,14 @@ class Trainer:
         """The forward choice: on the first mini-batch the weights are the sampler's, so the speed layer may rebuild
         the logits from the rollout's projections (`speed.recorded_update_forward`); else, or where it declines, the
         plain forward."""
-        comp, model = batch.completions, self.policy.model
+        completions, model = batch.completions, self.policy.model
         logits = None
         if grouped and first_minibatch:
-            logits = speed.recorded_update_forward(model, comp.recording, idx, batch.prompt_ids[idx], batch.prompt_mask[idx],
-                                                   comp.ids[idx], group_size=self.cfg.trainer.group_size,
+            logits = speed.recorded_update_forward(model, completions.recording, idx, batch.prompt_ids[idx], batch.prompt_mask[idx],
+                                                   completions.ids[idx], group_size=self.cfg.trainer.group_size,
                                                    flop_observer=self.flop_observer)
         if logits is None:
-            logits = self._logits(model, batch.prompt_ids[idx], batch.prompt_mask[idx], comp.ids[idx], comp.mask[idx],
+            logits = self._logits(model, batch.prompt_ids[idx], batch.prompt_mask[idx], completions.ids[idx], completions.mask[idx],
                                   grouped=grouped)
         return logits
 
@@ -458,22 +458,22 @@ class Trainer:
     def _reads_step_statistics(self) -> bool:
         """Whether the loss reads statistics of all the tokens of one optimizer step: the top-entropy threshold
         (arXiv 2506.01939) or Clip-Cov / KL-Cov's covariance selection (arXiv 2505.22617)."""
-        a = self.cfg.algorithm
-        return a.top_entropy_quantile is not None or a.surrogate in losses.COV_SURROGATES
+        algo = self.cfg.algorithm
+        return algo.top_entropy_quantile is not None or algo.surrogate in losses.COV_SURROGATES
 
     def _token_selection(self, targets: Targets, rows, logp, old_logp, entropy) -> dict:
         """For `rows` (every row of one optimizer step): `keep`, the top-entropy tokens, and `cov_selected`, the
         tokens Clip-Cov removes / KL-Cov penalises; only those the config asks for."""
-        a = self.cfg.algorithm
+        algo = self.cfg.algorithm
         loss_mask = targets.loss_mask[rows]
         out = {}
-        if a.top_entropy_quantile is not None:
-            out["keep"] = losses.entropy_mask(entropy, loss_mask, quantile=a.top_entropy_quantile)
-        if a.surrogate in losses.COV_SURROGATES:
+        if algo.top_entropy_quantile is not None:
+            out["keep"] = losses.entropy_mask(entropy, loss_mask, quantile=algo.top_entropy_quantile)
+        if algo.surrogate in losses.COV_SURROGATES:
             # the shuffle generator: seeded by the run and saved in checkpoints, so a resumed run draws the same
             out["cov_selected"] = losses.cov_selection(
-                logp, old_logp, targets.advantages[rows], loss_mask, surrogate=a.surrogate, eps_low=a.clip.eps_low,
-                eps_high=a.clip.eps_high, cov_ratio=a.clip.cov_ratio, cov_lb=a.clip.cov_lb, cov_ub=a.clip.cov_ub,
+                logp, old_logp, targets.advantages[rows], loss_mask, surrogate=algo.surrogate, eps_low=algo.clip.eps_low,
+                eps_high=algo.clip.eps_high, cov_ratio=algo.clip.cov_ratio, cov_lb=algo.clip.cov_lb, cov_ub=algo.clip.cov_ub,
                 generator=self.shuffle_gen)
         return out
 
@@ -483,10 +483,10 @@ class Trainer:
         weights do not change before the step); rows in the order of `micro`."""
         if not self._reads_step_statistics():
             return {}
-        comp, temp = batch.completions, self.cfg.rollout.temperature
+        completions, temp = batch.completions, self.cfg.rollout.temperature
         logps, entropies = [], []
         for idx in micro:
-            ids, mask = comp.ids[idx], comp.mask[idx]
+            ids, mask = completions.ids[idx], completions.mask[idx]
             logits = self._logits(self.policy.model, batch.prompt_ids[idx], batch.prompt_mask[idx], ids, mask, grouped=grouped)
             logps.append(token_logp(logits, ids, temp) * mask)
             entropies.append(losses.entropy_from_logits(logits / temp if temp != 1.0 else logits, chunk_size=1024))
@@ -509,8 +509,8 @@ class Trainer:
         """With trainer.skip_zero_advantage: a [B] bool mask of rows whose policy loss is exactly 0 (every
         advantage 0, in whole groups of `unit` rows), or None when skipping them would change the update:
         a KL term in the loss, an entropy bonus or a critic make every row count."""
-        a, t = self.cfg.algorithm, self.cfg.trainer
-        if not t.skip_zero_advantage or self.ref is not None or a.entropy_coef > 0 or self.critic is not None:
+        algo, train_cfg = self.cfg.algorithm, self.cfg.trainer
+        if not train_cfg.skip_zero_advantage or self.ref is not None or algo.entropy_coef > 0 or self.critic is not None:
             return None
         if self._reads_step_statistics():  # the entropy threshold and the covariance are over every row
             return None
@@ -519,18 +519,18 @@ class Trainer:
         return zero.view(-1, unit).all(1).repeat_interleave(unit) if unit > 1 else zero
 
     # ------------------------------------------------------------------ metrics
-    def _collect_metrics(self, col: Collected) -> dict[str, Any]:
-        return {"step": self.state.step, "tokens/step": col.generated_tokens, "tokens/generated": self.state.tokens,
-                "sampling/rounds": col.rounds, "sampling/groups_drawn": col.groups_drawn,
-                "sampling/groups_dropped": col.groups_dropped}
+    def _collect_metrics(self, collected: Collected) -> dict[str, Any]:
+        return {"step": self.state.step, "tokens/step": collected.generated_tokens, "tokens/generated": self.state.tokens,
+                "sampling/rounds": collected.rounds, "sampling/groups_drawn": collected.groups_drawn,
+                "sampling/groups_dropped": collected.groups_dropped}
 
     def _batch_metrics(self, batch: RolloutBatch) -> dict[str, Any]:
-        comp, rewards = batch.completions, batch.rewards
+        completions, rewards = batch.completions, batch.rewards
         grp = rewards.view(-1, self.cfg.trainer.group_size)
         return {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()) if len(rewards) > 1 else 0.0,
                 "accuracy/train": float(batch.correct.float().mean()),
                 "groups/zero_variance_frac": float((grp.max(1).values == grp.min(1).values).float().mean()),
-                **length_stats(comp.lengths.cpu(), batch.correct, comp.truncated.cpu())}
+                **length_stats(completions.lengths.cpu(), batch.correct, completions.truncated.cpu())}
 
     def _skip_update_for_nonfinite_rewards(self, batch: RolloutBatch, row: dict) -> None:
         """A verifier returned nan/inf: skip this step's update (and count it), the LR schedule still moves."""
@@ -557,40 +557,40 @@ class Trainer:
                 "optim/lr": self.sched.get_last_lr()[0],
                 **{"policy/" + k: m[k] for k in _VARIANT_METRICS if k in m}}
 
-    def _finish_row(self, row: dict, col: Collected, t_start: float, t_update: float) -> dict:
+    def _finish_row(self, row: dict, collected: Collected, t_start: float, t_update: float) -> dict:
         row.setdefault("optim/nonfinite", 0)
         row["verifier/errors"] = self.state.verifier_errors
         now = time.perf_counter()
         self.state.elapsed += now - t_start
-        row.update({"time/rollout_s": col.rollout_s, "time/scoring_s": col.scoring_s, "time/update_s": now - t_update,
+        row.update({"time/rollout_s": collected.rollout_s, "time/scoring_s": collected.scoring_s, "time/update_s": now - t_update,
                     "time/step_s": now - t_start, "time/elapsed_s": self.state.elapsed,
-                    "perf/tokens_per_s": col.generated_tokens / max(now - t_start, 1e-9)})
+                    "perf/tokens_per_s": collected.generated_tokens / max(now - t_start, 1e-9)})
         return row
 
     # ------------------------------------------------------------------ eval
     def evaluate(self) -> tuple[dict, list[dict]]:
-        t = self.cfg.trainer
+        train_cfg = self.cfg.trainer
         correct, lengths, samples = 0, 0.0, []
-        for i in range(0, len(self.eval_prompts), t.eval_batch_size):
-            chunk = self.eval_prompts[i:i + t.eval_batch_size]
-            _, _, comp = self._sample(chunk, repeat=1, greedy=True)
-            texts, rewards, corr, _ = self._score(chunk, comp, 1)
+        for i in range(0, len(self.eval_prompts), train_cfg.eval_batch_size):
+            chunk = self.eval_prompts[i:i + train_cfg.eval_batch_size]
+            _, _, completions = self._sample(chunk, repeat=1, greedy=True)
+            texts, rewards, corr, _ = self._score(chunk, completions, 1)
             correct += int(corr.sum())
-            lengths += float(comp.lengths.sum())
+            lengths += float(completions.lengths.sum())
             for j in range(len(chunk)):
-                if len(samples) < t.n_samples_logged:
-                    samples.append({"step": self.state.step, "prompt": chunk[j].example.prompt[: t.sample_max_chars],
-                                    "completion": texts[j][: t.sample_max_chars], "answer": chunk[j].example.answer[: t.sample_max_chars],
+                if len(samples) < train_cfg.n_samples_logged:
+                    samples.append({"step": self.state.step, "prompt": chunk[j].example.prompt[: train_cfg.sample_max_chars],
+                                    "completion": texts[j][: train_cfg.sample_max_chars], "answer": chunk[j].example.answer[: train_cfg.sample_max_chars],
                                     "reward": float(rewards[j]), "correct": bool(corr[j])})
         n = len(self.eval_prompts)
         return {"eval/accuracy": correct / n, "eval/mean_length": lengths / n, "eval/n": n}, samples
 
     def _recompute_logp(self, batch: RolloutBatch) -> torch.Tensor:
-        comp = batch.completions
+        completions = batch.completions
         self.policy.model.eval()
         with torch.no_grad():
-            logits = self._logits(self.policy.model, batch.prompt_ids, batch.prompt_mask, comp.ids, comp.mask)
-            return token_logp(logits, comp.ids, self.cfg.rollout.temperature) * comp.mask
+            logits = self._logits(self.policy.model, batch.prompt_ids, batch.prompt_mask, completions.ids, completions.mask)
+            return token_logp(logits, completions.ids, self.cfg.rollout.temperature) * completions.mask
 
 
 # ----------------------------------------------------------------------------- the update's pieces
