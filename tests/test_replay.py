@@ -238,6 +238,16 @@ def test_replay_is_off_where_it_would_not_be_exact():
     # and the sampler keeps no record where the decoder is transformers' own
     pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
     assert sample(_model("llama"), pi, pm, record=True, kv_cache="dynamic", **{**KW, "max_new_tokens": 4}).recording is None
+    # nor where the update would not be exact: the speed layer reads these from the model itself (gradient
+    # checkpointing as transformers enables it) and from the sampler's autocast; the decoder is still the fast one
+    from rlcompare import speed
+    from rlcompare.models import enable_gradient_checkpointing
+
+    checkpointed = _model("llama")
+    enable_gradient_checkpointing(checkpointed)
+    for model, kw in ((checkpointed, {}), (_model("llama"), {"autocast_dtype": torch.bfloat16}), (lora, {})):
+        assert isinstance(speed.decoder_for(model, 40, record=True, **kw), static_decode.StaticDecoder)
+        assert sample(model, pi, pm, record=True, **{**KW, "max_new_tokens": 4, **kw}).recording is None
 
 
 def test_a_single_new_token_replays_from_the_prompt_alone():
