@@ -40,6 +40,13 @@ def compose(tmp_path):
     def _compose(*overrides, fast=True):
         ov = (FAST if fast else []) + [f"results_dir={tmp_path / 'results'}"] + list(overrides)
         with initialize_config_dir(config_dir=conf_dir(), version_base=None):
-            return hydra_compose("config", overrides=ov)
+            cfg = hydra_compose("config", overrides=ov)
+        if fast:
+            # FAST's trainer.threads=1 is applied by the train entry (rlcompare.train.run.apply_process_settings), not by
+            # a Trainer; tests that build a Trainer directly get it here
+            import torch
+
+            torch.set_num_threads(1)
+        return cfg
 
     return _compose

@@ -9,17 +9,13 @@ MAX_LINES = 80
 
 # "path:function" -> why it may be longer
 ALLOWED = {
-    "trainer.py:update": "being rewritten in branch core",
-    "replay.py:replay_logits": "being rewritten in branch core",
-    "bench.py:*": "being rewritten in branch core",
-    "against_trl.py:*": "being rewritten in branch core (bench/against_trl.py, was bench.py)",
-    "static_decode.py:*": "being rewritten in branch core",
-    "rollout.py:*": "being rewritten in branch core",
-    "sampler.py:*": "being rewritten in branch core (rollout/sampler.py, was rollout.py)",
-    "losses.py:policy_loss": "the body is 64 lines; the rest is its signature (every surrogate knob is a keyword, "
-                             "38 lines) and its docstring (shapes and papers, 76 lines)",
-    "run.py:_train_locked": "the training loop with its SIGTERM, checkpoint and summary bookkeeping; left whole "
-                            "while branch core rewrites the trainer it drives, to be split after that merge",
+    "algos/losses.py:policy_loss": "the body is 64 lines; the rest is its signature (every surrogate knob is a "
+                                   "keyword, 38 lines) and its docstring (shapes and papers, 76 lines)",
+    "fast/replay.py:replay_logits": "one layer loop over tensors shared by its steps (the prompt and completion "
+                                    "rows batched together, their masks, rope, the live-row hook); split, each "
+                                    "step would take a dozen of them as arguments",
+    "train/run.py:_train_locked": "the training loop with its SIGTERM, checkpoint and summary bookkeeping, in one "
+                                  "try block whose failure capture covers every step; not yet split",
 }
 
 
@@ -37,8 +33,7 @@ def _long_functions() -> dict[str, int]:
 
 def _allowed(key: str) -> bool:
     path = key.split(":")[0]
-    name = Path(path).name  # a module moved into a subpackage keeps its entry
-    return any(k in (f"{name}:{key.split(':')[1]}", f"{name}:*") for k in ALLOWED)
+    return key in ALLOWED or f"{path}:*" in ALLOWED
 
 
 def test_no_function_is_longer_than_the_limit_without_a_reason():
@@ -49,3 +44,10 @@ def test_no_function_is_longer_than_the_limit_without_a_reason():
 
 def test_every_allowed_entry_has_a_reason():
     assert all(why.strip() for why in ALLOWED.values())
+
+
+def test_every_allowed_entry_names_a_long_function():
+    """An entry outlives its function's length: once under the limit (or gone), the entry goes too."""
+    long = _long_functions()
+    stale = [k for k in ALLOWED if not (k in long or (k.endswith(":*") and any(f.startswith(k[:-1]) for f in long)))]
+    assert stale == [], f"ALLOWED entries for no function over {MAX_LINES} lines: {stale}"

@@ -227,47 +227,24 @@ class FlopCounter:
         self.record(batch, seq, ctx, torch.is_grad_enabled())
         return None
 
+    def add(self, flops: float) -> None:
+        """FLOPs counted outside a body forward: rlcompare's update from the rollout (`replay`) skips the forward
+        projections and calls no body forward, and reports what it does compute (each backward product over the
+        token rows it keeps, and the recomputed attention and LM head, forward + backward)."""
+        self.flops += flops
+
     def attach(self, model) -> "FlopCounter":
+        """Count every forward through `model`'s transformer body (a forward pre-hook). rlcompare's fast path
+        (`rlcompare.fast`: the preallocated-cache decoder and the update from the rollout) never calls the
+        body; it reports to this counter when passed as its `flop_observer` (`Trainer.flop_observer`,
+        `rollout.sample(flop_observer=...)`): the decoder each forward's rows, new tokens and context, counted
+        by the same formula (`record`), the update its products (`add`)."""
         from rlcompare.models import base_model_of
 
         base = base_model_of(model)
         body = getattr(base, base.base_model_prefix, base)
         self._handle = body.register_forward_pre_hook(self._hook, with_kwargs=True)
-        self._count_static_decoding(body)
-        self._count_replay()
         return self
-
-    def _count_replay(self) -> None:
-        """rlcompare's update from the rollout (`replay`) skips the forward projections and calls no body
-        forward: it reports the FLOPs it does compute (each backward matmul over the token rows it keeps, and
-        the recomputed attention and LM head, forward + backward)."""
-        from rlcompare import fast
-
-        def add(flops: float) -> None:
-            self.flops += flops
-
-        fast.set_flop_listener(add)
-
-    def _count_static_decoding(self, body) -> None:
-        """rlcompare's preallocated-cache decoder (`static_decode`) runs the body's layers without calling the
-        body, so the hook above does not see it: wrap its forward (in this benchmark process only) to count
-        its rows, new tokens and context (positions written so far) by the same formula."""
-        import torch
-
-        from rlcompare.fast import StaticDecoder
-
-        inner = StaticDecoder._forward
-        if getattr(inner, "_counted_by", None) is not None:
-            inner = inner._counted_by
-        counter = self
-
-        def counted(dec, ids, pos, start, *rest):
-            if dec.body is body:
-                counter.record(int(ids.shape[0]), int(ids.shape[1]), start + int(ids.shape[1]), torch.is_grad_enabled())
-            return inner(dec, ids, pos, start, *rest)
-
-        counted._counted_by = inner
-        StaticDecoder._forward = counted
 
     def snapshot(self) -> float:
         return self.flops
@@ -351,6 +328,7 @@ def _worker_rlcompare(a) -> dict:
     import torch
 
     from rlcompare.config import validate
+    from rlcompare.train.run import apply_process_settings
     from rlcompare.train.trainer import Trainer
 
     spec = model_spec(a.size)
@@ -359,10 +337,12 @@ def _worker_rlcompare(a) -> dict:
     cfg = compose_config(rlcompare_overrides(a.weights, max_new_tokens=spec["max_new_tokens"], device=a.device,
                                              threads=a.threads, out=a.out) + list(a.rlcompare_set))
     cfg = validate(cfg)
+    apply_process_settings(cfg)  # as `rlcompare train` does: threads, malloc (trainer.keep_freed_memory)
     trainer = Trainer(cfg, Path(a.out) / "bench_runs" / f"rlcompare_{a.size}")
     model = trainer.policy.model
     n_params = sum(p.numel() for p in model.parameters())
     counter = FlopCounter(n_params, spec["num_layers"], spec["hidden_size"]).attach(model)
+    trainer.flop_observer = counter  # the fast path's FLOPs (it calls no body forward for the hook to see)
     times, flops, tokens, informative = [], [], [], []
     prof = None
     total = a.warmup + a.steps

@@ -1,25 +1,21 @@
-"""CPU speed paths, each exact (equality-tested against the ordinary path):
+"""CPU speed paths, each exact (equality-tested against the ordinary path), behind one door (`speed.py`):
 
-* `static_decode.py`: decoding with a preallocated KV cache (`supports(model, capacity)` is None where it applies)
-* `replay.py`: the first update's forward rebuilt from the sampler's record (`can_replay(...)` is None where it
-  applies)
-* `onednn.py`: fp32 products on weights packed once per rollout; `allocator.py`: malloc settings that keep freed
-  memory (`trainer.keep_freed_memory`)
+* `decoder_for(model, capacity, ...)`: the rollout's decoder (preallocated KV cache, `static_decode.py`, with
+  fp32 products through oneDNN, `onednn.py`), or None: transformers' own cache
+* `recorded_update_forward(model, recording, rows, ...)`: the first update's logits rebuilt from the sampler's
+  projections (`replay.py`), or None: the plain forward
+* `Recording`: the one handle that crosses the door (the sampler's projection outputs); `FlopObserver`: what the
+  benchmark passes in to count the fast path's FLOPs
+* beside the door: `keep_freed_memory` (`allocator.py`: malloc settings, applied once by the train entry,
+  `trainer.keep_freed_memory`), `base_model_of` (`unwrap.py`: the transformers model under a peft wrapper)
 
 This module is the only way in: code outside `rlcompare/fast/` imports the names in `__all__` from
 `rlcompare.fast`, never a submodule (tests/test_layers.py).
 """
 
-from rlcompare.fast import replay as _replay
 from rlcompare.fast.allocator import keep_freed_memory
-from rlcompare.fast.replay import can_replay, replay_logits
-from rlcompare.fast.static_decode import ProjectionRecord, StaticDecoder, supports
+from rlcompare.fast.speed import FlopObserver, Recording, decoder_for, recorded_update_forward
 from rlcompare.fast.unwrap import base_model_of
 
-__all__ = ["supports", "StaticDecoder", "ProjectionRecord", "can_replay", "replay_logits", "keep_freed_memory",
-           "base_model_of", "set_flop_listener"]
-
-
-def set_flop_listener(listener) -> None:
-    """`listener(flops)` is told the FLOPs each replayed update computes (`rlcompare bench` counts with it)."""
-    _replay.flop_listener = listener
+__all__ = ["decoder_for", "recorded_update_forward", "Recording", "FlopObserver", "keep_freed_memory",
+           "base_model_of"]

@@ -24,7 +24,6 @@ ordinary forward (`trainer.update_from_rollout=false` always does).
 from __future__ import annotations
 
 import functools
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -32,11 +31,6 @@ from torch import nn
 
 from rlcompare.fast import static_decode
 from rlcompare.fast.unwrap import base_model_of
-
-# Optional FLOP accounting (the benchmark sets it): called with the FLOPs of every replay backward matmul and
-# with those of the recomputed attention and LM head. Not used in training.
-flop_listener: Callable[[float], None] | None = None
-
 
 def can_replay(model, capacity: int, *, autocast_dtype=None, gradient_checkpointing: bool = False) -> str | None:
     """None when the update can be rebuilt from the sampler's projections, else why not."""
@@ -66,9 +60,11 @@ class _LiveRows:
     its own row from index j + 1 on (causal attention, no mixing across rows), and a prompt position only its
     group's rows, so a row of zeros there makes every gradient at that position exactly zero."""
 
-    def __init__(self):
+    def __init__(self, flop_observer=None):
         self.at: torch.Tensor | None = None  # the live rows' indices; None: every row (or not known yet)
         self.n = self.rows = 0
+        # told the FLOPs of every backward product (`fast.FlopObserver.add`: the benchmark's count), or None
+        self.flop_observer = flop_observer
 
     def set(self, live: torch.Tensor) -> None:
         flat = live.reshape(-1)
@@ -125,8 +121,8 @@ class SavedProjection(torch.autograd.Function):
             dx = dx.reshape(x.shape)
         dws = [d.t() @ x2 for d in dy2]
         dbs = [d.sum(0) for d in dy2] if ctx.has_bias else []
-        if flop_listener is not None:
-            flop_listener(2.0 * len(x2) * d_out * x2.shape[1] * (2 if dx is not None else 1))
+        if ctx.live.flop_observer is not None:
+            ctx.live.flop_observer.add(2.0 * len(x2) * d_out * x2.shape[1] * (2 if dx is not None else 1))
         return (dx, None, None, None, None, *dws, *dbs, *([None] * len(dys)))
 
 
@@ -163,8 +159,8 @@ class SavedMLP(torch.autograd.Function):
         dh.addmm_(d_up, w_up)
         if at is not None:
             dh = dh.new_zeros((rows, hidden)).index_copy_(0, at, dh)
-        if flop_listener is not None:
-            flop_listener(12.0 * len(h2) * hidden * inter)
+        if ctx.live.flop_observer is not None:
+            ctx.live.flop_observer.add(12.0 * len(h2) * hidden * inter)
         return (dh.reshape(h.shape), None, d_gate.t() @ h2, d_up.t() @ h2, dw_down, None, None, None, None)
 
 
@@ -218,11 +214,13 @@ def _attention_mask(allowed: torch.Tensor, heads: int, dtype) -> torch.Tensor:
 
 
 def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: torch.Tensor, prompt_ids: torch.Tensor,
-                  prompt_mask: torch.Tensor, comp_ids: torch.Tensor, *, group_size: int) -> torch.Tensor:
+                  prompt_mask: torch.Tensor, comp_ids: torch.Tensor, *, group_size: int,
+                  flop_observer=None) -> torch.Tensor:
     """The completion logits `[b, T, V]` of `grouped_sequence_logits`, under autograd, from the sampler's record.
 
     The `b` rows come in whole groups of `group_size` (one prompt each, `prompt_ids`/`prompt_mask` repeated per
-    row); `record_rows` [b] are their rows in `record`.
+    row); `record_rows` [b] are their rows in `record`. `flop_observer` (`fast.FlopObserver`, the benchmark's)
+    is told the FLOPs computed: the backward products and the recomputed attention and LM head.
     """
     G = group_size
     base = base_model_of(model)
@@ -240,7 +238,8 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
         # every recorded row, shuffled (one mini-batch): replay in the record's order, which reads the record in
         # place instead of copying all of it, and put the logits in the batch's order
         at = record_rows.argsort()
-        logits = replay_logits(model, record, every_row, prompt_ids[at], prompt_mask[at], comp_ids[at], group_size=G)
+        logits = replay_logits(model, record, every_row, prompt_ids[at], prompt_mask[at], comp_ids[at], group_size=G,
+                               flop_observer=flop_observer)
         return logits.index_select(0, record_rows)
     Tc = T - 1  # tokens fed to the model: all but the last
     pu, pmu = prompt_ids[::G], prompt_mask[::G].bool()
@@ -264,7 +263,7 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
                                (ar_c[None, :] <= ar_c[:, None])[None].expand(b, Tc, Tc)], -1)
         mask_c = _attention_mask(allowed_c[:, None], nh, x.dtype)
 
-    live = _LiveRows()
+    live = _LiveRows(flop_observer)
     in_place = all_groups and Tc == record.n_fed  # the record's flat buffers are these rows in this order
 
     def rows_of(li: int, slot: int) -> torch.Tensor:
@@ -307,9 +306,9 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
         x = static_decode.layer_output(layer, x, a, project, lambda h: _saved_mlp(layer, h, layer_rows, live))
     h = static_decode.rms_norm(body.norm, torch.cat([x[P - 1:n_p:P], x[n_p:]]))  # each prompt's last; completions
     logits = base.lm_head(h)
-    if flop_listener is not None:  # attention forward + backward (3x), LM head forward + backward (3x)
+    if flop_observer is not None:  # attention forward + backward (3x), LM head forward + backward (3x)
         H, V_ = base.config.hidden_size, base.lm_head.out_features
-        flop_listener(3.0 * 4 * H * attn_pairs + 3.0 * 2 * H * V_ * (g + b * Tc))
+        flop_observer.add(3.0 * 4 * H * attn_pairs + 3.0 * 2 * H * V_ * (g + b * Tc))
     first = logits[:g].repeat_interleave(G, 0)[:, None]
     logits = first if Tc == 0 else torch.cat([first, logits[g:].view(Tc, b, -1).transpose(0, 1)], 1)
     if logits.requires_grad:

@@ -143,7 +143,7 @@ class StaticDecoder:
     Use under `torch.inference_mode()`; logits are returned for the last position of each row.
     """
 
-    def __init__(self, model, capacity: int):
+    def __init__(self, model, capacity: int, *, flop_observer=None):
         self.base = base_model_of(model)
         self.body = self.base.model
         self.nh, self.kvh, self.hd = head_dims(self.base.config)
@@ -156,7 +156,10 @@ class StaticDecoder:
         self.key_mask: torch.Tensor | None = None  # [rows, capacity] True on real keys
         self.length = 0
         self.can_select = True
-        self.record: ProjectionRecord | None = None  # set by the sampler to keep every projection output
+        self.record: ProjectionRecord | None = None  # every projection output, kept when `plan_record` asked
+        self.recording = None  # the handle `plan_record`'s factory made for `record` (rlcompare.fast.speed.Recording)
+        self._record_factory = None
+        self.flop_observer = flop_observer  # told of every forward (the benchmark's FLOP count), or None
         # one-token steps: cos/sin of every cache position computed once (the per-step rotary call is a dozen
         # small ops), and the prompt padding as an additive mask for the fused attention kernel
         self.rope_table: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -164,11 +167,21 @@ class StaticDecoder:
         self.table_rope = getattr(self.body.rotary_emb, "rope_type", "default") not in _LENGTH_DEPENDENT_ROPE
         self.qk_roped_in_place = qk_roped_in_place(model)
 
+    def plan_record(self, factory) -> None:
+        """Keep every projection output of the next rollout: at the prefill, `factory(n, P, repeats, device,
+        dtype)` gives a handle whose `projections` is the `ProjectionRecord` to fill (`self.recording`)."""
+        self._record_factory = factory
+
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, repeats: int = 1) -> torch.Tensor:
         """Left-padded prompts `[n,P]` -> next-token logits `[n*repeats, V]`; the cache holds n*repeats rows."""
         n, P = ids.shape
         if P > self.capacity:
             raise ValueError(f"prompt of {P} tokens exceeds the cache capacity {self.capacity}")
+        if self._record_factory is not None:
+            # ordinary tensors even under the sampler's inference mode: the update differentiates through them
+            with torch.inference_mode(False):
+                self.recording = self._record_factory(n, P, repeats, ids.device, next(self.base.parameters()).dtype)
+            self.record = self.recording.projections
         self.key_mask = torch.zeros((n, self.capacity), dtype=torch.bool, device=ids.device)
         self.key_mask[:, :P] = mask.bool()
         self.keys, self.values = [], []
@@ -201,6 +214,9 @@ class StaticDecoder:
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, start: int, repeats: int = 1) -> torch.Tensor:
         """The prompts (`start` 0) or one new token per row at position `start`, through every layer."""
+        if self.flop_observer is not None:
+            self.flop_observer.record(int(ids.shape[0]), int(ids.shape[1]), start + int(ids.shape[1]),
+                                      torch.is_grad_enabled())
         return self._step_forward(ids, pos, start) if start else self._prefill_forward(ids, pos, repeats)
 
     def _prefill_forward(self, ids: torch.Tensor, pos: torch.Tensor, repeats: int) -> torch.Tensor:

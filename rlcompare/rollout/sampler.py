@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlcompare import fast  # the fast paths' public entry: the preallocated-cache decoder
+from rlcompare import fast  # the speed layer's door: decoder_for, Recording
 from rlcompare.fast import base_model_of
 
 
@@ -26,9 +26,16 @@ class Completions:
     logp: torch.Tensor | None
     truncated: torch.Tensor  # [B] bool: no EOS within the budget
     lengths: torch.Tensor  # [B] real tokens
-    # every projection output of the sampler (`sample(record=True)` on a model `static_decode` covers), for the
-    # update to reuse (`rlcompare.fast.replay`); None otherwise
-    record: fast.ProjectionRecord | None = None
+    # the speed layer's opaque handle on the sampler's projection outputs (`sample(record=True)` where
+    # `fast.decoder_for` keeps them), for the first update to reuse (`fast.recorded_update_forward`); else None
+    recording: fast.Recording | None = None
+
+    def select(self, rows: torch.Tensor) -> "Completions":
+        """The completions `rows` (a [B] bool mask, CPU), on their device, with their recording."""
+        at = rows.to(self.ids.device)
+        return Completions(self.ids[at], self.mask[at], self.logp[at] if self.logp is not None else None,
+                           self.truncated[at], self.lengths[at],
+                           recording=self.recording.select(rows) if self.recording is not None else None)
 
 
 def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -58,32 +65,28 @@ def gumbel_max(logits: torch.Tensor, generator: torch.Generator | None = None) -
     return (logits - u.log_().neg_().log_()).argmax(-1)
 
 
-def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *,
-           record: bool | fast.ProjectionRecord = False, **kw) -> Completions:
+def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, record: bool | fast.Recording = False,
+           kv_cache: str = "auto", flop_observer: fast.FlopObserver | None = None, **kw) -> Completions:
     """Sample completions (see `_sample`); the tensors returned are ordinary tensors, usable under autograd.
 
-    record: keep every projection output in `Completions.record` when the preallocated-cache decoder runs
-    (Llama family, `kv_cache="auto"`), so that the first update can skip its forward matmuls (`rlcompare.fast.replay`);
-    a `ProjectionRecord` from an earlier call whose batch is no longer needed is reused when its shapes match.
+    The decoder is the speed layer's where it applies (`fast.decoder_for`), else transformers' cache.
+    record: keep every projection output (`Completions.recording`) where the speed layer can rebuild the first
+    update from them (`fast.recorded_update_forward`); an earlier call's `Recording` whose batch is no longer
+    needed lends its buffers when the shapes match. flop_observer: the benchmark's FLOP count of the speed
+    layer's decoder.
     """
-    rec = None
-    if record and kw.get("kv_cache", "auto") == "auto":
-        n, P = prompt_ids.shape
-        T = kw["max_new_tokens"]
-        if fast.supports(model, P + T) is None:
-            dtype = next(model.parameters()).dtype
-            old = record if isinstance(record, fast.ProjectionRecord) else None
-            rec = fast.ProjectionRecord.reuse(old, model, n, P, kw.get("repeats", 1), T, prompt_ids.device, dtype)
+    capacity = prompt_ids.shape[1] + kw["max_new_tokens"]
+    decoder = fast.decoder_for(model, capacity, kv_cache=kv_cache, record=record,
+                                autocast_dtype=kw.get("autocast_dtype"), flop_observer=flop_observer)
     with torch.inference_mode():
-        c = _sample(model, prompt_ids, prompt_mask, recorder=rec, **kw)
+        c = _sample(model, prompt_ids, prompt_mask, decoder=decoder or CacheDecoder(model), **kw)
     return Completions(*(x.clone() if x is not None else None for x in (c.ids, c.mask, c.logp, c.truncated, c.lengths)),
-                       record=rec)
+                       recording=getattr(decoder, "recording", None))
 
 
 def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int, eos_id,
            pad_id: int, temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False,
-           generator: torch.Generator | None = None, autocast_dtype=None, repeats: int = 1,
-           kv_cache: str = "auto", recorder: fast.ProjectionRecord | None = None,
+           generator: torch.Generator | None = None, autocast_dtype=None, repeats: int = 1, decoder=None,
            logprobs: bool = True) -> Completions:
     """Sample `repeats` completions for each left-padded prompt `[n,P]`; returns right-padded `[n*repeats, T]`
     completions, the `repeats` completions of a prompt contiguous.
@@ -92,8 +95,7 @@ def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
 
     Each prompt is prefilled once and its KV cache copied to its group. Rows that emitted EOS are dropped
     from the decode batch (once they are a quarter of it), so long stragglers do not pay for finished rows.
-    kv_cache: "auto" decodes Llama-family models with a preallocated cache (`static_decode`), others with
-    transformers' cache; "dynamic" always uses transformers' cache.
+    decoder: `prefill` / `step` / `select` (`sample` picks it: the speed layer's or `CacheDecoder`).
     """
     n = prompt_ids.shape[0]
     B = n * repeats
@@ -101,9 +103,7 @@ def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
     eos = torch.as_tensor(eos_id, device=device).reshape(-1)  # one id or several (generation_config)
     ctx = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype is not None else _nullctx()
     pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
-    decoder = make_decoder(model, prompt_ids.shape[1] + max_new_tokens, kv_cache)
-    if recorder is not None:
-        decoder.record = recorder
+    decoder = decoder if decoder is not None else CacheDecoder(model)
     with ctx:
         logits = decoder.prefill(prompt_ids, prompt_mask, pos, repeats).float()
     next_pos = pos[:, -1:].repeat_interleave(repeats, 0) + 1
@@ -154,10 +154,9 @@ def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
 
 
 def make_decoder(model, capacity: int, kv_cache: str = "auto"):
-    """The decoder `_sample` drives: `prefill(ids, mask, pos, repeats)`, `step(tokens, pos)`, `select(rows)`."""
-    if kv_cache == "auto" and fast.supports(model, capacity) is None:
-        return fast.StaticDecoder(model, capacity)
-    return CacheDecoder(model)
+    """The decoder `_sample` drives: `prefill(ids, mask, pos, repeats)`, `step(tokens, pos)`, `select(rows)`:
+    the speed layer's where it applies ("auto"), else transformers' cache."""
+    return fast.decoder_for(model, capacity, kv_cache=kv_cache) or CacheDecoder(model)
 
 
 class CacheDecoder:
@@ -169,6 +168,7 @@ class CacheDecoder:
         self.cache = None
         self.mask = None
         self.can_select = False
+        self.recording = None  # keeps no projections (the speed layer's decoder does)
 
     def prefill(self, ids, mask, pos, repeats: int = 1):
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)

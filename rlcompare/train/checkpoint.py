@@ -35,6 +35,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rlcompare.train.batch import TrainerState
+
 FORMAT = "rlcompare-checkpoint"
 FORMAT_VERSION = 3  # 3: safetensors + JSON (2 was a pickled state.pt)
 FILE = "state.safetensors"
@@ -145,8 +147,8 @@ def _policy_weights(tr) -> dict:
 
 
 def _blob(tr) -> dict:
-    blob = {"version": FORMAT_VERSION, "step": tr.state["step"], "policy": _policy_weights(tr), "opt": tr.opt.state_dict(),
-            "sched": tr.sched.state_dict(), "state": dict(tr.state), "stream_position": tr.stream.position,
+    blob = {"version": FORMAT_VERSION, "step": tr.state.step, "policy": _policy_weights(tr), "opt": tr.opt.state_dict(),
+            "sched": tr.sched.state_dict(), "state": tr.state.as_dict(), "stream_position": tr.stream.position,
             "rng": _rng_state(tr), "lora": bool(getattr(tr.policy, "lora", False))}
     if tr.critic is not None:
         blob["critic"] = tr.critic.state_dict()
@@ -218,7 +220,7 @@ def save(tr, keep: int) -> Path:
     root.mkdir(exist_ok=True)
     for stale in root.glob(".tmp_step_*"):  # left by a process killed mid-save
         shutil.rmtree(stale, ignore_errors=True)
-    step = tr.state["step"]
+    step = tr.state.step
     final = root / f"step_{step:08d}"
     tmp = root / f".tmp_step_{step:08d}_{os.getpid()}"
     tmp.mkdir()
@@ -327,7 +329,7 @@ def load(tr, path: Path, blob: dict) -> None:
     if tr.critic is not None:
         tr.critic.load_state_dict(blob["critic"])
         tr.critic_opt.load_state_dict(blob["critic_opt"])
-    tr.state.update(blob["state"])
+    tr.state = TrainerState.from_dict({**tr.state.as_dict(), **blob["state"]})
     tr.stream.position = blob["stream_position"]
     rng = blob["rng"]
     random.setstate(rng["python"])

@@ -96,11 +96,11 @@ def _computing(c: dict, section: str) -> dict:
     return {k: v for k, v in c[section].items() if not operational.is_operational(f"{section}.{k}")}
 
 
-def _budget_spent(cfg, state) -> bool:
+def _budget_spent(cfg, step: int, tokens: int) -> bool:
     b = cfg.budget
-    if b.max_steps is not None and state["step"] >= b.max_steps:
+    if b.max_steps is not None and step >= b.max_steps:
         return True
-    return b.total_tokens is not None and state["tokens"] >= b.total_tokens
+    return b.total_tokens is not None and tokens >= b.total_tokens
 
 
 # ----------------------------------------------------------------------------- resume
@@ -273,8 +273,6 @@ def _config_for_resume_from(run_dir: Path, cfg: DictConfig) -> DictConfig:
     return validate(saved)
 
 
-
-
 def _completed_summary(run_dir: Path, cfg) -> dict | None:
     """The summary of a run that completed its budget (its rows say so too), else None."""
     try:
@@ -287,8 +285,7 @@ def _completed_summary(run_dir: Path, cfg) -> dict | None:
     n = _contiguous_steps(rows)
     if n == 0 or n != len(rows) or n != s.get("steps"):
         return None
-    state = {"step": n, "tokens": rows[-1].get("tokens/generated") or 0}
-    return s if _budget_spent(cfg, state) else None
+    return s if _budget_spent(cfg, n, rows[-1].get("tokens/generated") or 0) else None
 
 
 def _contiguous_steps(rows: list[dict]) -> int:
@@ -433,12 +430,29 @@ def _quiet_libraries() -> None:
         pass
 
 
+def apply_process_settings(cfg: DictConfig) -> None:
+    """The process-wide settings of a training job, applied by its entry (`train`, the benchmark's worker), never
+    by constructing a `Trainer`: torch's CPU thread count (`trainer.threads`; null keeps torch's default) and, on
+    the CPU, glibc malloc keeping freed memory for reuse (`trainer.keep_freed_memory`, `rlcompare.fast.keep_freed_memory`;
+    false opts out and leaves malloc as it is)."""
+    import torch
+
+    from rlcompare.fast import keep_freed_memory
+
+    if cfg.trainer.threads:
+        torch.set_num_threads(int(cfg.trainer.threads))
+    on_cpu = cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available())
+    if cfg.trainer.keep_freed_memory and on_cpu:
+        keep_freed_memory()
+
+
 def train(cfg: DictConfig | dict) -> dict:
     """Run one training job; returns the summary dict (also written to summary.json)."""
     from rlcompare.train.trainer import resolve_run_dir
 
     _quiet_libraries()
     cfg = validate(cfg)
+    apply_process_settings(cfg)
     run_dir = resolve_run_dir(cfg)
     if _resume_requested(cfg):
         if _resume_is_path(cfg) and not run_dir.is_dir():
@@ -505,7 +519,7 @@ def _train_locked(cfg: DictConfig, run_dir: Path) -> dict:
                                       f"run_name=<another name>") from None
                 del blob, found
             if ckpt is not None:
-                step = tr.state["step"]
+                step = tr.state.step
                 tr.log(f"[rlcompare] resuming {run_dir} from step {step} ({ckpt.name})")
                 for name in ROW_FILES:
                     dropped = truncate_jsonl(run_dir / name, lambda r: r.get("step", 0) <= step)
@@ -523,56 +537,38 @@ def _train_locked(cfg: DictConfig, run_dir: Path) -> dict:
                     prev = {"resume_id": (run_dir / "wandb_id.txt").read_text().strip()}
                 logger = WandbLogger(cfg.logger, run_dir, run_dir.name, resolved, **prev)
                 writer.write_text("wandb_id.txt", logger.id + "\n")
-                if prev and logger.replay(run_dir, through=tr.state["step"]):
-                    tr.log(f"[rlcompare] W&B: logged the rows it had lost up to step {tr.state['step']} from the run folder")
+                if prev and logger.replay(run_dir, through=tr.state.step):
+                    tr.log(f"[rlcompare] W&B: logged the rows it had lost up to step {tr.state.step} from the run folder")
 
-            recorded = dict(tr.state)  # the counters as of the last row written: what summary.json reports
-
-            def do_eval():
-                ev, samples = tr.evaluate()
-                row = {"step": tr.state["step"], "tokens/generated": tr.state["tokens"], **ev, "time/elapsed_s": tr.state["elapsed"]}
-                writer.evals.write(row)
-                for s in samples:
-                    writer.samples.write(s)
-                logger.log(row, step=tr.state["step"])
-                logger.log_samples(samples, step=tr.state["step"])
-                acc = ev["eval/accuracy"]
-                if tr.state["eval_initial"] is None:
-                    tr.state["eval_initial"] = acc
-                tr.state["eval_best"] = acc if tr.state["eval_best"] is None else max(tr.state["eval_best"], acc)
-                tr.state["eval_last"] = acc
-                recorded.update(eval_initial=tr.state["eval_initial"], eval_best=tr.state["eval_best"], eval_last=acc)
-                return acc
-
-            if tr.state["step"] == 0:
-                do_eval()
+            st = tr.state
+            recorded = st.as_dict()  # the counters as of the last row written: what summary.json reports
+            if st.step == 0:
+                _evaluate(tr, writer, logger, recorded)
             pbar = _progress(cfg, tr)
             every = cfg.trainer.checkpoint_every
             term.defer = bool(every)
-            while not _budget_spent(cfg, tr.state):
+            while not _budget_spent(cfg, st.step, st.tokens):
                 row = tr.step()
                 with term.no_interrupt():  # the row and the counters summary.json reports go together
                     writer.metrics.write(row)
-                    recorded.clear()
-                    recorded.update(tr.state)
-                logger.log(row, step=tr.state["step"])
-                last = _budget_spent(cfg, tr.state)
-                if tr.state["step"] % cfg.trainer.eval_every == 0 or last:
-                    do_eval()
+                    recorded = st.as_dict()
+                logger.log(row, step=st.step)
+                if st.step % cfg.trainer.eval_every == 0 or _budget_spent(cfg, st.step, st.tokens):
+                    _evaluate(tr, writer, logger, recorded)
                 if pbar is not None:
                     pbar.update(1)
-                    pbar.set_postfix(reward=f"{_num(row.get('reward/mean')):.3f}", acc=f"{_num(tr.state['eval_last']):.3f}",
-                                     tok_s=f"{row['perf/tokens_per_s']:.0f}", tokens=tr.state["tokens"])
-                if tr.state["bad_in_row"] >= cfg.trainer.max_bad_steps:
-                    raise FloatingPointError(_bad_steps_message(cfg, tr.state))
+                    pbar.set_postfix(reward=f"{_num(row.get('reward/mean')):.3f}", acc=f"{_num(st.eval_last):.3f}",
+                                     tok_s=f"{row['perf/tokens_per_s']:.0f}", tokens=st.tokens)
+                if st.bad_in_row >= cfg.trainer.max_bad_steps:
+                    raise FloatingPointError(_bad_steps_message(cfg, st))
                 saved = False
-                if every and tr.state["step"] % every == 0:
+                if every and st.step % every == 0:
                     checkpoint.save(tr, cfg.trainer.keep_checkpoints)
                     saved = True
                 if term.requested:
                     if not saved:
                         checkpoint.save(tr, cfg.trainer.keep_checkpoints)
-                    raise Terminated(checkpoint_step=tr.state["step"])
+                    raise Terminated(checkpoint_step=st.step)
             term.defer = False
             summary.update(status="completed")
         except BaseException as e:  # record the failure, keep everything written so far, re-raise
@@ -590,6 +586,22 @@ def _train_locked(cfg: DictConfig, run_dir: Path) -> dict:
             raise
     _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code=0, state=recorded)
     return summary
+
+
+def _evaluate(tr, writer, logger, recorded: dict) -> float:
+    """One eval: its row and samples written and logged, the trainer's eval counters updated, and `recorded`
+    (the counters summary.json reports) given the new eval figures."""
+    st = tr.state
+    ev, samples = tr.evaluate()
+    row = {"step": st.step, "tokens/generated": st.tokens, **ev, "time/elapsed_s": st.elapsed}
+    writer.evals.write(row)
+    for s in samples:
+        writer.samples.write(s)
+    logger.log(row, step=st.step)
+    logger.log_samples(samples, step=st.step)
+    st.note_eval(ev["eval/accuracy"])
+    recorded.update(eval_initial=st.eval_initial, eval_best=st.eval_best, eval_last=st.eval_last)
+    return ev["eval/accuracy"]
 
 
 def _drop_stray_hydra_dir(run_dir: Path) -> None:
@@ -614,8 +626,8 @@ def _num(v) -> float:
 
 
 def _bad_steps_message(cfg, state) -> str:
-    step, what = state.get("last_bad") or (state["step"], "value")
-    n = state["bad_in_row"]
+    step, what = state.last_bad or (state.step, "value")
+    n = state.bad_in_row
     first = step - n + 1
     where = f"step {step}" if n == 1 else f"steps {first}-{step}"
     return (f"training stopped at step {step}: non-finite {what} ({where}: {n} update(s) in a row skipped; "
@@ -639,7 +651,7 @@ def _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code, state
             pass
     summary["wall_time_s"] = time.time() - t_wall
     if tr is not None:
-        s = state if state is not None else tr.state
+        s = state if state is not None else tr.state.as_dict()
         summary.update({"steps": s["step"], "tokens/generated": s["tokens"],
                         "train_time_s": s["elapsed"], "eval/accuracy_initial": s["eval_initial"],
                         "eval/accuracy_final": s["eval_last"], "eval/accuracy_best": s["eval_best"],
@@ -664,5 +676,5 @@ def _progress(cfg, tr):
 
     total = cfg.budget.max_steps
     interactive = sys.stderr.isatty()
-    return tqdm(total=total, initial=tr.state["step"], desc=f"{cfg.algorithm.name} s{cfg.seed}", unit="step",
+    return tqdm(total=total, initial=tr.state.step, desc=f"{cfg.algorithm.name} s{cfg.seed}", unit="step",
                 file=sys.stderr, dynamic_ncols=True, leave=True, mininterval=0.5 if interactive else 30.0)

@@ -63,7 +63,7 @@ def test_flop_counter_counts_static_and_transformers_decoding_alike():
     counted = {}
     for kv in ("auto", "dynamic"):
         c = bench.FlopCounter(n, 1, 32).attach(model)
-        sample(model, ids, mask, max_new_tokens=3, eos_id=99, pad_id=0, repeats=2, kv_cache=kv)
+        sample(model, ids, mask, max_new_tokens=3, eos_id=99, pad_id=0, repeats=2, kv_cache=kv, flop_observer=c)
         c._handle.remove()
         counted[kv] = (c.calls, c.tokens_no_grad, c.snapshot())
     # prefill of 2 prompts x 4 tokens, then 2 decode steps of 4 rows x 1 token at contexts 5 and 6

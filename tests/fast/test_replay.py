@@ -7,6 +7,8 @@ differentiated by autograd.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -14,7 +16,7 @@ from rlcompare.fast import replay, static_decode
 from rlcompare.config import validate
 from rlcompare.fast.replay import can_replay, replay_logits
 from rlcompare.rollout import grouped_sequence_logits, left_pad, sample, token_logp
-from rlcompare.train.trainer import Trainer
+from rlcompare.train.trainer import TIMING_PREFIXES, Trainer
 from test_static_decode import CASES, PROMPTS, TOK, _model
 
 G = 8
@@ -73,7 +75,7 @@ def test_replay_gives_the_gradient_of_the_ordinary_forward(case):
     arch, extra = CASES[case]
     model = _eos_model(arch, **extra)
     pi, pm, comp = _rollout(model)
-    rec = comp.record
+    rec = comp.recording.projections
     assert isinstance(rec, static_decode.ProjectionRecord)
     assert rec.rows is not None and 0 < len(rec.rows) < 3 * G  # some rows ended early and left the decoder
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(1))
@@ -101,7 +103,7 @@ def test_long_rows_take_the_fused_attention_kernel_with_the_same_gradient(monkey
     model.train()
     want = _grads(model, lambda: grouped_sequence_logits(model, pi, pm, comp.ids, comp.mask, group_size=G), comp, adv)[1]
     calls.clear()
-    got = _grads(model, lambda: replay_logits(model, comp.record, torch.arange(3 * G), pi, pm, comp.ids, group_size=G),
+    got = _grads(model, lambda: replay_logits(model, comp.recording.projections, torch.arange(3 * G), pi, pm, comp.ids, group_size=G),
                  comp, adv)[1]
     assert calls and set(calls) == {torch.bool}
     _assert_same_grads(got, want, floor=1e-3)
@@ -116,7 +118,7 @@ def test_a_subset_of_groups_in_any_order_replays_its_own_rows(groups):
     rows = torch.cat([torch.arange(i * G, (i + 1) * G) for i in groups])
     adv = torch.randn(len(rows), generator=torch.Generator().manual_seed(2))
     sub = type(comp)(comp.ids[rows], comp.mask[rows], comp.logp[rows], comp.truncated[rows], comp.lengths[rows])
-    (_, want), (_, got) = _ordinary_and_replay(model, comp.record, rows, pi[rows], pm[rows], sub, adv)
+    (_, want), (_, got) = _ordinary_and_replay(model, comp.recording.projections, rows, pi[rows], pm[rows], sub, adv)
     _assert_same_grads(got, want)
 
 
@@ -130,14 +132,15 @@ def test_the_backward_computes_only_rows_with_a_gradient(monkeypatch):
     adv = torch.zeros(3 * G)
     adv[2 * G:] = torch.linspace(-1, 1, G)  # only group 2 has a gradient
     flops = []
-    replay.flop_listener = flops.append
-    try:
-        model.train()
-        logits = replay_logits(model, comp.record, torch.arange(3 * G), pi, pm, comp.ids, group_size=G)
-        n_forward = len(flops)  # attention and LM head, counted when the forward is built
-        _loss(logits, comp, adv).backward()
-    finally:
-        replay.flop_listener = None
+
+    class Observer:  # fast.FlopObserver
+        add = staticmethod(flops.append)
+
+    model.train()
+    logits = replay_logits(model, comp.recording.projections, torch.arange(3 * G), pi, pm, comp.ids, group_size=G,
+                           flop_observer=Observer())
+    n_forward = len(flops)  # attention and LM head, counted when the forward is built
+    _loss(logits, comp, adv).backward()
     weights = sum(m.weight.numel() for layer in model.model.layers for mods in static_decode.projection_modules(layer) for m in mods)
     prompt_tokens = len(PROMPTS[2])
     completion_tokens = int((comp.lengths[2 * G:] - 1).clamp(min=0).sum())
@@ -168,8 +171,8 @@ def test_the_first_update_runs_no_forward_projection_and_moves_the_weights_the_s
 
     def run(name, *extra):
         tr = Trainer(validate(compose(*split, *extra)), tmp_path / name)
-        b = tr.collect()["batch"]
-        b["rewards"] = torch.linspace(0, 1, len(b["rewards"]))  # every group informative
+        b = tr.collect().batch
+        b.rewards = torch.linspace(0, 1, len(b.rewards))  # every group informative
         calls = []
         hooks = [m.register_forward_hook(lambda *a: calls.append(1)) for m in tr.policy.model.modules()
                  if isinstance(m, torch.nn.Linear) and m is not tr.policy.model.lm_head]
@@ -181,16 +184,15 @@ def test_the_first_update_runs_no_forward_projection_and_moves_the_weights_the_s
             return step(*a, **kw)
 
         tr.opt.step = recording_step
-        up = tr.update(b, tr.advantages(b), None)
+        up = tr.update(b, tr.advantages(b), None).metrics
         for h in hooks:
             h.remove()
         return tr, b, up, len(calls), grads[0]
 
     ref, b_ref, up_ref, calls_ref, g_ref = run("ordinary", "trainer.update_from_rollout=false")
     fast, b_fast, up_fast, calls_fast, g_fast = run("replay")
-    assert ref.replay_off == "trainer.update_from_rollout=false" and fast.replay_off is None
-    assert b_ref["comp"].record is None and b_fast["comp"].record is not None
-    assert torch.equal(b_ref["comp"].ids, b_fast["comp"].ids)  # same seed, same batch
+    assert b_ref.completions.recording is None and b_fast.completions.recording is not None
+    assert torch.equal(b_ref.completions.ids, b_fast.completions.ids)  # same seed, same batch
     assert calls_ref > 0 and calls_fast == (0 if split == ["trainer.updates_per_rollout=1"] else calls_ref // 2)
     for g, h in zip(g_ref, g_fast):
         torch.testing.assert_close(h, g, atol=1e-5 * float(g.abs().max()) + 1e-12, rtol=0)
@@ -201,12 +203,13 @@ def test_the_first_update_runs_no_forward_projection_and_moves_the_weights_the_s
 def test_a_record_is_reused_when_its_shapes_match():
     model = _eos_model()
     _, _, first = _rollout(model, seed=0)
-    for buf in [t for layer in first.record.prompt + first.record.completion for t in layer if t is not None]:
+    first_rec = first.recording.projections
+    for buf in [t for layer in first_rec.prompt + first_rec.completion for t in layer if t is not None]:
         buf.fill_(float("nan"))  # stale values must never reach the update: NaN would show
     pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
-    second = sample(model, pi, pm, generator=torch.Generator().manual_seed(5), record=first.record, **KW)
-    assert second.record is first.record and not torch.equal(second.ids, first.ids)
-    rec = second.record
+    second = sample(model, pi, pm, generator=torch.Generator().manual_seed(5), record=first.recording, **KW)
+    assert second.recording.projections is first_rec and not torch.equal(second.ids, first.ids)
+    rec = second.recording.projections
     assert rec.rows is not None and len(rec.rows) < 3 * G  # rows left the decoder: their later positions unwritten
     fed = second.ids.shape[1] - 1
     for buf in ([t for layer in rec.prompt for t in layer if t is not None]
@@ -216,9 +219,9 @@ def test_a_record_is_reused_when_its_shapes_match():
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(3))
     (_, want), (_, got) = _ordinary_and_replay(model, rec, torch.arange(3 * G), pir, pmr, second, adv)
     _assert_same_grads(got, want)
-    longer = sample(model, pi, pm, generator=torch.Generator().manual_seed(5), record=first.record,
+    longer = sample(model, pi, pm, generator=torch.Generator().manual_seed(5), record=first.recording,
                     **{**KW, "max_new_tokens": 30})
-    assert longer.record is not first.record  # other shapes: a new record
+    assert longer.recording.projections is not first_rec  # other shapes: a new record
 
 
 def test_replay_is_off_where_it_would_not_be_exact():
@@ -234,17 +237,27 @@ def test_replay_is_off_where_it_would_not_be_exact():
     assert "LoRA" in can_replay(lora, 40)
     # and the sampler keeps no record where the decoder is transformers' own
     pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
-    assert sample(_model("llama"), pi, pm, record=True, kv_cache="dynamic", **{**KW, "max_new_tokens": 4}).record is None
+    assert sample(_model("llama"), pi, pm, record=True, kv_cache="dynamic", **{**KW, "max_new_tokens": 4}).recording is None
+    # nor where the update would not be exact: the speed layer reads these from the model itself (gradient
+    # checkpointing as transformers enables it) and from the sampler's autocast; the decoder is still the fast one
+    from rlcompare import fast
+    from rlcompare.models import enable_gradient_checkpointing
+
+    checkpointed = _model("llama")
+    enable_gradient_checkpointing(checkpointed)
+    for model, kw in ((checkpointed, {}), (_model("llama"), {"autocast_dtype": torch.bfloat16}), (lora, {})):
+        assert isinstance(fast.decoder_for(model, 40, record=True, **kw), static_decode.StaticDecoder)
+        assert sample(model, pi, pm, record=True, **{**KW, "max_new_tokens": 4, **kw}).recording is None
 
 
 def test_a_single_new_token_replays_from_the_prompt_alone():
     model = _eos_model()
     pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
     comp = sample(model, pi, pm, generator=torch.Generator().manual_seed(0), record=True, **{**KW, "max_new_tokens": 1})
-    assert comp.ids.shape[1] == 1 and comp.record.completion[0][0].shape[0] == 0  # no token is ever fed
+    assert comp.ids.shape[1] == 1 and comp.recording.projections.completion[0][0].shape[0] == 0  # no token is ever fed
     pir, pmr = pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0)
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(4))
-    (_, want), (_, got) = _ordinary_and_replay(model, comp.record, torch.arange(3 * G), pir, pmr, comp, adv)
+    (_, want), (_, got) = _ordinary_and_replay(model, comp.recording.projections, torch.arange(3 * G), pir, pmr, comp, adv)
     _assert_same_grads(got, want, eps=1e-12)
 
 
@@ -268,7 +281,7 @@ def test_the_record_holds_the_mlp_activations_instead_of_gate_and_up():
     and keeps no gate/up outputs."""
     model = _eos_model()
     pi, pm, comp = _rollout(model)
-    rec = comp.record
+    rec = comp.recording.projections
     P, T1 = pi.shape[1], rec.completion[0][static_decode.ACT].shape[0]  # [T1, B, width], time-major
     ids = torch.cat([pi, comp.ids[:, :T1]], 1)
     mask = torch.cat([pm, torch.ones_like(comp.ids[:, :T1])], 1)
@@ -298,7 +311,7 @@ def test_the_record_holds_queries_and_keys_roped_except_for_qwen3(case):
     arch, extra = CASES[case]
     model = _eos_model(arch, **extra)
     pi, pm, comp = _rollout(model)
-    rec = comp.record
+    rec = comp.recording.projections
     assert rec.qk_roped == (arch != "qwen3")
     T1 = rec.completion[0][static_decode.QKV].shape[0]
     ids = torch.cat([pi, comp.ids[:, :T1]], 1)
@@ -337,7 +350,7 @@ def test_the_replay_runs_no_silu():
     model.train()
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(1))
     with torch.profiler.profile() as prof:
-        logits = replay_logits(model, comp.record, torch.arange(3 * G), pi, pm, comp.ids, group_size=G)
+        logits = replay_logits(model, comp.recording.projections, torch.arange(3 * G), pi, pm, comp.ids, group_size=G)
         _loss(logits, comp, adv).backward()
     names = {e.name for e in prof.events()}
     assert "aten::mm" in names and not names & {"aten::silu", "aten::silu_", "aten::silu_backward"}
@@ -352,10 +365,10 @@ def test_a_batch_that_ends_before_the_limit_replays_from_a_copy_of_its_positions
         model.lm_head.bias[TOK.eos_token_id] = 4.0
     pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
     comp = sample(model, pi, pm, generator=torch.Generator().manual_seed(0), record=True, **{**KW, "max_new_tokens": 40})
-    assert 1 < comp.ids.shape[1] < 40 and comp.ids.shape[1] - 1 < comp.record.n_fed
+    assert 1 < comp.ids.shape[1] < 40 and comp.ids.shape[1] - 1 < comp.recording.projections.n_fed
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(4))
     (want_logits, want), (got_logits, got) = _ordinary_and_replay(
-        model, comp.record, torch.arange(3 * G), pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0), comp, adv)
+        model, comp.recording.projections, torch.arange(3 * G), pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0), comp, adv)
     m = comp.mask.bool()
     torch.testing.assert_close(got_logits[m], want_logits[m], atol=1e-5, rtol=0)
     _assert_same_grads(got, want, floor=1e-3)
@@ -369,6 +382,65 @@ def test_the_sampler_keeps_log_probs_only_where_they_are_read(compose, tmp_path,
     them; several updates take the sampler's as old log-probs (unless recomputed), PPO's KL penalty in the reward
     reads them. A batch without them that needed them would fail its update."""
     tr = Trainer(validate(compose(*extra)), tmp_path / "run")
-    comp = tr.collect()["batch"]["comp"]
+    comp = tr.collect().batch.completions
     assert (comp.logp is not None) == reads
     tr.step()  # the update runs with what the sampler kept
+
+
+# ---------------------------------------------------------------- every preset, fast path against plain autograd
+PRESETS = sorted(p.stem for p in (Path(__file__).parents[2] / "conf" / "algorithm").glob("*.yaml"))
+# The fast path (the speed layer's decoder, which records; the first update rebuilt from the recording) against
+# plain autograd (transformers' cache, the model's own forward): the same math in another order (one-token decode
+# steps against whole-sequence forwards), ~1e-7 apart. Adam turns that into more than rounding where one path has
+# a gradient of exactly 0 and the other one of 1e-9 (a KL term between two engines' log-probs, PPO's KL in the
+# reward): its first steps move every weight by +-lr whatever the gradient's size. At the presets' lr (3e-5) that
+# moved PPO's ratio/min 3.5e-3 within the first step (measured, the same before the speed layer had its door);
+# at lr 3e-8 (policy and critic) 4e-6. So both runs use lr 3e-8, and:
+# - step 1 (the same weights, the same batch; later mini-batches within 3e-8 a weight): every metric agrees to
+#   STEP1_RTOL relative (STEP1_ATOL absolute near 0);
+# - step 2 samples the very same tokens (every count, reward and length equal), and its update's metrics agree to
+#   STEP2_RTOL / STEP2_ATOL (measured worst: PPO's grad_norm, 2e-4 absolute at 1.6e-4: whitened GAE advantages
+#   near zero amplify the difference).
+STEP1_RTOL, STEP1_ATOL = 1e-4, 1e-5
+STEP2_RTOL, STEP2_ATOL = 1e-2, 1e-3
+PLAIN = ["trainer.update_from_rollout=false", "rollout.kv_cache=dynamic"]
+SMALL_STEPS = ["trainer.lr=3e-8", "algorithm.critic.lr=3e-8"]
+ROLLOUT_METRICS = ("tokens/", "sampling/", "reward/", "accuracy/", "groups/", "length/", "weight/", "verifier/")
+
+
+def _preset_rows(compose, tmp_path, name, preset, *extra):
+    tr = Trainer(validate(compose(f"algorithm={preset}", "budget.max_steps=2", *SMALL_STEPS, *extra)), tmp_path / name)
+    recorded = []
+    collect = tr.collect
+
+    def watched_collect():
+        col = collect()
+        recorded.append(col.batch is not None and col.batch.completions.recording is not None)
+        return col
+
+    tr.collect = watched_collect
+    rows = [tr.step() for _ in range(2)]
+    return rows, recorded
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_trains_the_same_through_the_fast_path_and_plain_autograd(compose, tmp_path, preset):
+    fast, fast_recorded = _preset_rows(compose, tmp_path, "fast", preset)
+    plain, plain_recorded = _preset_rows(compose, tmp_path, "plain", preset, *PLAIN)
+    assert not any(plain_recorded)
+    # the fast path ran: a batch sampled in one round carries the sampler's recording (scalerl's batch joins
+    # several dynamic-sampling rounds: plain forward on both sides, its sampler still the fast one)
+    assert all(fast_recorded) or preset == "scalerl", fast_recorded
+    for step, (f, p) in enumerate(zip(fast, plain), 1):
+        assert f.keys() == p.keys()
+        for k in f:
+            if k.startswith(TIMING_PREFIXES):
+                continue
+            if not (isinstance(p[k], float) and isinstance(f[k], float)):
+                assert f[k] == p[k], (step, k)
+            elif step == 1:
+                assert f[k] == pytest.approx(p[k], rel=STEP1_RTOL, abs=STEP1_ATOL, nan_ok=True), (step, k)
+            elif k.startswith(ROLLOUT_METRICS):
+                assert f[k] == pytest.approx(p[k], rel=1e-6, abs=1e-9, nan_ok=True), (step, k)  # the same tokens
+            else:
+                assert f[k] == pytest.approx(p[k], rel=STEP2_RTOL, abs=STEP2_ATOL, nan_ok=True), (step, k)

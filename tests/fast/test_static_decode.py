@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rlcompare import fast
 from rlcompare.fast import static_decode
 from rlcompare.models import build_char_tokenizer
 from rlcompare.rollout import CacheDecoder, left_pad, make_decoder, sample, token_logp
@@ -294,6 +295,17 @@ def test_an_untested_transformers_falls_back_to_the_transformers_cache(monkeypat
 
     model = _model("llama")
     assert static_decode.supports(model, 20) is None
+    pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
+    kw = dict(max_new_tokens=4, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id, repeats=2)
+    recorded = sample(model, pi, pm, record=True, **kw)
+    assert recorded.recording is not None
     monkeypatch.setattr(transformers, "__version__", "9.0.0")
     assert "transformers 9.0.0" in static_decode.supports(model, 20)
     assert isinstance(make_decoder(model, 20), CacheDecoder)
+    # both doors of the speed layer refuse: the sampler keeps no recording, and a recording made before is
+    # not replayed (the trainer runs the plain forward)
+    assert fast.decoder_for(model, 20) is None and fast.decoder_for(model, 20, record=True) is None
+    assert sample(model, pi, pm, record=True, **kw).recording is None
+    rows = torch.arange(len(recorded.ids))
+    assert fast.recorded_update_forward(model, recorded.recording, rows, pi.repeat_interleave(2, 0),
+                                         pm.repeat_interleave(2, 0), recorded.ids, group_size=2) is None

@@ -269,7 +269,7 @@ def _nan_rewards_at(monkeypatch, steps):
 
     def score(self, prompts, comp, repeat):
         texts, rewards, correct, errors = orig(self, prompts, comp, repeat)
-        if repeat > 1 and self.state["step"] in steps:  # training rollouts only, not eval
+        if repeat > 1 and self.state.step in steps:  # training rollouts only, not eval
             rewards = rewards.clone()
             rewards[1] = float("nan")
         return texts, rewards, correct, errors

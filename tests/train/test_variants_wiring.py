@@ -16,15 +16,15 @@ from rlcompare.sweep import SweepError, check_one_change, load_sweep, resolve_me
 from rlcompare.train.trainer import Trainer
 
 
-def _informative(b: dict) -> dict:
-    b["rewards"] = torch.linspace(0, 1, len(b["rewards"]))  # every group informative
+def _informative(b):
+    b.rewards = torch.linspace(0, 1, len(b.rewards))  # every group informative
     return b
 
 
 def _first_gradient(compose, tmp_path, name: str, *overrides: str):
     """The gradient AdamW receives at the first optimizer step of one update on a fixed batch."""
     tr = Trainer(validate(compose(*overrides)), tmp_path / name)
-    b = _informative(tr.collect()["batch"])
+    b = _informative(tr.collect().batch)
     grads = []
     step = tr.opt.step
 
@@ -33,7 +33,7 @@ def _first_gradient(compose, tmp_path, name: str, *overrides: str):
         return step(*a, **kw)
 
     tr.opt.step = recording_step
-    up = tr.update(b, tr.advantages(b), b["comp"].logp)
+    up = tr.update(b, tr.advantages(b), b.completions.logp).metrics
     return b, up, grads[0]
 
 
@@ -54,7 +54,7 @@ def test_micro_batches_give_the_same_update_with_step_level_statistics(compose, 
     b_ref, up_ref, g_ref = _first_gradient(compose, tmp_path, "whole", *STEP_STATS, "trainer.update_from_rollout=false")
     b, up, g = _first_gradient(compose, tmp_path, "micro", *STEP_STATS, "trainer.update_from_rollout=false",
                                "trainer.micro_batch_size=4")  # one group per micro-batch: 2 per optimizer step
-    assert torch.equal(b_ref["comp"].ids, b["comp"].ids)
+    assert torch.equal(b_ref.completions.ids, b.completions.ids)
     _assert_same(g_ref, g)
     assert up["entropy_mask_kept_frac"] == pytest.approx(up_ref["entropy_mask_kept_frac"], abs=1e-6)
     assert up["cov_selected_frac"] == pytest.approx(up_ref["cov_selected_frac"], abs=1e-6)
@@ -74,7 +74,7 @@ def test_the_replay_fast_path_gives_the_same_update_for_the_new_modes(compose, t
              "trainer.updates_per_rollout=2", *extra]
     _, _, g_ref = _first_gradient(compose, tmp_path, "ordinary", *modes, "trainer.update_from_rollout=false")
     b, _, g = _first_gradient(compose, tmp_path, "replay", *modes)
-    assert b["comp"].record is not None  # the first mini-batch was rebuilt from the sampler's projections
+    assert b.completions.recording is not None  # the first mini-batch was rebuilt from the sampler's projections
     _assert_same(g_ref, g)
 
 
@@ -85,24 +85,24 @@ def test_kl_in_the_reward_for_every_advantage_estimator(compose, tmp_path, estim
     tr = Trainer(validate(compose(f"algorithm.advantage.estimator={estimator}", f"algorithm.advantage.scale={scale}",
                                   "algorithm.kl.placement=in_reward", "algorithm.kl.estimator=k1",
                                   f"algorithm.kl.coef={beta}")), tmp_path / estimator)
-    b = _informative(tr.collect()["batch"])
-    comp = b["comp"]
+    b = _informative(tr.collect().batch)
+    comp = b.completions
     assert comp.logp is not None  # the sampler's log-probs are kept: the penalty reads them
     av = tr.advantages(b)
     m = comp.mask.bool()
-    k1 = torch.where(m, comp.logp - av["ref_logp"], torch.zeros(()))  # log pi_old / pi_ref
+    k1 = torch.where(m, comp.logp - av.ref_logp, torch.zeros(()))  # log pi_old / pi_ref
     assert k1.abs().max() > 0
-    penalised = b["rewards"] - beta * k1.sum(-1)  # score - beta sum_t kl_t
+    penalised = b.rewards - beta * k1.sum(-1)  # score - beta sum_t kl_t
     if estimator == "group":
         want = adv_lib.group_advantages(penalised, 4)
     elif estimator == "rloo":
         want = adv_lib.rloo_advantages(penalised, 4)
     else:  # the return to go of -beta kl_t plus the score on the last token, whitened over the batch's tokens
         G = torch.flip(torch.cumsum(torch.flip(torch.where(m, -beta * k1, torch.zeros(())), [1]), 1), [1])
-        G = G + torch.where(m, b["rewards"].unsqueeze(-1), torch.zeros(()))
+        G = G + torch.where(m, b.rewards.unsqueeze(-1), torch.zeros(()))
         mean = G[m].mean()
         want = torch.where(m, (G - mean) / torch.sqrt(((G[m] - mean) ** 2).sum() / (m.sum() - 1) + 1e-6), torch.zeros(()))
-    torch.testing.assert_close(av["adv"], want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(av.advantages, want, atol=1e-5, rtol=1e-5)
 
 
 def _step_with(compose, tmp_path, name: str, gap: float, *overrides: str):
@@ -113,11 +113,11 @@ def _step_with(compose, tmp_path, name: str, gap: float, *overrides: str):
 
     def informative_collect():
         col = collect()
-        _informative(col["batch"])
+        _informative(col.batch)
         return col
 
     tr.collect = informative_collect
-    tr._recompute_logp = lambda b: recompute(b) + gap * b["comp"].mask
+    tr._recompute_logp = lambda b: recompute(b) + gap * b.completions.mask
     before = [p.detach().clone() for p in tr.params]
     row = tr.step()
     moved = any(not torch.equal(p, q) for p, q in zip(tr.params, before))
@@ -140,10 +140,10 @@ def test_mismatch_correction_weights_the_update(compose, tmp_path):
 def test_step_level_statistics_turn_the_zero_advantage_skip_off(compose, tmp_path):
     tr = Trainer(validate(compose("algorithm.kl.coef=0", "trainer.skip_zero_advantage=true",
                                   "algorithm.top_entropy_quantile=0.2")), tmp_path / "run")
-    b = tr.collect()["batch"]
-    b["rewards"] = torch.tensor([1.0] * 4 + [0.0] * 4 + [0.0, 1.0, 0.0, 1.0] + [1.0] * 4)  # 3 flat groups
-    up = tr.update(b, tr.advantages(b), b["comp"].logp)
-    assert up["update/idle_rows_frac"] == 0.0  # the flat groups' tokens are in the entropy quantile's pool
+    b = tr.collect().batch
+    b.rewards = torch.tensor([1.0] * 4 + [0.0] * 4 + [0.0, 1.0, 0.0, 1.0] + [1.0] * 4)  # 3 flat groups
+    up = tr.update(b, tr.advantages(b), b.completions.logp)
+    assert up.idle_rows_frac == 0.0  # the flat groups' tokens are in the entropy quantile's pool
 
 
 # ---------------------------------------------------------------- bad settings are refused naming the key

@@ -1,0 +1,102 @@
+"""The speed layer's one door: everything CPU-speed-specific is reached through the two functions here
+(re-exported by `rlcompare.fast`, the only import outside fast/).
+
+- `decoder_for(model, capacity, ...)`: the rollout asks it for a decoder; None means the ordinary path
+  (transformers' own forward and KV cache, `rollout.CacheDecoder`).
+- `recorded_update_forward(model, recording, rows, ...)`: the trainer asks it for the update's logits rebuilt
+  from the sampler's projections; None means the plain forward (autograd through the model).
+
+Behind the door (nothing outside it imports these): `static_decode` (preallocated-cache decoding for the Llama
+family, which keeps every projection output when asked), `replay` (the update's forward from those outputs),
+`onednn` (fp32 products through oneDNN inside the decoder). Both functions refuse, and the caller falls back,
+whenever the fast path would not be exact: an untested transformers release
+(`static_decode.transformers_version_refusal`, the gate that `static_decode.supports` applies first), another
+architecture, autocast, gradient checkpointing, LoRA or non-fp32 projections (`replay.can_replay`).
+
+What crosses the door is one opaque handle, `Recording`: the sampler's result carries it
+(`Completions.recording`) and the trainer's batch carries it back; only this module looks inside.
+The process-wide malloc setting (`allocator`) is not here: it belongs to the process, and the CLI's train entry
+applies it (`rlcompare.train.run.apply_process_settings`, through `rlcompare.fast.keep_freed_memory`).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from rlcompare.fast import replay, static_decode
+from rlcompare.fast.unwrap import base_model_of
+
+
+class FlopObserver(Protocol):
+    """What the benchmark passes in to count the FLOPs the fast path computes (the ordinary path is seen by a
+    forward pre-hook on the model's body; the fast path never calls the body)."""
+
+    def record(self, batch: int, seq: int, ctx: int | None, grad: bool) -> None:
+        """One forward of `batch` rows of `seq` new tokens over `ctx` positions in all (the decoder)."""
+
+    def add(self, flops: float) -> None:
+        """FLOPs computed outside any forward (the recorded update's backward products, attention, LM head)."""
+
+
+class Recording:
+    """The sampler's projection outputs for one rollout and, for each row of the batch that holds it, its row in
+    that rollout. Opaque outside this module: select rows with `select`, pass it back to
+    `recorded_update_forward` or to the next rollout (`decoder_for(record=...)`, which reuses its buffers)."""
+
+    __slots__ = ("projections", "rows")
+
+    def __init__(self, projections: static_decode.ProjectionRecord, rows: torch.Tensor):
+        self.projections = projections
+        self.rows = rows  # [b] long, CPU: the rollout row of each batch row
+
+    def select(self, keep: torch.Tensor) -> "Recording":
+        """The recording of the batch rows `keep` (a [b] bool mask or indices, CPU)."""
+        return Recording(self.projections, self.rows[keep.cpu()])
+
+
+def decoder_for(model, capacity: int, *, kv_cache: str = "auto", record: bool | Recording | None = False,
+                autocast_dtype=None, flop_observer: FlopObserver | None = None):
+    """The preallocated-cache decoder (`static_decode.StaticDecoder`) for `model` with `capacity` positions, or
+    None when it does not apply (`kv_cache="dynamic"`, or `static_decode.supports` refuses: the transformers
+    version first, then the architecture): the rollout then decodes with transformers' cache.
+
+    record: also keep every projection output for the first update (`decoder.recording` after the prefill) when
+    the update rebuilt from them would be exact (`replay.can_replay`); a `Recording` of an earlier rollout whose
+    batch is done with lends its buffers when the shapes match. Call outside `torch.inference_mode()`.
+    """
+    if kv_cache != "auto" or static_decode.supports(model, capacity) is not None:
+        return None
+    dec = static_decode.StaticDecoder(model, capacity, flop_observer=flop_observer)
+    if record and replay.can_replay(model, capacity, autocast_dtype=autocast_dtype,
+                                    gradient_checkpointing=_checkpointing(model)) is None:
+        old = record.projections if isinstance(record, Recording) else None
+
+        def recording(n: int, P: int, repeats: int, device, dtype) -> Recording:
+            projections = static_decode.ProjectionRecord.reuse(old, model, n, P, repeats, capacity - P, device, dtype)
+            return Recording(projections, torch.arange(projections.n_rows))
+
+        dec.plan_record(recording)  # allocated at the prefill, when the batch's shapes are known
+    return dec
+
+
+def recorded_update_forward(model, recording: Recording | None, rows: torch.Tensor, prompt_ids: torch.Tensor,
+                            prompt_mask: torch.Tensor, comp_ids: torch.Tensor, *, group_size: int,
+                            flop_observer: FlopObserver | None = None) -> torch.Tensor | None:
+    """The completion logits `[b, T, V]` of the batch rows `rows` (whole groups of `group_size`, in order), under
+    autograd, rebuilt from the sampler's projections (`replay.replay_logits`): the same values and gradients as
+    the plain forward while the weights are the ones that sampled (the first optimizer step on a batch: the
+    caller decides that). None when there is no recording (the ordinary path sampled, or several rollouts were
+    joined) or the transformers version is outside the tested range: the caller runs the plain forward."""
+    if recording is None or static_decode.transformers_version_refusal() is not None:
+        return None
+    record_rows = recording.rows[rows.cpu()].to(comp_ids.device)
+    return replay.replay_logits(model, recording.projections, record_rows, prompt_ids, prompt_mask, comp_ids,
+                                group_size=group_size, flop_observer=flop_observer)
+
+
+def _checkpointing(model) -> bool:
+    """Whether transformers' gradient checkpointing is on (it sets `gradient_checkpointing` on the modules it
+    wraps, in every release this path is tested on)."""
+    return any(getattr(m, "gradient_checkpointing", False) is True for m in base_model_of(model).modules())
