@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from rlcompare.report import ReportError, build_report  # noqa: E402
+from rlcompare.train.tracking import json_objects  # noqa: E402
 
 
 def verdict(direction: str, low: float, high: float, n_var: int, n_ref: int, min_seeds: int) -> str:
@@ -70,6 +71,7 @@ def claim_rows(sweep_file: Path, results: Path, min_seeds: int) -> list[dict]:
             rows.append({**row, "verdict": "no runs of this arm"})
             continue
         r = d.iloc[0]
+        row["trend"] = "; ".join(f"{lb} {t}" for lb in (base, e["variant"]) if (t := trend(root, lb, e["metric"])))
         rows.append({**row, "diff": r["diff"], "low": r["diff_low"], "high": r["diff_high"], "poi": r["poi"],
                      "n": f"{int(r['n_variant'])}/{int(r['n_reference'])}",
                      "verdict": verdict(e["direction"], r["diff_low"], r["diff_high"], int(r["n_variant"]),
@@ -77,21 +79,39 @@ def claim_rows(sweep_file: Path, results: Path, min_seeds: int) -> list[dict]:
     return rows
 
 
+def trend(root: Path, label: str, metric: str, k: int = 5) -> str:
+    """'start -> end' of a metrics.jsonl column for one arm: the mean of its first and of its last k steps, averaged
+    over seeds ('' for eval.jsonl columns or no runs)."""
+    starts, ends = [], []
+    for run in sorted(root.glob(f"{label}__s*")):
+        f = run / "metrics.jsonl"
+        if not f.is_file():
+            continue
+        vals = [r[metric] for r in json_objects(f.read_text(encoding="utf-8").splitlines())
+                if isinstance(r.get(metric), (int, float))]
+        if len(vals) >= 2 * k:
+            starts.append(sum(vals[:k]) / k)
+            ends.append(sum(vals[-k:]) / k)
+    if not starts:
+        return ""
+    return f"{sum(starts) / len(starts):.3g} -> {sum(ends) / len(ends):.3g}"
+
+
 def fmt(x: float) -> str:
     return f"{x:+.3g}" if abs(x) >= 1e-3 or x == 0 else f"{x:+.2e}"
 
 
 def markdown(rows: list[dict]) -> str:
-    out = ["| claim | variant vs base | metric (at equal tokens) | predicted | difference [95% CI] | P(improvement) | "
-           "seeds | verdict |", "|---|---|---|---|---|---|---|---|"]
+    out = ["| claim | variant vs base | metric (at equal tokens) | predicted | difference [95% CI] | P(variant > base) | "
+           "seeds | verdict | first 5 -> last 5 steps (mean over seeds) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "diff" in r:
             cell = f"{fmt(r['diff'])} [{fmt(r['low'])}, {fmt(r['high'])}]"
             out.append(f"| {r['claim']} | {r['variant']} vs {r['reference']} | `{r['metric']}` | {r['direction']} | "
-                       f"{cell} | {r['poi']:.2f} | {r['n']} | {r['verdict']} |")
+                       f"{cell} | {r['poi']:.2f} | {r['n']} | {r['verdict']} | {r.get('trend', '')} |")
         else:
             out.append(f"| {r['claim']} | {r['variant']} vs {r['reference']} | `{r['metric']}` | {r['direction']} | "
-                       f"– | – | – | {r['verdict']} |")
+                       f"– | – | – | {r['verdict']} | |")
     return "\n".join(out) + "\n"
 
 
