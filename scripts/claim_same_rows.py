@@ -5,7 +5,7 @@
 For each seed with runs `<a>__s<seed>` and `<b>__s<seed>`, every numeric column of the first --steps rows (timing
 columns, `time/` and `perf/`, aside) is compared: |x_a - x_b| <= atol + rtol * |x_a|. Prints the largest difference
 per seed and the first column and step that break the tolerance, if any; exits 1 if any seed differs.
-Reads JSON only (rlcompare.tracking's reader); nothing is executed.
+Reads JSON only (rlcompare.results' reader); nothing is executed.
 """
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rlcompare.train.tracking import json_objects  # noqa: E402
+from rlcompare.results import read_jsonl  # noqa: E402
 
 TIMING = ("time/", "perf/")
 
 
 def rows(run: Path, steps: int) -> list[dict]:
-    got = [r for r in json_objects((run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()) if isinstance(r, dict)]
-    return [r for r in got if isinstance(r.get("step"), int) and r["step"] <= steps]
+    return [r for r in read_jsonl(run / "metrics.jsonl") if isinstance(r.get("step"), int) and r["step"] <= steps]
 
 
 def compare(a: list[dict], b: list[dict], rtol: float, atol: float) -> tuple[float, str | None]:

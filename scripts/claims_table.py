@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from rlcompare.report import ReportError, build_report  # noqa: E402
-from rlcompare.train.tracking import json_objects  # noqa: E402
+from rlcompare.results import read_jsonl  # noqa: E402
 
 
 def verdict(direction: str, low: float, high: float, n_var: int, n_ref: int, min_seeds: int) -> str:
@@ -87,8 +87,7 @@ def trend(root: Path, label: str, metric: str, k: int = 5) -> str:
         f = run / "metrics.jsonl"
         if not f.is_file():
             continue
-        vals = [r[metric] for r in json_objects(f.read_text(encoding="utf-8").splitlines())
-                if isinstance(r.get(metric), (int, float))]
+        vals = [r[metric] for r in read_jsonl(f) if isinstance(r.get(metric), (int, float))]
         if len(vals) >= 2 * k:
             starts.append(sum(vals[:k]) / k)
             ends.append(sum(vals[-k:]) / k)

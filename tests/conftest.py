@@ -50,3 +50,17 @@ def compose(tmp_path):
         return cfg
 
     return _compose
+
+
+def record_step_gradients(trainer) -> list:
+    """Wrap `trainer.opt.step` so that each call first records a copy of every parameter's gradient; returns the
+    list the copies are appended to (one list of tensors per optimizer step)."""
+    grads: list = []
+    step = trainer.opt.step
+
+    def recording_step(*a, **kw):
+        grads.append([p.grad.detach().clone() for p in trainer.params])
+        return step(*a, **kw)
+
+    trainer.opt.step = recording_step
+    return grads

@@ -18,6 +18,7 @@ from rlcompare.fast.replay import can_replay, replay_logits
 from rlcompare.rollout import grouped_sequence_logits, left_pad, sample, token_logp
 from rlcompare.train.trainer import TIMING_PREFIXES, Trainer
 from test_static_decode import CASES, PROMPTS, TOK, _model
+from conftest import record_step_gradients
 
 G = 8
 KW = dict(max_new_tokens=24, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id, repeats=G)
@@ -176,14 +177,7 @@ def test_the_first_update_runs_no_forward_projection_and_moves_the_weights_the_s
         calls = []
         hooks = [m.register_forward_hook(lambda *a: calls.append(1)) for m in tr.policy.model.modules()
                  if isinstance(m, torch.nn.Linear) and m is not tr.policy.model.lm_head]
-        grads = []
-        step = tr.opt.step
-
-        def recording_step(*a, **kw):
-            grads.append([p.grad.detach().clone() for p in tr.params])
-            return step(*a, **kw)
-
-        tr.opt.step = recording_step
+        grads = record_step_gradients(tr)
         up = tr.update(b, tr.advantages(b), None).metrics
         for h in hooks:
             h.remove()

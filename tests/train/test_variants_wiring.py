@@ -14,6 +14,7 @@ from rlcompare.algos import advantages as adv_lib
 from rlcompare.config import ConfigError, validate
 from rlcompare.sweep import SweepError, check_one_change, load_sweep, resolve_members
 from rlcompare.train.trainer import Trainer
+from conftest import record_step_gradients
 
 
 def _informative(b):
@@ -25,14 +26,7 @@ def _first_gradient(compose, tmp_path, name: str, *overrides: str):
     """The gradient AdamW receives at the first optimizer step of one update on a fixed batch."""
     tr = Trainer(validate(compose(*overrides)), tmp_path / name)
     b = _informative(tr.collect().batch)
-    grads = []
-    step = tr.opt.step
-
-    def recording_step(*a, **kw):
-        grads.append([p.grad.detach().clone() for p in tr.params])
-        return step(*a, **kw)
-
-    tr.opt.step = recording_step
+    grads = record_step_gradients(tr)
     up = tr.update(b, tr.advantages(b), b.completions.logp).metrics
     return b, up, grads[0]
 
