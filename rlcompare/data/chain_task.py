@@ -67,8 +67,7 @@ def sft_target(terms: list[int], rng: random.Random, form_weights: dict[str, flo
     return write_form(terms, form, slip)
 
 
-def _draw(rng: random.Random, min_terms: int, max_terms: int, max_term: int) -> tuple[int, ...]:
-    k = rng.randint(min_terms, max_terms)
+def _terms(rng: random.Random, k: int, max_term: int) -> tuple[int, ...]:
     return tuple(rng.randint(1, max_term) for _ in range(k))
 
 
@@ -85,20 +84,21 @@ def chain_lists(*, data_seed: int, n_train: int, n_eval: int, min_terms: int, ma
     ks = list(range(min_terms, max_terms + 1))
     eval_: list[tuple[int, ...]] = []
     seen: set[tuple[int, ...]] = set()
+    held_out = dict.fromkeys(ks, 0)  # eval lists drawn so far, per number of terms
     for j in range(n_eval):
         k = ks[j % len(ks)]
-        if max_term ** k <= 2 * sum(1 for e in eval_ if len(e) == k):
+        if max_term ** k <= 2 * held_out[k]:
             raise ValueError(f"prompts.n_eval={n_eval} holds out more than half of the {max_term ** k} lists of "
                              f"{k} terms; lower prompts.n_eval or raise prompts.min_terms")
-        while True:
-            terms = tuple(rng.randint(1, max_term) for _ in range(k))
-            if terms not in seen:
-                break
+        terms = _terms(rng, k, max_term)
+        while terms in seen:
+            terms = _terms(rng, k, max_term)
         seen.add(terms)
+        held_out[k] += 1
         eval_.append(terms)
     train = []
     while len(train) < n_train:
-        terms = _draw(rng, min_terms, max_terms, max_term)
+        terms = _terms(rng, rng.randint(min_terms, max_terms), max_term)
         if terms not in seen:
             train.append(terms)
     return train, eval_
