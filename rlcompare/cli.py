@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import sys
+import tempfile
 
 # conf/ and the run-name resolver live in train/app.py (run, sweep, bench and precheck need them, and must not
 # import the CLI: that was the cycle cli <-> run/sweep/bench); imported here, where they were.
@@ -57,12 +60,23 @@ def train_main(argv: list[str]) -> int:
             if _is_multirun():
                 raise  # let Hydra's launcher go on with the other jobs and report this one at the end
             raise SystemExit(2)
+        if "rank" in summary:  # a data-parallel rank > 0: rank 0 prints the run's closing line
+            return
         acc0, acc1 = summary.get("eval/accuracy_initial"), summary.get("eval/accuracy_final")
         print(f"[rlcompare] {summary['run_name']}: held-out accuracy {acc0:.3f} -> {acc1:.3f} "
               f"({summary['tokens/generated']} generated tokens, {summary['wall_time_s']:.0f} s); results in {summary['run_dir']}",
               file=sys.stderr)
 
     argv = [quote_resume_path(a) for a in argv]  # resume=<dir> whose name holds '=' (Hydra's grammar needs quotes)
+    follower_dir = _follower_hydra_dir()
+    if follower_dir is not None:  # torchrun's rank > 0: rank 0 checks the command and owns the run folder
+        sys.argv = ["rlcompare train"] + argv + [f"hydra.run.dir={follower_dir}", "hydra.output_subdir=null",
+                                                 "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
+        try:
+            _app()
+        finally:
+            shutil.rmtree(follower_dir, ignore_errors=True)
+        return 0
     from rlcompare.train.precheck import check_train_args
 
     error = check_train_args(argv)  # before Hydra makes the run folder and the job imports torch
@@ -75,6 +89,13 @@ def train_main(argv: list[str]) -> int:
     sys.argv = ["rlcompare train"] + argv
     _app()
     return 0
+
+
+def _follower_hydra_dir() -> str | None:
+    """Under torchrun, ranks > 0 write nothing: Hydra gets a scratch output folder (removed after) and no logs."""
+    if int(os.environ.get("RANK", "0")) == 0 or "WORLD_SIZE" not in os.environ:
+        return None
+    return tempfile.mkdtemp(prefix=f"rlcompare-rank{os.environ['RANK']}-")
 
 
 def _is_multirun() -> bool:

@@ -246,6 +246,7 @@ class TrainerConfig:
     keep_freed_memory: bool = True  # CPU: malloc keeps freed memory for reuse (rlcompare.fast.allocator)
     progress: bool = True  # print a progress line
     inject_nan_at_step: Optional[int] = None  # testing hook: makes that step's loss NaN; null: off
+    parallel: str = "auto"  # data parallelism: auto (ddp under torchrun, else none) | none | ddp (docs/scaling.md)
 
 
 @dataclass
@@ -253,6 +254,7 @@ class RolloutConfig:
     temperature: float = 1.0  # sampling temperature (>= 1e-6)
     top_p: float = 1.0  # nucleus sampling: keep the smallest token set with this probability; 1: off
     kv_cache: str = "auto"  # auto: preallocated cache for Llama/Qwen2/Qwen3/Mistral (same tokens) | dynamic: transformers' cache
+    streams: str = "batch"  # batch: one random stream per batch | group: one per prompt group (torchrun needs it)
 
 
 @dataclass
@@ -297,6 +299,8 @@ LOGGERS = ("wandb", "none")
 LOGGER_MODES = ("offline", "online", "disabled")
 PROMPT_KINDS = ("arithmetic", "chain", "countdown", "file", "hf")
 KV_CACHES = ("auto", "dynamic")
+STREAMS = ("batch", "group")
+PARALLEL_MODES = ("auto", "none", "ddp")
 
 
 MAX_TIMEOUT_S = 3600.0  # seconds per completion: an hour is already far past any verifier's need
@@ -430,6 +434,12 @@ def _check_trainer(c: DictConfig) -> None:
         raise ConfigError(f"rollout.temperature={c.rollout.temperature} must be > 0 (sampling needs a positive temperature)")
     if not 0 < c.rollout.top_p <= 1:
         raise ConfigError(f"rollout.top_p={c.rollout.top_p} must be in (0, 1]")
+    if t.parallel not in PARALLEL_MODES:
+        raise ConfigError(f"trainer.parallel={t.parallel!r} must be auto (ddp when launched by torchrun), none or "
+                          f"ddp; fsdp is not built yet (docs/scaling.md)")
+    if c.rollout.streams not in STREAMS:
+        raise ConfigError(f"rollout.streams={c.rollout.streams!r} must be batch (one random stream for the batch) or "
+                          f"group (one per prompt group, as data-parallel runs need)")
     if c.rollout.kv_cache not in KV_CACHES:
         raise ConfigError(f"rollout.kv_cache={c.rollout.kv_cache!r} must be auto (a preallocated cache where the "
                           f"architecture allows) or dynamic (transformers' cache)")

@@ -212,6 +212,12 @@ def _save_atomically(model: nn.Module, tokenizer, folder: Path) -> None:
     """save_pretrained into a temporary sibling, then rename: a reader never sees a half-written folder."""
     tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp)
+    if not (tmp / "config.json").exists():  # never publish a folder without the model (it would poison the cache)
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RuntimeError(f"save_pretrained wrote no model into {tmp}: transformers saves only on rank 0 of an "
+                           f"initialised torch.distributed group; the warm start must be built by rank 0 first")
     tokenizer.save_pretrained(tmp)
     os.makedirs(folder.parent, exist_ok=True)
     try:

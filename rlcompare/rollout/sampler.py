@@ -15,6 +15,7 @@ import torch
 
 from rlcompare import fast  # the speed layer's door: decoder_for, Recording
 from rlcompare.fast import base_model_of
+from rlcompare.rollout.streams import GroupStreams
 
 
 @dataclass
@@ -55,14 +56,17 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
-def gumbel_max(logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+def gumbel_max(logits: torch.Tensor, generator: torch.Generator | None = None, u: torch.Tensor | None = None) -> torch.Tensor:
     """One token per row `[..., V]`, drawn from softmax(logits): argmax(logits + G) with G = -log(-log U),
     U ~ U[0, 1), is exactly that draw (the Gumbel-max trick; Maddison, Tarlow & Minka 2014, sec. 2).
     It replaces `torch.multinomial(logits.softmax(-1), 1)`, whose CPU kernel draws its Exp(1) variates one by
     one in float64 (about 20 ns each: 200 us for a [128, 82] step, more than the step's attention), and it
-    needs no softmax. A U of exactly 0 gives G = -inf: that token is not drawn."""
-    u = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=logits.dtype)
-    return (logits - u.log_().neg_().log_()).argmax(-1)
+    needs no softmax. A U of exactly 0 gives G = -inf: that token is not drawn.
+    u: the uniforms to use (same shape as logits; `streams.GroupStreams`), else drawn from `generator`."""
+    if u is None:
+        u = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=logits.dtype)
+        return (logits - u.log_().neg_().log_()).argmax(-1)
+    return (logits - u.log().neg().log()).argmax(-1)  # not in place: the caller's tensor
 
 
 def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, record: bool | fast.Recording = False,
@@ -87,7 +91,7 @@ def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, record
 def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int, eos_id,
            pad_id: int, temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False,
            generator: torch.Generator | None = None, autocast_dtype=None, repeats: int = 1, decoder=None,
-           logprobs: bool = True) -> Completions:
+           logprobs: bool = True, streams: GroupStreams | None = None) -> Completions:
     """Sample `repeats` completions for each left-padded prompt `[n,P]`; returns right-padded `[n*repeats, T]`
     completions, the `repeats` completions of a prompt contiguous.
     logprobs: keep each chosen token's log-prob (`Completions.logp`); False skips the gather and logsumexp of
@@ -96,6 +100,8 @@ def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
     Each prompt is prefilled once and its KV cache copied to its group. Rows that emitted EOS are dropped
     from the decode batch (once they are a quarter of it), so long stragglers do not pay for finished rows.
     decoder: `prefill` / `step` / `select` (`sample` picks it: the speed layer's or `CacheDecoder`).
+    streams: one random stream per prompt group (`rollout.streams=group`), used instead of `generator`, so that
+    a row's draws do not depend on the other rows of the batch.
     """
     n = prompt_ids.shape[0]
     B = n * repeats
@@ -118,7 +124,11 @@ def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
         if greedy:
             tok = scaled.argmax(-1)
         else:
-            tok = gumbel_max(_top_p_filter(scaled, top_p) if top_p < 1.0 else scaled, generator)
+            u = None
+            if streams is not None:  # every row's uniforms, then those of the rows still in the cache
+                u = streams.uniform(scaled.shape[-1])
+                u = u if rows is None else u[rows]
+            tok = gumbel_max(_top_p_filter(scaled, top_p) if top_p < 1.0 else scaled, generator, u)
         if not all_live:
             tok = torch.where(live, tok, torch.full_like(tok, pad_id))
         # the live cache rows `src` and their batch rows `dst` (plain slices while every row is live)

@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlcompare.config import operational
 from rlcompare.train import checkpoint, run_lock
+from rlcompare.train.parallel import World, init_world
 from rlcompare.config.flat import flatten
 from rlcompare.config import ConfigError, check_fits_context, context_from, to_schema, validate, why_not_creatable
 from rlcompare.train.tracking import (NullLogger, RunWriter, WandbLogger, atomic_write_json, atomic_write_text, read_jsonl,
@@ -430,17 +432,21 @@ def _quiet_libraries() -> None:
         pass
 
 
-def apply_process_settings(cfg: DictConfig) -> None:
+def apply_process_settings(cfg: DictConfig, world: World | None = None) -> None:
     """The process-wide settings of a training job, applied by its entry (`train`, the benchmark's worker), never
-    by constructing a `Trainer`: torch's CPU thread count (`trainer.threads`; null keeps torch's default) and, on
-    the CPU, glibc malloc keeping freed memory for reuse (`trainer.keep_freed_memory`, `rlcompare.fast.keep_freed_memory`;
-    false opts out and leaves malloc as it is)."""
+    by constructing a `Trainer`: torch's CPU thread count (`trainer.threads`; null keeps torch's default, and
+    under torchrun splits the cores between the machine's ranks) and, on the CPU, glibc malloc keeping freed memory
+    for reuse (`trainer.keep_freed_memory`, `rlcompare.fast.keep_freed_memory`; false opts out and leaves malloc as
+    it is)."""
     import torch
 
     from rlcompare.fast import keep_freed_memory
+    from rlcompare.train.placement import cpu_cores
 
     if cfg.trainer.threads:
         torch.set_num_threads(int(cfg.trainer.threads))
+    elif world is not None and world.local_size > 1:
+        torch.set_num_threads(max(1, cpu_cores() // world.local_size))
     on_cpu = cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available())
     if cfg.trainer.keep_freed_memory and on_cpu:
         keep_freed_memory()
@@ -452,18 +458,25 @@ def train(cfg: DictConfig | dict) -> dict:
 
     _quiet_libraries()
     cfg = validate(cfg)
-    apply_process_settings(cfg)
+    world = init_world(cfg)  # torchrun: joins the process group; refuses a split that would change the run
+    apply_process_settings(cfg, world)
+    if not world.is_writer:
+        return _follow(world)
     run_dir = resolve_run_dir(cfg)
     if _resume_requested(cfg):
         if _resume_is_path(cfg) and not run_dir.is_dir():
             raise ConfigError(f"resume={cfg.resume!r}: no run folder there; pass the folder of the run to continue "
                               f"(results/<experiment>/<run name>) or resume=true with the run's overrides")
         _refuse_resuming_another_run(cfg, run_dir)
-    with run_lock.acquire(run_dir):  # one writer per run folder, from before anything in it is read
-        return _train_locked(cfg, run_dir)
+    followers = _Followers(world)
+    try:
+        with run_lock.acquire(run_dir):  # one writer per run folder, from before anything in it is read
+            return _train_locked(cfg, run_dir, followers)
+    finally:
+        followers.release()
 
 
-def _train_locked(cfg: DictConfig, run_dir: Path) -> dict:
+def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> dict:
     """train() once this process holds the run folder."""
     from rlcompare.train.trainer import Trainer
 
@@ -495,19 +508,21 @@ def _train_locked(cfg: DictConfig, run_dir: Path) -> dict:
     resolved = OmegaConf.to_container(cfg, resolve=True)
     summary: dict[str, Any] = {"status": "running", "error": None, "run_name": run_dir.name, "experiment": cfg.experiment,
                                "algorithm": cfg.algorithm.name, "seed": cfg.seed, "run_dir": str(run_dir),
-                               "sweep": resolved["sweep"], "pid": os.getpid()}
+                               "sweep": resolved["sweep"], "pid": os.getpid(),
+                               # how many processes shared each step: never changes what is computed
+                               "world_size": followers.world.size, "parallel": followers.world.mode}
     atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     atomic_write_json(run_dir / "summary.json", summary)
 
-    tr = writer = pbar = recorded = None
-    logger = NullLogger()
+    tr = writer = None
+    out = _Outputs()
 
     def record_sigterm():
         atomic_write_json(run_dir / "summary.json", {**summary, "status": "failed", "error": SIGTERM_ERROR})
 
     with _SigtermGuard(record_sigterm) as term:
         try:
-            tr = Trainer(cfg, run_dir, splits=splits, verifier=verifier)  # heavy: warm start, model load
+            tr = Trainer(cfg, run_dir, splits=splits, verifier=verifier, world=followers.world)  # heavy: warm start, model load
             ckpt = None
             if found is not None:
                 ckpt, blob = found
@@ -529,47 +544,14 @@ def _train_locked(cfg: DictConfig, run_dir: Path) -> dict:
                 if resuming:
                     tr.log(f"[rlcompare] resume: no checkpoint in {run_dir}; starting the run from the beginning")
                 _clear_run_outputs(run_dir)
-            writer = RunWriter(run_dir)
+            followers.start(cfg, run_dir, ckpt, tr)  # the other ranks join with this config, checkpoint and weights
+            writer = out.writer = RunWriter(run_dir)
             writer.write_json("fingerprint.json", fingerprint(cfg, tr))
             if cfg.logger.name == "wandb" and cfg.logger.mode != "disabled":
-                prev = {}
-                if ckpt is not None and (run_dir / "wandb_id.txt").exists():
-                    prev = {"resume_id": (run_dir / "wandb_id.txt").read_text().strip()}
-                logger = WandbLogger(cfg.logger, run_dir, run_dir.name, resolved, **prev)
-                writer.write_text("wandb_id.txt", logger.id + "\n")
-                if prev and logger.replay(run_dir, through=tr.state.step):
-                    tr.log(f"[rlcompare] W&B: logged the rows it had lost up to step {tr.state.step} from the run folder")
-
-            st = tr.state
-            recorded = st.as_dict()  # the counters as of the last row written: what summary.json reports
-            if st.step == 0:
-                _evaluate(tr, writer, logger, recorded)
-            pbar = _progress(cfg, tr)
-            every = cfg.trainer.checkpoint_every
-            term.defer = bool(every)
-            while not _budget_spent(cfg, st.step, st.tokens):
-                row = tr.step()
-                with term.no_interrupt():  # the row and the counters summary.json reports go together
-                    writer.metrics.write(row)
-                    recorded = st.as_dict()
-                logger.log(row, step=st.step)
-                if st.step % cfg.trainer.eval_every == 0 or _budget_spent(cfg, st.step, st.tokens):
-                    _evaluate(tr, writer, logger, recorded)
-                if pbar is not None:
-                    pbar.update(1)
-                    pbar.set_postfix(reward=f"{_num(row.get('reward/mean')):.3f}", acc=f"{_num(st.eval_last):.3f}",
-                                     tok_s=f"{row['perf/tokens_per_s']:.0f}", tokens=st.tokens)
-                if st.bad_in_row >= cfg.trainer.max_bad_steps:
-                    raise FloatingPointError(_bad_steps_message(cfg, st))
-                saved = False
-                if every and st.step % every == 0:
-                    checkpoint.save(tr, cfg.trainer.keep_checkpoints)
-                    saved = True
-                if term.requested:
-                    if not saved:
-                        checkpoint.save(tr, cfg.trainer.keep_checkpoints)
-                    raise Terminated(checkpoint_step=st.step)
-            term.defer = False
+                out.logger = _wandb_logger(cfg, run_dir, resolved, tr, writer, resumed=ckpt is not None)
+            out.recorded = tr.state.as_dict()  # the counters as of the last row written: what summary.json reports
+            out.pbar = _progress(cfg, tr)
+            _steps(cfg, tr, followers.world, term, out)
             summary.update(status="completed")
         except BaseException as e:  # record the failure, keep everything written so far, re-raise
             term.defer = False
@@ -580,12 +562,141 @@ def _train_locked(cfg: DictConfig, run_dir: Path) -> dict:
                 err = f"{type(e).__name__}: {e}"
             summary.update(status="failed", error=err, traceback=traceback.format_exc(limit=8))
             try:
-                _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code=1, state=recorded)
+                _finish(run_dir, writer, out.logger, tr, summary, t_wall, out.pbar, exit_code=1, state=out.recorded)
             except Exception as fe:  # noqa: BLE001 - never hide the run's own error behind a bookkeeping one
                 print(f"[rlcompare] could not record the failure in {run_dir}: {type(fe).__name__}: {fe}", file=sys.stderr)
             raise
-    _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code=0, state=recorded)
+    _finish(run_dir, writer, out.logger, tr, summary, t_wall, out.pbar, exit_code=0, state=out.recorded)
     return summary
+
+
+@dataclass
+class _Outputs:
+    """Rank 0's side of the loop: the run folder's writer, W&B, the progress line, and the counters as of the last
+    row written (what summary.json reports)."""
+
+    writer: Any = None
+    logger: Any = field(default_factory=NullLogger)
+    pbar: Any = None
+    recorded: dict | None = None
+
+    def write_row(self, row: dict, tr, term) -> None:
+        with term.no_interrupt():  # the row and the counters summary.json reports go together
+            self.writer.metrics.write(row)
+            self.recorded = tr.state.as_dict()
+        self.logger.log(row, step=tr.state.step)
+
+    def show_progress(self, row: dict, st) -> None:
+        if self.pbar is not None:
+            self.pbar.update(1)
+            self.pbar.set_postfix(reward=f"{_num(row.get('reward/mean')):.3f}", acc=f"{_num(st.eval_last):.3f}",
+                                  tok_s=f"{row['perf/tokens_per_s']:.0f}", tokens=st.tokens)
+
+
+def _wandb_logger(cfg, run_dir: Path, resolved: dict, tr, writer, *, resumed: bool):
+    """The run's W&B mirror; a resumed run continues its W&B run (wandb_id.txt) and logs the rows it had lost."""
+    prev = {}
+    if resumed and (run_dir / "wandb_id.txt").exists():
+        prev = {"resume_id": (run_dir / "wandb_id.txt").read_text().strip()}
+    logger = WandbLogger(cfg.logger, run_dir, run_dir.name, resolved, **prev)
+    writer.write_text("wandb_id.txt", logger.id + "\n")
+    if prev and logger.replay(run_dir, through=tr.state.step):
+        tr.log(f"[rlcompare] W&B: logged the rows it had lost up to step {tr.state.step} from the run folder")
+    return logger
+
+
+def _steps(cfg, tr, world: World, term, out: _Outputs | None) -> None:
+    """The training loop. Every rank of a data-parallel run runs it, so that all make the same collectives in the
+    same order; `out` is rank 0's writing side, None on the others (they write nothing)."""
+    st = tr.state
+    if st.step == 0:
+        _eval_step(tr, out)
+    every = cfg.trainer.checkpoint_every
+    term.defer = bool(every)
+    while not _budget_spent(cfg, st.step, st.tokens):
+        row = tr.step()
+        if out is not None:
+            out.write_row(row, tr, term)
+        if st.step % cfg.trainer.eval_every == 0 or _budget_spent(cfg, st.step, st.tokens):
+            _eval_step(tr, out)
+        if out is not None:
+            out.show_progress(row, st)
+        if st.bad_in_row >= cfg.trainer.max_bad_steps:
+            raise FloatingPointError(_bad_steps_message(cfg, st))
+        saved = False
+        if out is not None and every and st.step % every == 0:
+            checkpoint.save(tr, cfg.trainer.keep_checkpoints)
+            saved = True
+        if world.any_true(term.requested):  # a SIGTERM any rank received: all stop after this step
+            if out is not None and not saved:
+                checkpoint.save(tr, cfg.trainer.keep_checkpoints)
+            raise Terminated(checkpoint_step=st.step)
+    term.defer = False
+
+
+def _eval_step(tr, out: _Outputs | None) -> None:
+    if out is not None:
+        _evaluate(tr, out.writer, out.logger, out.recorded)
+    else:
+        tr.state.note_eval(tr.evaluate()[0]["eval/accuracy"])
+
+
+# ----------------------------------------------------------------------------- data parallelism: ranks > 0
+class _Followers:
+    """Rank 0's hand-off to the other ranks (rlcompare.train.parallel): once it holds the run folder, has checked
+    the config and built its trainer, it sends them the resolved config, the run folder and the checkpoint to
+    resume from, then its weights. `release` tells them not to start when rank 0 stopped before that."""
+
+    def __init__(self, world: World):
+        self.world = world
+        self.sent = False
+
+    def start(self, cfg, run_dir: Path, ckpt: Path | None, tr) -> None:
+        if self.world.size == 1:
+            return
+        self.world.broadcast_object({"config": OmegaConf.to_yaml(cfg, resolve=True), "run_dir": str(run_dir),
+                                     "checkpoint": str(ckpt) if ckpt is not None else None})
+        self.sent = True
+        self.world.broadcast_tensors(_weights(tr))
+
+    def release(self) -> None:
+        if self.world.size > 1 and not self.sent:
+            self.sent = True
+            self.world.broadcast_object(None)
+
+
+def _weights(tr) -> list:
+    """Every tensor of the policy and the critic, in a fixed order (rank 0's are broadcast to the others)."""
+    tensors = list(tr.policy.model.state_dict().values())
+    if tr.critic is not None:
+        tensors += list(tr.critic.state_dict().values())
+    return tensors
+
+
+def _follow(world: World) -> dict:
+    """Rank > 0 of a data-parallel run: joins the run rank 0 set up, computes its share of every step and eval,
+    and writes nothing (no folder, no rows, no checkpoint, no W&B)."""
+    from rlcompare.train.trainer import Trainer
+
+    start = world.broadcast_object(None)
+    if start is None:  # rank 0 stopped before training (a config error, a completed run): nothing to do
+        return {"rank": world.rank, "status": "not started"}
+    cfg = validate(OmegaConf.create(start["config"]))
+    splits, verifier = preflight(cfg)
+    tr = Trainer(cfg, Path(start["run_dir"]), splits=splits, verifier=verifier, world=world)
+    if start["checkpoint"] is not None:
+        path = Path(start["checkpoint"])
+        checkpoint.load(tr, path, checkpoint.read(path))
+    world.broadcast_tensors(_weights(tr))
+    try:
+        with _SigtermGuard(lambda: None) as term:
+            _steps(cfg, tr, world, term, None)
+    except Terminated:
+        return {"rank": world.rank, "status": "terminated"}
+    except BaseException as e:  # name this rank: torchrun's summary gives its exit code, this says why
+        print(f"[rlcompare] rank {world.rank} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        raise
+    return {"rank": world.rank, "status": "completed"}
 
 
 def _evaluate(tr, writer, logger, recorded: dict) -> float:

@@ -26,8 +26,10 @@ from rlcompare.config import ConfigError, check_fits_context
 from rlcompare.data.prompts import Example, PromptStream, build_prompts
 from rlcompare.models import Policy, ReferenceModel, ValueModel, load_policy
 from rlcompare.rewards.verifiers import build_verifier, score_batch
-from rlcompare.rollout import grouped_sequence_logits, left_pad, sample, sequence_logits, token_logp
+from rlcompare.rollout import Completions, grouped_sequence_logits, left_pad, sample, sequence_logits, token_logp
+from rlcompare.rollout.streams import GroupStreams, group_seed
 from rlcompare.train.batch import Collected, RolloutBatch, Targets, TrainerState
+from rlcompare.train.parallel import World, merge_metrics
 
 TIMING_PREFIXES = ("time/", "perf/")
 # what the surrogates clip/mask/gate and the token weights, logged as policy/<name>
@@ -101,13 +103,15 @@ def _tokenizer_adds_bos(tokenizer) -> bool:
 
 # ----------------------------------------------------------------------------- the trainer
 class Trainer:
-    def __init__(self, cfg: DictConfig, run_dir: Path, *, splits=None, verifier=None):
+    def __init__(self, cfg: DictConfig, run_dir: Path, *, splits=None, verifier=None, world: World | None = None):
         """`splits` and `verifier` default to building them from the config (run.train passes its preflight's).
+        `world`: this process's rank in a data-parallel run (`rlcompare.train.parallel`); default one process.
 
         No process-wide side effects: torch's thread count and the malloc setting are the train entry's
         (`rlcompare.train.run.apply_process_settings`)."""
         self.cfg = cfg
         self.run_dir = run_dir
+        self.world = world if world is not None else World()
         algo, train_cfg = cfg.algorithm, cfg.trainer
         self.device = pick_device(cfg.device)
         _seed_everything(cfg.seed)
@@ -152,12 +156,14 @@ class Trainer:
     def log(self, msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    def _sample(self, prompts: list[EncodedPrompt], *, repeat: int, greedy: bool, reuse_recording: bool = False):
+    def _sample(self, prompts: list[EncodedPrompt], *, repeat: int, greedy: bool, reuse_recording: bool = False,
+                streams: GroupStreams | None = None):
         """`repeat` completions of each prompt; returns the prompts (each repeated `repeat` times) and their mask, and
         the `Completions`. reuse_recording: the last rollout's batch is done with, so its recording's buffers may
-        be rewritten."""
+        be rewritten. streams: one random stream per prompt (`rollout.streams=group`), else the run's generator.
+        Over several ranks nothing is recorded: the update's rows are not the rows this rank sampled."""
         prompt_ids, prompt_mask = left_pad([p.ids for p in prompts], self.pad_id, self.device)
-        record = not greedy and repeat > 1 and bool(self.cfg.trainer.update_from_rollout)
+        record = not greedy and repeat > 1 and bool(self.cfg.trainer.update_from_rollout) and self.world.size == 1
         if record and reuse_recording and self._recording is not None:
             record = self._recording
         self.policy.model.eval()
@@ -165,7 +171,7 @@ class Trainer:
                       eos_id=self.eos_ids, pad_id=self.pad_id, temperature=self.cfg.rollout.temperature,
                       top_p=self.cfg.rollout.top_p, greedy=greedy, generator=self.gen, autocast_dtype=self.autocast,
                       repeats=repeat, kv_cache=self.cfg.rollout.kv_cache, flop_observer=self.flop_observer,
-                      record=record, logprobs=not greedy and self._reads_sampler_logp())
+                      record=record, logprobs=not greedy and self._reads_sampler_logp(), streams=streams)
         if completions.recording is not None:
             self._recording = completions.recording
         if repeat > 1:  # the update needs every completion's prompt
@@ -180,10 +186,14 @@ class Trainer:
         # the mismatch correction compares the trainer's recomputed old log-probs with the sampler's
         return old or (self.ref is not None and algo.kl.placement == "in_reward") or algo.mismatch.mode is not None
 
-    def _score(self, prompts: list[EncodedPrompt], completions, repeat: int):
+    def _decode(self, completions) -> list[str]:
         # the tensor itself, not .tolist(): transformers converts a tensor in one call but type-checks every element
         # of nested lists (0.5 vs 0.74 ms for 128 x 16 ids)
-        texts = self.policy.tokenizer.batch_decode(completions.ids.masked_fill(completions.mask == 0, self.pad_id), skip_special_tokens=True)
+        return self.policy.tokenizer.batch_decode(completions.ids.masked_fill(completions.mask == 0, self.pad_id),
+                                                  skip_special_tokens=True)
+
+    def _score(self, prompts: list[EncodedPrompt], completions, repeat: int):
+        texts = self._decode(completions)
         answers = [p.example.answer for p in prompts for _ in range(repeat)]
         scores = score_batch(self.verifier, texts, answers, timeout_s=self.cfg.verifier.timeout_s)
         rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)
@@ -196,6 +206,8 @@ class Trainer:
         """One training step: collect (sample + score), advantages, the update over mini-batches, the metrics row."""
         t_start = time.perf_counter()
         self.state.step += 1
+        if self.world.mode != "none":  # torch's own RNG (dropout) keyed by (seed, step, rank): resumes exactly
+            torch.manual_seed(group_seed(self.cfg.seed, self.state.step, self.world.rank))
         collected = self.collect()
         self.state.tokens += collected.generated_tokens
         row = self._collect_metrics(collected)
@@ -227,12 +239,21 @@ class Trainer:
         while need > 0:
             prompts = self.stream.take(need)
             t0 = time.perf_counter()
-            prompt_ids, prompt_mask, completions = self._sample(prompts, repeat=G, greedy=False, reuse_recording=rounds == 0)
+            mine = self.world.share(len(prompts))  # this rank's groups (all of them on one process)
+            if mine.stop > mine.start:
+                prompt_ids, prompt_mask, completions = self._sample(prompts[mine], repeat=G, greedy=False,
+                                                                    reuse_recording=rounds == 0, streams=self._streams(rounds, mine))
+            else:  # a refill of fewer groups than ranks: nothing for this one
+                prompt_ids = prompt_mask = None
+                completions = _no_completions(self.device, with_logp=self._reads_sampler_logp())
             t1 = time.perf_counter()
-            texts, verifier_rewards, correct, errors = self._score(prompts, completions, G)
-            self.state.verifier_errors += errors
+            texts, verifier_rewards, correct, errors = self._score(prompts[mine], completions, G)
             t_score += time.perf_counter() - t1
             t_roll += t1 - t0
+            if self.world.size > 1:  # every rank holds the whole round, in group order
+                prompt_ids, prompt_mask, completions, texts, verifier_rewards, correct, errors = self._gather_round(
+                    prompts, completions, verifier_rewards, correct, errors)
+            self.state.verifier_errors += errors
             rounds += 1
             drawn += len(prompts)
             gen_tokens += int(completions.lengths.sum())
@@ -257,6 +278,33 @@ class Trainer:
             batch = batch.select(torch.arange(len(batch.prompts) * G) < n_prompts * G, G)
         return Collected(batch, rounds, drawn, dropped, gen_tokens, t_roll, t_score)
 
+    def _streams(self, round_: int, mine: slice) -> GroupStreams | None:
+        """rollout.streams=group: one stream per prompt group of this round, keyed by (seed, step, round, group)."""
+        if self.cfg.rollout.streams != "group":
+            return None
+        keys = [(self.cfg.seed, self.state.step, round_, j) for j in range(mine.start, mine.stop)]
+        return GroupStreams(keys, self.cfg.trainer.group_size, self.device)
+
+    def _gather_round(self, prompts: list[EncodedPrompt], completions: Completions, verifier_rewards, correct, errors):
+        """The ranks' shares of one sampling round as the whole round (group order), the same on every rank."""
+        w, G = self.world, self.cfg.trainer.group_size
+        prompt_ids, prompt_mask = left_pad([p.ids for p in prompts], self.pad_id, self.device)
+        prompt_ids, prompt_mask = prompt_ids.repeat_interleave(G, 0), prompt_mask.repeat_interleave(G, 0)
+        whole = Completions(w.gather_rows(completions.ids, self.pad_id), w.gather_rows(completions.mask, 0),
+                            w.gather_rows(completions.logp, 0.0), w.gather_rows(completions.truncated, False),
+                            w.gather_rows(completions.lengths, 0))
+        return (prompt_ids, prompt_mask, whole, self._decode(whole), w.gather_rows(verifier_rewards, 0.0),
+                w.gather_rows(correct, False), sum(w.gather_objects(errors)))
+
+    def _by_rank(self, batch: RolloutBatch, rows_fn):
+        """`rows_fn(rows)` -> a (b, ...) tensor for the rows `rows` of the batch: computed by each rank for its share
+        of the groups and gathered, so the whole batch's (reference log-probs, critic values) cost 1/N each."""
+        if self.world.size == 1:
+            return rows_fn(slice(None))
+        G = self.cfg.trainer.group_size
+        mine = self.world.share(len(batch) // G)
+        return self.world.gather_rows(rows_fn(slice(mine.start * G, mine.stop * G)))
+
     def _logits(self, model, prompt_ids, prompt_mask, ids, mask, grouped: bool = True):
         """Completion logits; rows in whole groups share their prompt's forward (and backward)."""
         G = self.cfg.trainer.group_size
@@ -271,17 +319,13 @@ class Trainer:
         targets = Targets(loss_mask=objective.loss_mask(completions.mask, completions.truncated, overlong_filter=algo.overlong.filter),
                           advantages=torch.empty(0))
         if self.ref is not None:
-            with torch.no_grad():
-                logits = self.ref(lambda m: self._logits(m, batch.prompt_ids, batch.prompt_mask, completions.ids, completions.mask))
-                targets.ref_logp = token_logp(logits, completions.ids, self.cfg.rollout.temperature) * completions.mask
-                del logits
+            targets.ref_logp = self._by_rank(batch, self._ref_logp_of(batch))
         kl = None  # KL in the reward: -beta * sg(kl_t) on each real token, from the sampler's log-probs
         if targets.ref_logp is not None and algo.kl.placement == "in_reward":
             kl = objective.reward_kl(completions.logp, targets.ref_logp, completions.mask, estimator=algo.kl.estimator)
         values = None
         if algo.advantage.estimator == "gae":  # PPO: the critic's values at rollout time
-            with torch.no_grad():
-                values = self.critic(batch.prompt_ids, batch.prompt_mask, completions.ids, completions.mask) * completions.mask
+            values = self._by_rank(batch, self._values_of(batch))
         est = objective.advantages(
             algo.advantage.estimator, batch.rewards.to(self.device), completions.mask, group_size=self.cfg.trainer.group_size,
             scale=algo.advantage.scale, std_ddof=algo.advantage.std_ddof, eps=algo.advantage.eps, kl=kl, beta=algo.kl.coef,
@@ -289,6 +333,25 @@ class Trainer:
             gae_lam=algo.critic.lam)
         targets.advantages, targets.returns, targets.old_values = est.advantages, est.returns, est.old_values
         return targets
+
+    def _ref_logp_of(self, batch: RolloutBatch):
+        completions = batch.completions
+
+        @torch.no_grad()
+        def ref_logp(r):
+            ids, mask = completions.ids[r], completions.mask[r]
+            logits = self.ref(lambda m: self._logits(m, batch.prompt_ids[r], batch.prompt_mask[r], ids, mask))
+            return token_logp(logits, ids, self.cfg.rollout.temperature) * mask
+        return ref_logp
+
+    def _values_of(self, batch: RolloutBatch):
+        completions = batch.completions
+
+        @torch.no_grad()
+        def values(r):
+            mask = completions.mask[r]
+            return self.critic(batch.prompt_ids[r], batch.prompt_mask[r], completions.ids[r], mask) * mask
+        return values
 
     def _old_logp(self, batch: RolloutBatch, targets: Targets, row: dict) -> torch.Tensor | None:
         """The old log-probs of the surrogate's ratio: recomputed by the trainer (and the mismatch correction's
@@ -313,26 +376,47 @@ class Trainer:
         metrics = MetricsAccumulator()
         skipped, nonfinite = 0, None
         self.policy.model.train()
-        for i, rows in enumerate(plan.minibatches):
+        for i, step_rows in enumerate(plan.minibatches):
             self._zero_grad()
+            # this rank's share of the optimizer step's rows (all of them on one process), whole groups
+            rows = self.world.share_rows(step_rows, self.cfg.trainer.group_size if plan.grouped else 1)
             rows = self._drop_idle_rows(rows.to(self.device), batch, plan, metrics)
             micro = [] if not len(rows) else ([rows] if not plan.micro_rows else list(torch.split(rows, plan.micro_rows)))
             # statistics of the whole optimizer step (top-entropy threshold, Cov selection): from a forward
-            # without graph when the step is split in micro-batches, else from the step's own forward
-            selection = self._step_selection(batch, targets, micro, old_logp, plan.grouped) if len(micro) > 1 else None
+            # without graph when the step is split in micro-batches or across ranks, else from the step's own forward
+            selection = self._shared_selection(batch, targets, step_rows.to(self.device), rows, old_logp, plan) \
+                if len(micro) > 1 or self.world.size > 1 else None
             totals, first = [], 0
             for idx in micro:
                 sel = None if selection is None else {k: v[first:first + len(idx)] for k, v in selection.items()}
                 first += len(idx)
                 totals.append(self._micro_step(batch, targets, old_logp, idx, plan, first_minibatch=i == 0,
                                                selection=sel, metrics=metrics))
-            bad = self._optimizer_step(totals, metrics)
+            self.world.all_reduce_grads(self._trained_params())  # the sum over ranks: the whole mini-batch's gradient
+            bad = self._optimizer_step(sum(self.world.gather_objects(totals), []), metrics)
             if bad:
                 skipped += 1  # a NaN/inf loss or gradient: this update (policy and critic) skipped
                 nonfinite = nonfinite or bad
         self.sched.step()
+        metrics.merge_ranks(self.world)
         return UpdateResult(metrics.reduced(), skipped=skipped, nonfinite=nonfinite,
                             idle_rows_frac=plan.n_idle / len(batch), n_updates=len(plan.minibatches))
+
+    def _trained_params(self) -> list:
+        return self.params + (list(self.critic.parameters()) if self.critic is not None else [])
+
+    def _shared_selection(self, batch: RolloutBatch, targets: Targets, step_rows, rows, old_logp, plan: UpdatePlan) -> dict:
+        """_step_selection over every row of the optimizer step (each rank computes it whole: a quantile and a
+        covariance over all the step's tokens), then this rank's rows of it (`rows`, a contiguous block of
+        `step_rows`, in the same order)."""
+        if not self._reads_step_statistics() or not len(rows):
+            return {}
+        everything = [step_rows] if not plan.micro_rows else list(torch.split(step_rows, plan.micro_rows))
+        selection = self._step_selection(batch, targets, everything, old_logp, plan.grouped)
+        if self.world.size == 1:
+            return selection
+        lo = int((step_rows == rows[0]).nonzero()[0])
+        return {k: v[lo:lo + len(rows)] for k, v in selection.items()}
 
     def _plan_update(self, batch: RolloutBatch, targets: Targets) -> UpdatePlan:
         """Mini-batch partitioning: whole groups per mini-batch where there are enough groups, so each prompt's
@@ -369,9 +453,9 @@ class Trainer:
             return rows
         idle_rows, rows = rows[plan.idle[rows]], rows[~plan.idle[rows]]  # whole groups when grouped
         if len(idle_rows):
-            w0 = float(batch.completions.mask[idle_rows].sum())
-            for k in ("objective_per_token", "objective_per_response"):
-                metrics.add(k, 0.0, weight=w0, kind="weighted")
+            idle_mask = batch.completions.mask[idle_rows]
+            metrics.add("objective_per_token", 0.0, weight=float(idle_mask.sum()), kind="weighted")
+            metrics.add("objective_per_response", 0.0, weight=_responses(idle_mask), kind="weighted")
         if not len(rows):
             for p in self.params:
                 p.grad = torch.zeros_like(p)
@@ -413,14 +497,17 @@ class Trainer:
         total = float(loss.detach())
         loss.backward()
         weight = float(mask.sum())
-        if parts.kl_ref is not None:
-            metrics.add("kl/ref", parts.kl_ref)
+        if parts.kl_ref is not None:  # token means, weighted by tokens: the same whatever the micro-batch split
+            metrics.add("kl/ref", parts.kl_ref, weight=weight, kind="weighted")
         if parts.value is not None:
             metrics.add("loss/value", float(parts.value.detach()), kind="sum")
         metrics.add("loss/policy", float(parts.policy.detach()), kind="sum")
         for k, v in {**parts.policy_metrics, **extra}.items():
-            metrics.add(k, v, weight=weight, kind=_POLICY_METRIC_KINDS.get(k, "weighted"))
-        metrics.add("policy/entropy", float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1)))
+            # a mean over responses is weighted by responses, one over tokens by tokens: the same whatever the split
+            w = _responses(mask) if k in _PER_RESPONSE_METRICS else weight
+            metrics.add(k, v, weight=w, kind=_POLICY_METRIC_KINDS.get(k, "weighted"))
+        metrics.add("policy/entropy", float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1)), weight=weight,
+                    kind="weighted")
         return total
 
     def _update_forward(self, batch: RolloutBatch, idx, grouped: bool, first_minibatch: bool) -> torch.Tensor:
@@ -568,28 +655,40 @@ class Trainer:
 
     # ------------------------------------------------------------------ eval
     def evaluate(self) -> tuple[dict, list[dict]]:
+        """Greedy held-out accuracy. Over several ranks, rank r decodes chunks r, r + N, ... of the same chunks one
+        process decodes (so every chunk is the same batch), and the counts are summed."""
         train_cfg = self.cfg.trainer
         correct, lengths, samples = 0, 0.0, []
-        for i in range(0, len(self.eval_prompts), train_cfg.eval_batch_size):
+        starts = list(range(0, len(self.eval_prompts), train_cfg.eval_batch_size))
+        for i in starts[self.world.rank::self.world.size]:
             chunk = self.eval_prompts[i:i + train_cfg.eval_batch_size]
             _, _, completions = self._sample(chunk, repeat=1, greedy=True)
             texts, rewards, corr, _ = self._score(chunk, completions, 1)
             correct += int(corr.sum())
             lengths += float(completions.lengths.sum())
-            for j in range(len(chunk)):
-                if len(samples) < train_cfg.n_samples_logged:
-                    samples.append({"step": self.state.step, "prompt": chunk[j].example.prompt[: train_cfg.sample_max_chars],
-                                    "completion": texts[j][: train_cfg.sample_max_chars], "answer": chunk[j].example.answer[: train_cfg.sample_max_chars],
-                                    "reward": float(rewards[j]), "correct": bool(corr[j])})
+            for j in range(min(len(chunk), train_cfg.n_samples_logged)):
+                samples.append((i + j, {"step": self.state.step, "prompt": chunk[j].example.prompt[: train_cfg.sample_max_chars],
+                                        "completion": texts[j][: train_cfg.sample_max_chars],
+                                        "answer": chunk[j].example.answer[: train_cfg.sample_max_chars],
+                                        "reward": float(rewards[j]), "correct": bool(corr[j])}))
+        if self.world.size > 1:
+            parts = self.world.gather_objects((correct, lengths, samples))
+            correct, lengths = sum(p[0] for p in parts), sum(p[1] for p in parts)
+            samples = sorted((s for p in parts for s in p[2]), key=lambda s: s[0])
         n = len(self.eval_prompts)
+        samples = [s for _, s in samples[:train_cfg.n_samples_logged]]
         return {"eval/accuracy": correct / n, "eval/mean_length": lengths / n, "eval/n": n}, samples
 
     def _recompute_logp(self, batch: RolloutBatch) -> torch.Tensor:
         completions = batch.completions
         self.policy.model.eval()
-        with torch.no_grad():
-            logits = self._logits(self.policy.model, batch.prompt_ids, batch.prompt_mask, completions.ids, completions.mask)
-            return token_logp(logits, completions.ids, self.cfg.rollout.temperature) * completions.mask
+
+        @torch.no_grad()
+        def logp(r):
+            ids, mask = completions.ids[r], completions.mask[r]
+            logits = self._logits(self.policy.model, batch.prompt_ids[r], batch.prompt_mask[r], ids, mask)
+            return token_logp(logits, ids, self.cfg.rollout.temperature) * mask
+        return self._by_rank(batch, logp)
 
 
 # ----------------------------------------------------------------------------- the update's pieces
@@ -615,8 +714,15 @@ class UpdateResult:
     n_updates: int  # mini-batches (optimizer steps)
 
 
-# how each policy metric reduces over micro-batches; the rest are token-weighted means
+# how each policy metric reduces over micro-batches (and ranks); the rest are token-weighted means, but for the
+# means over responses, weighted by responses
 _POLICY_METRIC_KINDS = {"ratio_min": "min", "ratio_max": "max"}
+_PER_RESPONSE_METRICS = {"objective_per_response"}
+
+
+def _responses(mask: torch.Tensor) -> float:
+    """Responses with at least one real token in a (b, T) mask: the weight of a per-response mean."""
+    return float((mask.sum(1) > 0).sum())
 
 
 class MetricsAccumulator:
@@ -630,6 +736,10 @@ class MetricsAccumulator:
     def add(self, name: str, value: float, *, weight: float = 1.0, kind: str = "mean") -> None:
         self._values.setdefault(name, []).append((value, weight))
         self._kinds[name] = kind
+
+    def merge_ranks(self, world: World) -> None:
+        """Every rank's entries (data parallelism), so that the reduction is the whole batch's."""
+        self._values, self._kinds = merge_metrics(world, self._values, self._kinds)
 
     def reduced(self) -> dict[str, float]:
         out = {}
@@ -647,6 +757,13 @@ class MetricsAccumulator:
             else:
                 out[name] = sum(v for v, _ in vals) / max(1, len(vals))
         return out
+
+
+def _no_completions(device, *, with_logp: bool) -> Completions:
+    """A rank's empty share of a sampling round (0 rows), in the shapes the gather pads."""
+    empty = torch.zeros((0, 0), dtype=torch.long, device=device)
+    return Completions(empty, empty.clone(), torch.zeros((0, 0), device=device) if with_logp else None,
+                       torch.zeros(0, dtype=torch.bool, device=device), torch.zeros(0, dtype=torch.long, device=device))
 
 
 def _adamw(params, **kw):

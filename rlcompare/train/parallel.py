@@ -1,0 +1,211 @@
+"""Data parallelism: one run over the N processes torchrun starts (gloo on the CPU, NCCL on GPUs).
+
+What a rank does (docs/scaling.md has the whole picture):
+
+- it samples and scores its share of each round's prompt groups (`share`), with one random stream per group
+  (`rollout.streams=group`), and the shares are gathered (`gather_rows`), so that every rank holds the whole
+  batch, sampled as one process would have sampled it;
+- everything computed from the whole batch (advantages, the batch standard deviation, every aggregation's token,
+  sequence and horizon totals, dynamic sampling's refill) is therefore the global quantity on every rank;
+- each optimizer step's mini-batch is split again by whole groups (`share`); a rank backpropagates its rows
+  with the global normalizers, and the gradients are summed over ranks (`all_reduce_grads`) before the step,
+  as DDP sums them. The optimizer steps are then the same on every rank and the weights stay equal;
+- update metrics are merged over ranks before they are reduced (`merge_metrics`); rank 0 alone writes.
+
+Not `torch.nn.parallel.DistributedDataParallel`: its backward hooks need every rank to run a backward on every
+step, and a mini-batch of fewer groups than ranks leaves some ranks with no rows. The all-reduce here is one
+flat bucket per optimizer step (DDP with `no_sync` over micro-batches communicates the same sum).
+
+Every collective is a no-op on a world of one process.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+
+from rlcompare.config import ConfigError
+
+TIMEOUT = datetime.timedelta(minutes=10)  # a collective waiting longer than this fails the run (a rank hung)
+
+
+class RankLost(RuntimeError):
+    """A collective failed: another rank stopped (torchrun's summary names it and its exit code)."""
+
+
+def launched_by_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ or ("WORLD_SIZE" in os.environ and "LOCAL_RANK" in os.environ)
+
+
+def resolve_mode(parallel: str) -> str:
+    """trainer.parallel: auto -> ddp under torchrun, else none."""
+    if parallel == "auto":
+        return "ddp" if launched_by_torchrun() else "none"
+    return parallel
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place in the run: rank `rank` of `size`; `mode` is trainer.parallel resolved."""
+
+    rank: int = 0
+    size: int = 1
+    mode: str = "none"
+    local_size: int = 1  # ranks on this machine (torchrun's LOCAL_WORLD_SIZE)
+    comm_device: str = "cpu"  # where the backend's tensors must be: cpu (gloo) | cuda (NCCL)
+
+    @property
+    def is_writer(self) -> bool:
+        """Rank 0 alone writes results, checkpoints and W&B, and prints the closing line."""
+        return self.rank == 0
+
+    # ------------------------------------------------------------------ splitting
+    def share(self, n: int) -> slice:
+        """This rank's contiguous share of `n` units (prompt groups): sizes differ by at most one, rank order."""
+        base, extra = divmod(n, self.size)
+        lo = self.rank * base + min(self.rank, extra)
+        return slice(lo, lo + base + (1 if self.rank < extra else 0))
+
+    def share_rows(self, rows: torch.Tensor, unit: int) -> torch.Tensor:
+        """This rank's share of `rows` (whole units of `unit` rows: a group when the mini-batch holds groups)."""
+        if self.size == 1:
+            return rows
+        part = self.share(len(rows) // unit)
+        return rows[part.start * unit:part.stop * unit]
+
+    # ------------------------------------------------------------------ collectives
+    def gather_rows(self, x: torch.Tensor | None, pad_value=0) -> torch.Tensor | None:
+        """The ranks' (b_r, ...) tensors as one (sum b_r, ...) in rank order; dim 1 (if any) padded on the right to
+        the widest with `pad_value` (completions of different lengths)."""
+        if self.size == 1 or x is None:
+            return x
+        if x.dtype == torch.bool:  # NCCL does not move bool
+            return self.gather_rows(x.to(torch.uint8), pad_value=int(pad_value)).bool()
+        if str(x.device.type) != self.comm_device:
+            return self.gather_rows(x.to(self.comm_device), pad_value).to(x.device)
+        import torch.distributed as dist
+
+        shape = torch.tensor([x.shape[0], x.shape[1] if x.dim() > 1 else 0], dtype=torch.long, device=x.device)
+        shapes = [torch.zeros_like(shape) for _ in range(self.size)]
+        _collective(dist.all_gather, shapes, shape)
+        rows = max(int(s[0]) for s in shapes)
+        width = max(int(s[1]) for s in shapes)
+        padded = x
+        if x.dim() > 1 and x.shape[1] < width:
+            padded = torch.nn.functional.pad(x, (0, width - x.shape[1]), value=pad_value)
+        if x.shape[0] < rows:  # all_gather needs one shape on every rank
+            fill = torch.full((rows - x.shape[0], *padded.shape[1:]), pad_value, dtype=x.dtype, device=x.device)
+            padded = torch.cat([padded, fill])
+        out = [torch.empty_like(padded) for _ in range(self.size)]
+        _collective(dist.all_gather, out, padded.contiguous())
+        return torch.cat([o[:int(s[0])] for o, s in zip(out, shapes)])
+
+    def gather_objects(self, obj) -> list:
+        """Every rank's `obj` (plain numbers, strings, lists, dicts of this run's own processes), in rank order."""
+        if self.size == 1:
+            return [obj]
+        import torch.distributed as dist
+
+        out = [None] * self.size
+        _collective(dist.all_gather_object, out, obj)
+        return out
+
+    def broadcast_object(self, obj=None):
+        """Rank 0's `obj` on every rank."""
+        if self.size == 1:
+            return obj
+        import torch.distributed as dist
+
+        box = [obj]
+        _collective(dist.broadcast_object_list, box, src=0)
+        return box[0]
+
+    def broadcast_tensors(self, tensors: list[torch.Tensor]) -> None:
+        """Rank 0's values of `tensors` (the weights) copied into every rank's, in place."""
+        if self.size == 1:
+            return
+        import torch.distributed as dist
+
+        with torch.no_grad():
+            for t in tensors:
+                moved = t.data if t.device.type == self.comm_device else t.data.to(self.comm_device)
+                _collective(dist.broadcast, moved, src=0)
+                if moved is not t.data:
+                    t.data.copy_(moved)
+
+    def any_true(self, flag: bool) -> bool:
+        """Whether `flag` holds on some rank (a SIGTERM one rank received, a non-finite loss)."""
+        if self.size == 1:
+            return bool(flag)
+        return any(self.gather_objects(bool(flag)))
+
+    def all_reduce_grads(self, params: list[torch.nn.Parameter]) -> None:
+        """Sum every parameter's gradient over ranks, in place (one flat bucket). A rank whose share of the
+        mini-batch was empty contributes zeros. The losses are normalized by the whole batch's totals, so the sum
+        is the gradient one process computes on the whole mini-batch."""
+        if self.size == 1:
+            return
+        import torch.distributed as dist
+
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        flat = torch.cat([p.grad.reshape(-1) for p in params]).to(self.comm_device)
+        _collective(dist.all_reduce, flat, op=dist.ReduceOp.SUM)
+        at = 0
+        for p in params:
+            n = p.numel()
+            p.grad.copy_(flat[at:at + n].view_as(p.grad))  # copy_ moves it back to the grad's device
+            at += n
+
+
+def _collective(fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except RuntimeError as e:  # gloo / NCCL: a peer's socket closed, or the TIMEOUT passed
+        raise RankLost(f"a collective with the other ranks failed ({type(e).__name__}: {str(e)[:200]}): another "
+                       f"rank stopped or hung; torchrun's failure summary names it") from None
+
+
+def init_world(cfg) -> World:
+    """The world trainer.parallel asks for, with the process group initialised under torchrun. Refuses, before
+    anything heavy, settings under which ranks would not compute one run."""
+    mode = resolve_mode(cfg.trainer.parallel)
+    size = int(os.environ.get("WORLD_SIZE", "1")) if launched_by_torchrun() else 1
+    if mode == "none":
+        if size > 1:
+            raise ConfigError(f"trainer.parallel=none under torchrun with {size} processes: each would train and write "
+                              f"the same run; set trainer.parallel=ddp (or auto), or run without torchrun")
+        return World()
+    if size > 1 and cfg.rollout.streams != "group":
+        raise ConfigError(f"trainer.parallel=ddp over {size} processes needs rollout.streams=group: with one random "
+                          f"stream for the batch, what is sampled would depend on how the batch is split. Add "
+                          f"rollout.streams=group (the run then equals a single process's with that setting)")
+    if size == 1:
+        return World(mode=mode)
+    import torch.distributed as dist
+
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = str(cfg.device) in ("auto", "cuda") and torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(local_rank)  # device "cuda" now means this rank's GPU
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if cuda else "gloo", timeout=TIMEOUT)
+    return World(rank=dist.get_rank(), size=dist.get_world_size(), mode=mode,
+                 local_size=int(os.environ.get("LOCAL_WORLD_SIZE", str(size))), comm_device="cuda" if cuda else "cpu")
+
+
+def merge_metrics(world: World, values: dict, kinds: dict) -> tuple[dict, dict]:
+    """A MetricsAccumulator's (name -> [(value, weight)], name -> kind) with every rank's entries, in rank order."""
+    if world.size == 1:
+        return values, kinds
+    merged: dict = {}
+    merged_kinds: dict = {}
+    for vals, ks in world.gather_objects((values, kinds)):
+        for name, entries in vals.items():
+            merged.setdefault(name, []).extend(entries)
+        merged_kinds.update(ks)
+    return merged, merged_kinds

@@ -1,0 +1,101 @@
+"""A torchrun worker for tests/train/test_parallel.py (not a test module itself).
+
+    python -m torch.distributed.run --nproc_per_node=N tests/train/dp_worker.py CASES.json OUT_DIR
+
+For every case (a name and a list of Hydra overrides) every rank builds a Trainer in one data-parallel world
+and runs the case's steps; rank 0 writes `<name>.json` (the metrics rows and eval rows) and `<name>.grads.safetensors`
+(the gradient every optimizer step applied, after the all-reduce: `s<step>.p<parameter>`). With `--reference`, rank 0 then runs each
+case again as a world of one process (what `torchrun --nproc_per_node=1` gives) and writes `<name>.ref.json` and
+`<name>.ref.grads.safetensors`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def _compose(overrides: list[str], results: Path):
+    from hydra import compose, initialize_config_dir
+
+    from rlcompare.train.app import conf_dir, register_resolvers
+
+    register_resolvers()
+    with initialize_config_dir(config_dir=conf_dir(), version_base=None):
+        return compose("config", overrides=[f"results_dir={results}"] + overrides)
+
+
+def _run(cfg, world, run_dir: Path, steps: int) -> tuple[list, list, dict]:
+    from rlcompare.config import validate
+    from rlcompare.train.run import _weights
+    from rlcompare.train.trainer import Trainer
+
+    import torch.distributed as dist
+
+    tr = None
+    if world.rank == 0:  # as run.train: rank 0 builds (and caches the warm start) before the others
+        tr = Trainer(validate(cfg), run_dir, world=world)
+    if world.size > 1:
+        dist.barrier()
+    if tr is None:
+        tr = Trainer(validate(cfg), run_dir, world=world)
+    world.broadcast_tensors(_weights(tr))  # as run.train does: rank 0's weights on every rank
+    # AdamW's first steps are about lr * g / (|g| + eps): with eps = 1e-8 a gradient element at the rounding floor
+    # (|g| near 1e-9, its sign set by the summation order) moves its weight by a full +-lr, so two summation orders
+    # part after one step by up to 2 lr per such element. eps = 1e-6 leaves the signal's steps (elements of 1e-5 and up) and shrinks those a thousandfold.
+    for opt in (tr.opt, tr.critic_opt):
+        for group in opt.param_groups if opt is not None else []:
+            group["eps"] = 1e-6
+    grads: list = []
+    step = tr.opt.step
+
+    def recording_step(*a, **kw):  # every optimizer step's gradient, after the all-reduce and the clip
+        grads.append({f"s{len(grads)}.p{i}": p.grad.detach().clone() for i, p in enumerate(tr.params)})
+        return step(*a, **kw)
+
+    tr.opt.step = recording_step
+    evals = [tr.evaluate()[0]]
+    rows = [tr.step() for _ in range(steps)]
+    evals.append(tr.evaluate()[0])
+    return rows, evals, {k: v for g in grads for k, v in g.items()}
+
+
+def _write(out: Path, name: str, rows, evals, grads) -> None:
+    from safetensors.torch import save_file
+
+    keep = [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))} for r in rows]
+    (out / f"{name}.json").write_text(json.dumps({"rows": keep, "evals": evals}))
+    save_file({k: v.contiguous() for k, v in grads.items()}, str(out / f"{name}.grads.safetensors"))
+
+
+def main(argv: list[str]) -> int:
+    import torch
+    import torch.distributed as dist
+
+    from rlcompare.train.parallel import World
+
+    cases = json.loads(Path(argv[0]).read_text())
+    out = Path(argv[1])
+    reference = "--reference" in argv
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    world = World(rank=dist.get_rank(), size=dist.get_world_size(), mode="ddp", local_size=dist.get_world_size())
+    for case in cases:
+        cfg = _compose(case["overrides"], out / "results")
+        rows, evals, grads = _run(cfg, world, out / "runs" / case["name"], case["steps"])
+        if world.rank == 0:
+            _write(out, case["name"], rows, evals, grads)
+    if reference and world.rank == 0:
+        for case in cases:
+            cfg = _compose(case["overrides"], out / "results")
+            _write(out, case["name"] + ".ref", *_run(cfg, World(mode="ddp"), out / "runs" / case["name"], case["steps"]))
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.getcwd())
+    sys.exit(main(sys.argv[1:]))

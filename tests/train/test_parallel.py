@@ -1,0 +1,316 @@
+"""Data-parallel training (issue #21), for real: torch.distributed with gloo over 2 processes started by torchrun.
+
+A 2-rank run must compute what one process computes on the same global batch: the same samples (one random
+stream per prompt group), the same advantages and per-token weights (every normalizer the whole batch's), the
+same gradient (summed over ranks), the same metrics rows, and a run killed and resumed equals an uninterrupted
+one. Rows are compared to float tolerance: a batch split differently is summed in another order.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rlcompare.config import ConfigError
+from rlcompare.results import read_jsonl
+from rlcompare.rollout.sampler import left_pad, sample
+from rlcompare.rollout.streams import GroupStreams, group_seed
+from rlcompare.train.parallel import World, init_world, resolve_mode
+from rlcompare.train.run import train
+from tests.conftest import FAST
+
+REPO = Path(__file__).resolve().parents[2]
+TIMING = ("time/", "perf/")
+# another summation order. Measured worst cases: 4e-4 relative on kl/rollout (a mean of log-prob differences
+# near 1e-3, each log-prob rounded near 1e-7: 3e-6 absolute), under 1e-5 relative on the rest
+RTOL, ATOL = 1e-4, 1e-5
+# the shipped warm start (held-out accuracy 0.215): rewards vary within groups, so the gradients are the
+# signal's, not rounding noise that AdamW would scale up to a full step
+GROUPS = ["rollout.streams=group", "trainer.eval_every=1000", "model.warm_start.steps=300"]
+
+
+def _env(tmp_path: Path) -> dict:
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}
+
+
+def _torchrun(n: int, *args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", *args]
+
+
+def _close(a, b, where: str) -> None:
+    """Two metrics rows (or values) equal to float tolerance; None and NaN equal only themselves."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            if not k.startswith(TIMING):
+                _close(a[k], b[k], f"{where} {k}")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert (math.isnan(a) and math.isnan(b)) or abs(a - b) <= ATOL + RTOL * abs(b), f"{where}: {a} != {b}"
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+# ----------------------------------------------------------------------------- no process group needed
+@pytest.mark.parametrize("n,size,shares", [(4, 2, [(0, 2), (2, 4)]), (3, 2, [(0, 2), (2, 3)]),
+                                            (1, 2, [(0, 1), (1, 1)]), (5, 3, [(0, 2), (2, 4), (4, 5)])])
+def test_share_splits_units_contiguously_with_sizes_differing_by_at_most_one(n, size, shares):
+    got = [World(rank=r, size=size).share(n) for r in range(size)]
+    assert [(s.start, s.stop) for s in got] == shares
+
+
+def test_share_rows_keeps_whole_groups():
+    rows = torch.tensor([8, 9, 10, 11, 0, 1, 2, 3, 4, 5, 6, 7])  # 3 groups of 4, shuffled
+    assert World(rank=0, size=2).share_rows(rows, 4).tolist() == [8, 9, 10, 11, 0, 1, 2, 3]
+    assert World(rank=1, size=2).share_rows(rows, 4).tolist() == [4, 5, 6, 7]
+    assert World(rank=1, size=4).share_rows(rows, 4).tolist() == [0, 1, 2, 3]
+    assert World(rank=3, size=4).share_rows(rows, 4).tolist() == []  # fewer groups than ranks: an empty share
+
+
+def test_group_seeds_differ_for_swapped_or_nearby_keys():
+    seeds = {group_seed(0, s, 0, g) for s in range(1, 4) for g in range(4)}
+    assert len(seeds) == 12 and group_seed(0, 1, 0, 2) != group_seed(0, 2, 0, 1)
+    assert group_seed(3, 1, 0, 2) == group_seed(3, 1, 0, 2) and 0 <= group_seed(3, 1, 0, 2) < 2**63
+
+
+def _tiny_model():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rlcompare.models import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=4, intermediate_size=64, max_position_embeddings=64,
+                      pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    model = LlamaForCausalLM(cfg).eval()
+    ids, mask = left_pad([[tok.bos_token_id] + tok(t).input_ids for t in PROMPTS], tok.pad_token_id, "cpu")
+    with torch.no_grad():  # EOS likely (logit about 3 where others are about 0.1): rows end at different steps
+        h = model.model(input_ids=ids, attention_mask=mask).last_hidden_state[:, -1].mean(0)
+        model.lm_head.weight[tok.eos_token_id] = h * (3 / h.norm() ** 2)
+    return model, tok
+
+
+PROMPTS = ["12+7=", "3+4=", "100+1=", "5="]
+
+
+def test_group_streams_sample_the_same_tokens_whatever_the_split():
+    model, tok = _tiny_model()
+    texts = PROMPTS
+    G, keys = 3, [(0, 1, 0, j) for j in range(4)]
+
+    def draw(idx):
+        ids, mask = left_pad([[tok.bos_token_id] + tok(texts[j]).input_ids for j in idx], tok.pad_token_id, "cpu")
+        return sample(model, ids, mask, max_new_tokens=12, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+                      repeats=G, streams=GroupStreams([keys[j] for j in idx], G, "cpu"))
+
+    whole = draw([0, 1, 2, 3])
+    halves = [draw([0]), draw([1, 2, 3])]  # another split, other prompt padding, rows ending at other steps
+    assert len(set(whole.lengths.tolist())) > 1  # rows did end at different steps
+    T = whole.ids.shape[1]
+    joined = torch.cat([torch.nn.functional.pad(h.ids, (0, T - h.ids.shape[1]), value=tok.pad_token_id) for h in halves])
+    assert torch.equal(joined, whole.ids)
+    other = sample(model, *left_pad([[tok.bos_token_id] + tok(t).input_ids for t in texts], tok.pad_token_id, "cpu"),
+                   max_new_tokens=12, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, repeats=G,
+                   streams=GroupStreams([(0, 2, 0, j) for j in range(4)], G, "cpu"))
+    assert not torch.equal(other.ids, whole.ids)  # another step's keys: other draws (the check can fail)
+
+
+def _cfg(compose, *overrides):
+    from rlcompare.config import validate
+
+    return validate(compose(*overrides))
+
+
+def test_torchrun_settings_that_would_change_the_run_are_refused_before_anything_heavy(compose, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    with pytest.raises(ConfigError, match=r"needs rollout\.streams=group"):
+        init_world(_cfg(compose))
+    with pytest.raises(ConfigError, match=r"trainer\.parallel=none under torchrun with 2 processes"):
+        init_world(_cfg(compose, "trainer.parallel=none", "rollout.streams=group"))
+    assert resolve_mode("auto") == "ddp"
+    monkeypatch.delenv("WORLD_SIZE")
+    monkeypatch.delenv("LOCAL_RANK")
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    assert resolve_mode("auto") == "none" and init_world(_cfg(compose)) == World()
+    with pytest.raises(ConfigError, match=r"trainer\.parallel='fsdp' must be auto"):
+        _cfg(compose, "trainer.parallel=fsdp")
+
+
+# ----------------------------------------------------------------------------- 2 ranks against 1, case by case
+# DAPO's soft overlong punishment (lengths 3 to 6 of the 6-token budget lose 0 to 0.75): rewards differ within
+# almost every group, so every mini-batch's gradient carries signal
+SIGNAL = ["algorithm.overlong.soft_punishment=true", "algorithm.overlong.cache_len=4"]
+AGGREGATIONS = ["token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm",
+                "prompt-mean-token-mean"]
+# GRPO without its KL term but in one case: with policy = reference, k3's gradient is 0 analytically and at the
+# rounding floor numerically, so an optimizer step whose rows all have zero advantage would compare noise
+NO_KL = "algorithm.kl.coef=0"
+CASES = [{"name": f"agg_{a}", "overrides": [f"algorithm.aggregation={a}", "algorithm.horizon=6", NO_KL]}
+         for a in AGGREGATIONS] + [
+    {"name": "batch_std", "overrides": ["algorithm.advantage.scale=batch", NO_KL]},
+    {"name": "kl_in_loss", "overrides": []},  # GRPO as shipped: k3 in the loss, the reference's log-probs gathered
+    # DAPO: dynamic sampling refills the global batch; overlong filter and shaping; clip-higher
+    {"name": "dapo", "overrides": ["algorithm=dapo"]},
+    # PPO: the critic's values gathered, its gradient all-reduced; GAE whitened over the whole batch; KL in reward
+    {"name": "ppo", "overrides": ["algorithm=ppo", "algorithm.kl.coef=0.05"]},
+    # statistics of a whole optimizer step across ranks and micro-batches (the top-entropy threshold)
+    {"name": "top_entropy_micro", "overrides": ["algorithm.top_entropy_quantile=0.5", "trainer.micro_batch_size=4",
+                                                NO_KL]},
+    # 3 groups over 2 ranks (2 + 1), mini-batches of 2 and 1 groups: a rank with no rows in one of them
+    {"name": "uneven", "overrides": ["trainer.prompts_per_step=3", "trainer.recompute_old_logp=true", NO_KL]},
+]
+
+
+@pytest.fixture(scope="module")
+def two_rank_cases(tmp_path_factory):
+    """Every case run once over 2 ranks and once as a world of one process (the worker's --reference)."""
+    tmp = tmp_path_factory.mktemp("dp_cases")
+    cases = [{**c, "overrides": FAST + GROUPS + SIGNAL + c["overrides"], "steps": 2} for c in CASES]
+    (tmp / "cases.json").write_text(json.dumps(cases))
+    out = subprocess.run(_torchrun(2, str(REPO / "tests" / "train" / "dp_worker.py"), str(tmp / "cases.json"), str(tmp),
+                                   "--reference"), env=_env(tmp), capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return tmp
+
+
+@pytest.mark.parametrize("case", [c["name"] for c in CASES])
+def test_two_ranks_give_one_process_rows_and_gradient(two_rank_cases, case):
+    got = json.loads((two_rank_cases / f"{case}.json").read_text())
+    want = json.loads((two_rank_cases / f"{case}.ref.json").read_text())
+    assert len(got["rows"]) == 2 and got["rows"][0]["tokens/step"] > 0
+    for i, (a, b) in enumerate(zip(got["rows"], want["rows"])):
+        _close(a, b, f"{case} step {i + 1}")
+    _close(got["evals"], want["evals"], f"{case} evals")
+    # the gradient each optimizer step applied: after the all-reduce, the 1-process gradient (a step whose rows all
+    # have zero advantage has none: exactly 0 without KL, the rounding floor with it)
+    g, w = (load_file(str(two_rank_cases / f"{case}{s}.grads.safetensors")) for s in ("", ".ref"))
+    assert g.keys() == w.keys() and g
+    steps = sorted({k.split(".")[0] for k in w})
+    compared = 0
+    for s in steps:
+        scale = max(float(t.abs().max()) for k, t in w.items() if k.startswith(s + "."))
+        if scale < 1e-6:
+            continue
+        compared += 1
+        for k in (k for k in w if k.startswith(s + ".")):
+            assert float((g[k] - w[k]).abs().max()) <= 2e-5 * scale, k  # measured: 3e-6 at most
+    assert compared >= 1
+
+
+# ----------------------------------------------------------------------------- the CLI under torchrun
+def _cli_run(tmp_path: Path, n: int, *overrides: str, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run(_torchrun(n, "-m", "rlcompare.cli", "train", *FAST, *GROUPS, *overrides),
+                          env=_env(tmp_path), capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+
+
+def _rows(run: Path, name: str) -> list[dict]:
+    return read_jsonl(run / name)
+
+
+def test_torchrun_two_ranks_equal_one_process_and_rank0_alone_writes(compose, tmp_path):
+    results = tmp_path / "results"
+    setting = [*SIGNAL, NO_KL, "budget.max_steps=4"]
+    out = _cli_run(tmp_path, 2, f"results_dir={results}", "run_name=dp2", *setting)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert out.stderr.count("held-out accuracy") == 1  # one closing line, rank 0's
+    one = train(compose(*GROUPS, "run_name=one", *setting))
+    run, ref = results / "default" / "dp2", Path(one["run_dir"])
+    for name in ("metrics.jsonl", "eval.jsonl"):
+        got, want = _rows(run, name), _rows(ref, name)
+        assert len(got) == len(want) > 0
+        for a, b in zip(got, want):
+            _close(a, b, name)
+    s = json.loads((run / "summary.json").read_text())
+    assert s["status"] == "completed" and s["world_size"] == 2 and s["parallel"] == "ddp"
+    assert one["world_size"] == 1 and one["parallel"] == "none"
+    # parallelism never changes what is computed: the fingerprints agree
+    assert json.loads((run / "fingerprint.json").read_text()) == json.loads((ref / "fingerprint.json").read_text())
+    # rank 1 wrote nothing: no other run folder, and its scratch Hydra folder is gone
+    assert sorted(p.name for p in (results / "default").iterdir()) == ["dp2", "one"]
+    assert not list(tmp_path.glob("rlcompare-rank1-*"))
+
+
+def _wait_rows(proc, metrics: Path, k: int, timeout: float = 300.0) -> None:
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if len(read_jsonl(metrics)) >= k:
+            return
+        if proc.poll() is not None:
+            out = (proc.stderr or proc.stdout).read()
+            pytest.fail(f"torchrun exited ({proc.returncode}) before {k} rows: {out[-3000:]}")
+        time.sleep(0.01)
+    proc.kill()
+    pytest.fail(f"no {k} rows within {timeout} s")
+
+
+RESUME = ["algorithm=dapo", "budget.max_steps=12", "trainer.checkpoint_every=2", "trainer.eval_every=3"]
+
+
+def test_two_ranks_sigtermed_then_resumed_equal_an_uninterrupted_two_rank_run(tmp_path):
+    results = tmp_path / "results"
+    ref = _cli_run(tmp_path, 2, *RESUME, f"results_dir={results}", "run_name=whole")
+    assert ref.returncode == 0, ref.stderr[-4000:]
+    run = results / "default" / "cut"
+    proc = subprocess.Popen(_torchrun(2, "-m", "rlcompare.cli", "train", *FAST, *GROUPS, *RESUME,
+                                      f"results_dir={results}", "run_name=cut"),
+                            env=_env(tmp_path), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _wait_rows(proc, run / "metrics.jsonl", 3)
+    proc.send_signal(signal.SIGTERM)  # torchrun passes it to both ranks: they agree on the step to stop after
+    proc.wait(timeout=120)
+    assert proc.returncode != 0
+    s = json.loads((run / "summary.json").read_text())
+    assert s["status"] == "failed" and s["error"].startswith("terminated (SIGTERM)"), s
+    assert 3 <= s["steps"] < 12 and (run / "checkpoints").is_dir()
+    again = _cli_run(tmp_path, 2, *RESUME, f"results_dir={results}", "run_name=cut", "resume=true")
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert "resuming" in again.stderr
+    for name in ("metrics.jsonl", "eval.jsonl", "samples.jsonl"):
+        got = [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in _rows(run, name)]
+        want = [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in _rows(results / "default" / "whole", name)]
+        assert got == want, name  # the same processes, the same split: equal, not only close
+    assert [r["step"] for r in _rows(run, "metrics.jsonl")] == list(range(1, 13))
+
+
+def _rank_pid(parent: int, rank: int) -> int | None:
+    """The pid of torchrun's worker of `rank` (its RANK environment variable)."""
+    for child in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
+        try:
+            env = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in env:
+            return int(child)
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the rank's process through /proc")
+def test_a_killed_rank_takes_the_run_down_and_is_named(tmp_path):
+    results = tmp_path / "results"
+    run = results / "default" / "dies"
+    proc = subprocess.Popen(_torchrun(2, "-m", "rlcompare.cli", "train", *FAST, *GROUPS, "budget.max_steps=200",
+                                      f"results_dir={results}", "run_name=dies"),
+                            env=_env(tmp_path), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _wait_rows(proc, run / "metrics.jsonl", 2)
+    victim = _rank_pid(proc.pid, 1)
+    assert victim is not None
+    os.kill(victim, signal.SIGKILL)
+    output, _ = proc.communicate(timeout=180)
+    assert proc.returncode != 0
+    # torchrun's failure summary: the first observed failure is rank 1, killed by signal 9
+    root = output[output.index("Root Cause (first observed failure)"):]
+    assert re.search(r"rank\s*:\s*1 \(local_rank: 1\)", root) and "Signal 9 (SIGKILL)" in root, output[-3000:]
+    s = json.loads((run / "summary.json").read_text())
+    assert s["status"] == "failed" and s["steps"] < 200, s
