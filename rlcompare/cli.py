@@ -68,6 +68,10 @@ def train_main(argv: list[str]) -> int:
               file=sys.stderr)
 
     argv = [quote_resume_path(a) for a in argv]  # resume=<dir> whose name holds '=' (Hydra's grammar needs quotes)
+    if "WORLD_SIZE" in os.environ and any(a in ("-m", "--multirun") for a in argv):
+        print("rlcompare: config error: `train -m` under torchrun would run the whole multirun on every rank; run "
+              "the multirun without torchrun, or one run per torchrun launch", file=sys.stderr)
+        return 2
     follower_dir = _follower_hydra_dir()
     if follower_dir is not None:  # torchrun's rank > 0: rank 0 checks the command and owns the run folder
         sys.argv = ["rlcompare train"] + argv + [f"hydra.run.dir={follower_dir}", "hydra.output_subdir=null",

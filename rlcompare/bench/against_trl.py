@@ -32,7 +32,7 @@ What is identical between the two tools
   answers right, so exact match alone would give all-zero advantages; with the two digit terms (about 12 %
   and 40 % of random completions) a group of 8 is flat only when all eight agree on both, and about 98 % of
   the groups are informative (non-zero advantages), printed as `informative`. This matters because
-  rlcompare's update skips the backward rows that have no gradient (`rlcompare.fast.replay`): with mostly
+  rlcompare's update skips the backward rows that have no gradient (`rlcompare.fast.recorded_update`): with mostly
   informative groups the figure is that of real training, not of a batch it can skip.
 * TRL does no extra work we don't: no vLLM, `gradient_checkpointing=False` (TRL's default is True),
   `bf16=False` and `use_cpu=True` on the CPU, `report_to="none"`, no logging steps, no completion logging,
@@ -65,7 +65,7 @@ Metrics
   QK^T and AV over causal pairs). A forward under grad (the update) counts 3x (forward + backward = 2x
   forward). So sampling counts 2N per prompt token (prefill) and per fed token per decode step (rows that
   already ended still ride along, as in both samplers), the update 6N per prompt+completion position, and a
-  log-prob forward, if a tool ran one, 2N per position. rlcompare's update from the rollout (`rlcompare.fast.replay`:
+  log-prob forward, if a tool ran one, 2N per position. rlcompare's update from the rollout (`rlcompare.fast.recorded_update`:
   the forward's projections are the sampler's, not recomputed) counts what it computes: 4 FLOPs per weight per
   token row in the projections' backward (dX and dW; rows with no gradient are skipped, so not counted), and
   the recomputed attention and LM head forward + backward. Padding positions are otherwise counted (computed);
@@ -228,7 +228,7 @@ class FlopCounter:
         return None
 
     def add(self, flops: float) -> None:
-        """FLOPs counted outside a body forward: rlcompare's update from the rollout (`replay`) skips the forward
+        """FLOPs counted outside a body forward: rlcompare's update from the rollout (`rebuild`) skips the forward
         projections and calls no body forward, and reports what it does compute (each backward product over the
         token rows it keeps, and the recomputed attention and LM head, forward + backward)."""
         self.flops += flops

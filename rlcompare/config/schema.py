@@ -238,12 +238,12 @@ class TrainerConfig:
     sample_max_chars: int = 400  # characters kept of each logged sample
     recompute_old_logp: bool = False  # false: reuse the sampler's log-probs (same weights) as old_logp; true: recompute them
     skip_zero_advantage: bool = False  # true: no forward/backward for groups whose advantages are all 0 (when exact)
-    update_from_rollout: bool = True  # the first update on a batch reuses the sampler's projections (rlcompare.fast.replay)
+    update_from_rollout: bool = True  # the first update on a batch reuses the sampler's projections (rlcompare.fast.recorded_update)
     checkpoint_every: int = 0  # steps between checkpoints; 0: off
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     max_bad_steps: int = 5  # non-finite steps (skipped) in a row before the run fails
     threads: Optional[int] = None  # CPU threads for torch; null: torch's default
-    keep_freed_memory: bool = True  # CPU: malloc keeps freed memory for reuse (rlcompare.fast.allocator)
+    keep_freed_memory: bool = True  # CPU: malloc keeps freed memory for reuse (rlcompare.fast.malloc_tuning)
     progress: bool = True  # print a progress line
     inject_nan_at_step: Optional[int] = None  # testing hook: makes that step's loss NaN; null: off
     parallel: str = "auto"  # data parallelism: auto (ddp under torchrun, else none) | none | ddp (docs/scaling.md)

@@ -3,17 +3,17 @@
 * `decoder_for(model, capacity, ...)`: the rollout's decoder (preallocated KV cache, `static_decode.py`, with
   fp32 products through oneDNN, `onednn.py`), or None: transformers' own cache
 * `recorded_update_forward(model, recording, rows, ...)`: the first update's logits rebuilt from the sampler's
-  projections (`replay.py`), or None: the plain forward
+  projections (`recorded_update.py`), or None: the plain forward
 * `Recording`: the one handle that crosses the door (the sampler's projection outputs); `FlopObserver`: what the
   benchmark passes in to count the fast path's FLOPs
-* beside the door: `keep_freed_memory` (`allocator.py`: malloc settings, applied once by the train entry,
+* beside the door: `keep_freed_memory` (`malloc_tuning.py`: malloc settings, applied once by the train entry,
   `trainer.keep_freed_memory`), `base_model_of` (`unwrap.py`: the transformers model under a peft wrapper)
 
 This module is the only way in: code outside `rlcompare/fast/` imports the names in `__all__` from
 `rlcompare.fast`, never a submodule (tests/test_layers.py).
 """
 
-from rlcompare.fast.allocator import keep_freed_memory
+from rlcompare.fast.malloc_tuning import keep_freed_memory
 from rlcompare.fast.speed import FlopObserver, Recording, decoder_for, recorded_update_forward
 from rlcompare.fast.unwrap import base_model_of
 

@@ -7,15 +7,15 @@
   from the sampler's projections; None means the plain forward (autograd through the model).
 
 Behind the door (nothing outside it imports these): `static_decode` (preallocated-cache decoding for the Llama
-family, which keeps every projection output when asked), `replay` (the update's forward from those outputs),
+family, which keeps every projection output when asked), `rebuild` (the update's forward from those outputs),
 `onednn` (fp32 products through oneDNN inside the decoder). Both functions refuse, and the caller falls back,
 whenever the fast path would not be exact: an untested transformers release
 (`static_decode.transformers_version_refusal`, the gate that `static_decode.supports` applies first), another
-architecture, autocast, gradient checkpointing, LoRA or non-fp32 projections (`replay.can_replay`).
+architecture, autocast, gradient checkpointing, LoRA or non-fp32 projections (`recorded_update.can_rebuild`).
 
 What crosses the door is one opaque handle, `Recording`: the sampler's result carries it
 (`Completions.recording`) and the trainer's batch carries it back; only this module looks inside.
-The process-wide malloc setting (`allocator`) is not here: it belongs to the process, and the CLI's train entry
+The process-wide malloc setting (`malloc_tuning`) is not here: it belongs to the process, and the CLI's train entry
 applies it (`rlcompare.train.run.apply_process_settings`, through `rlcompare.fast.keep_freed_memory`).
 """
 
@@ -25,7 +25,7 @@ from typing import Protocol
 
 import torch
 
-from rlcompare.fast import replay, static_decode
+from rlcompare.fast import recorded_update, static_decode
 from rlcompare.fast.unwrap import base_model_of
 
 
@@ -63,13 +63,13 @@ def decoder_for(model, capacity: int, *, kv_cache: str = "auto", record: bool | 
     version first, then the architecture): the rollout then decodes with transformers' cache.
 
     record: also keep every projection output for the first update (`decoder.recording` after the prefill) when
-    the update rebuilt from them would be exact (`replay.can_replay`); a `Recording` of an earlier rollout whose
+    the update rebuilt from them would be exact (`recorded_update.can_rebuild`); a `Recording` of an earlier rollout whose
     batch is done with lends its buffers when the shapes match. Call outside `torch.inference_mode()`.
     """
     if kv_cache != "auto" or static_decode.supports(model, capacity) is not None:
         return None
     dec = static_decode.StaticDecoder(model, capacity, flop_observer=flop_observer)
-    if record and replay.can_replay(model, capacity, autocast_dtype=autocast_dtype,
+    if record and recorded_update.can_rebuild(model, capacity, autocast_dtype=autocast_dtype,
                                     gradient_checkpointing=_checkpointing(model)) is None:
         old = record.projections if isinstance(record, Recording) else None
 
@@ -85,14 +85,14 @@ def recorded_update_forward(model, recording: Recording | None, rows: torch.Tens
                             prompt_mask: torch.Tensor, comp_ids: torch.Tensor, *, group_size: int,
                             flop_observer: FlopObserver | None = None) -> torch.Tensor | None:
     """The completion logits `[b, T, V]` of the batch rows `rows` (whole groups of `group_size`, in order), under
-    autograd, rebuilt from the sampler's projections (`replay.replay_logits`): the same values and gradients as
+    autograd, rebuilt from the sampler's projections (`recorded_update.rebuilt_logits`): the same values and gradients as
     the plain forward while the weights are the ones that sampled (the first optimizer step on a batch: the
     caller decides that). None when there is no recording (the ordinary path sampled, or several rollouts were
     joined) or the transformers version is outside the tested range: the caller runs the plain forward."""
     if recording is None or static_decode.transformers_version_refusal() is not None:
         return None
     record_rows = recording.rows[rows.cpu()].to(comp_ids.device)
-    return replay.replay_logits(model, recording.projections, record_rows, prompt_ids, prompt_mask, comp_ids,
+    return recorded_update.rebuilt_logits(model, recording.projections, record_rows, prompt_ids, prompt_mask, comp_ids,
                                 group_size=group_size, flop_observer=flop_observer)
 
 

@@ -332,10 +332,10 @@ def _per_module(projections, project):
     return lambda slot, inp: projections[slot].pieces(project(slot, inp))
 
 
-# ----------------------------------------------------------------------------- one layer, shared with the replay
+# ----------------------------------------------------------------------------- one layer, shared with the rebuild
 QKV, O, GATE_UP, DOWN = range(4)  # the four projections of a layer, in the order they run
 # also recorded: the MLP's silu(gate), silu(gate) * up (the down projection's input) and up * silu'(gate); the
-# GATE_UP outputs themselves are not (the replay needs only these three)
+# GATE_UP outputs themselves are not (the rebuild needs only these three)
 ACT, GATED, GATE_GRAD = 4, 5, 6
 
 
@@ -466,7 +466,7 @@ def roped_queries_keys(attn, q, k, cos, sin):
 
 def layer_output(layer, x, a, project, mlp):
     """The rest of the layer after attention: output projection and residual, then the MLP of the normed
-    stream (`mlp(h)`: `gated_mlp`, or the replay's) and residual."""
+    stream (`mlp(h)`: `gated_mlp`, or the rebuild's) and residual."""
     x = x + project(O, a)[0]
     return x + mlp(rms_norm(layer.post_attention_layernorm, x))
 
@@ -474,7 +474,7 @@ def layer_output(layer, x, a, project, mlp):
 def gated_mlp(h, project, keep=None):
     """down(silu(gate(h)) * up(h)), the MLP of every supported model (`supports`: SiLU, no bias). `keep(slot, t)`,
     when given, receives silu(gate) (slot ACT), the product (GATED) and up * silu'(gate) (GATE_GRAD, the factor
-    taking d(product) to d(gate)): with them the replay's backward is two elementwise passes over
+    taking d(product) to d(gate)): with them the rebuild's backward is two elementwise passes over
     `[rows, intermediate]` (d up = d product * silu(gate), d gate = d product * GATE_GRAD) and its forward none,
     against five for autograd's SiLU and product; the sampler computes them on one token per row at a time."""
     gate, up = project(GATE_UP, h)
@@ -508,7 +508,7 @@ def record_widths(config) -> tuple[int, ...]:
 
 class ProjectionRecord:
     """The projection outputs the sampler computed and the MLP's activations (`gated_mlp`), kept for the update
-    (`rlcompare.fast.replay`).
+    (`rlcompare.fast.recorded_update`).
 
     prompt[layer][slot] (slots QKV, O, DOWN, ACT, GATED, GATE_GRAD; GATE_UP is None): `[n, P, width]`, one row per
     prompt (before the copies per group); QKV's q and k columns with rope applied when `qk_roped`
@@ -518,7 +518,7 @@ class ProjectionRecord:
     block (B-major, each of its rows would be a strided write into its own page: 2.3 ms a rollout slower at the
     benchmark's 0.5M size). Positions a row never fed (it was dropped after its EOS) are zero.
     flat[layer][slot]: `[n * P + (max_new_tokens - 1) * B, width]`, the memory of both, prompt rows first: the
-    token rows of a whole-batch replay in its order (`rlcompare.fast.replay`), read in place.
+    token rows of a whole-batch rebuild in its order (`rlcompare.fast.recorded_update`), read in place.
     Allocate it outside `torch.inference_mode()` (the sampler writes into it there) so that the update can use
     it under autograd.
     """

@@ -29,7 +29,9 @@ import torch
 
 from rlcompare.config import ConfigError
 
-TIMEOUT = datetime.timedelta(minutes=10)  # a collective waiting longer than this fails the run (a rank hung)
+# a collective waiting longer than this fails the run (a rank hung). Long: the other ranks wait in the first one
+# while rank 0 checks the config and loads the model
+TIMEOUT = datetime.timedelta(minutes=30)
 
 
 class RankLost(RuntimeError):

@@ -481,25 +481,9 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
     from rlcompare.train.trainer import Trainer
 
     resuming = _resume_requested(cfg)
-    if resuming:
-        if (run_dir / "config.yaml").exists():
-            if _resume_is_path(cfg):
-                _drop_stray_hydra_dir(run_dir)
-                cfg = _config_for_resume_from(run_dir, cfg)
-            else:
-                _check_resume_config(run_dir, cfg)
-            done = _completed_summary(run_dir, cfg)
-            if done is not None:  # nothing left to do: keep the results as they are
-                print(f"[rlcompare] resume: {run_dir} already completed its budget ({done.get('steps')} steps); nothing to do",
-                      file=sys.stderr)
-                atomic_write_json(run_dir / "summary.json", done)
-                return done
-        elif _resume_is_path(cfg):
-            raise ConfigError(f"resume: {run_dir} holds no config.yaml; it is not a run folder")
-        else:
-            print(f"[rlcompare] resume=true: no run in {run_dir} yet; starting a new one", file=sys.stderr)
-    elif read_jsonl(run_dir / "metrics.jsonl"):
-        raise ConfigError(f"{run_dir} already holds a run; pass resume=true to continue it, or set run_name/experiment for a new one")
+    cfg, done = _check_folder(cfg, run_dir, resuming)
+    if done is not None:  # nothing left to do: keep the results as they are
+        return done
     splits, verifier = preflight(cfg, run_dir)
     found = _checkpoint_to_resume(run_dir) if resuming else None  # before the model loads: refuse early
 
@@ -523,27 +507,8 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
     with _SigtermGuard(record_sigterm) as term:
         try:
             tr = Trainer(cfg, run_dir, splits=splits, verifier=verifier, world=followers.world)  # heavy: warm start, model load
-            ckpt = None
-            if found is not None:
-                ckpt, blob = found
-                try:
-                    checkpoint.load(tr, ckpt, blob)
-                except (RuntimeError, KeyError, TypeError, ValueError) as e:  # read back, but not this run's
-                    raise ConfigError(f"resume: checkpoint {ckpt} does not fit this run ({type(e).__name__}: "
-                                      f"{str(e)[:300]}); its rows and checkpoints are kept. Start a new run with "
-                                      f"run_name=<another name>") from None
-                del blob, found
-            if ckpt is not None:
-                step = tr.state.step
-                tr.log(f"[rlcompare] resuming {run_dir} from step {step} ({ckpt.name})")
-                for name in ROW_FILES:
-                    dropped = truncate_jsonl(run_dir / name, lambda r: r.get("step", 0) <= step)
-                    if dropped:
-                        tr.log(f"[rlcompare] {name}: dropped {dropped} row(s) written after the checkpoint")
-            else:
-                if resuming:
-                    tr.log(f"[rlcompare] resume: no checkpoint in {run_dir}; starting the run from the beginning")
-                _clear_run_outputs(run_dir)
+            ckpt = _restore(tr, run_dir, found, resuming)
+            del found
             followers.start(cfg, run_dir, ckpt, tr)  # the other ranks join with this config, checkpoint and weights
             writer = out.writer = RunWriter(run_dir)
             writer.write_json("fingerprint.json", fingerprint(cfg, tr))
@@ -568,6 +533,56 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
             raise
     _finish(run_dir, writer, out.logger, tr, summary, t_wall, out.pbar, exit_code=0, state=out.recorded)
     return summary
+
+
+def _check_folder(cfg: DictConfig, run_dir: Path, resuming: bool) -> tuple[DictConfig, dict | None]:
+    """The run folder against the command: a resume's config checks (resume=<dir> takes the run's own config),
+    an occupied folder refused. Returns the config to run and, when a resumed run had already completed its
+    budget, its summary (nothing left to do)."""
+    if not resuming:
+        if read_jsonl(run_dir / "metrics.jsonl"):
+            raise ConfigError(f"{run_dir} already holds a run; pass resume=true to continue it, or set "
+                              f"run_name/experiment for a new one")
+        return cfg, None
+    if not (run_dir / "config.yaml").exists():
+        if _resume_is_path(cfg):
+            raise ConfigError(f"resume: {run_dir} holds no config.yaml; it is not a run folder")
+        print(f"[rlcompare] resume=true: no run in {run_dir} yet; starting a new one", file=sys.stderr)
+        return cfg, None
+    if _resume_is_path(cfg):
+        _drop_stray_hydra_dir(run_dir)
+        cfg = _config_for_resume_from(run_dir, cfg)
+    else:
+        _check_resume_config(run_dir, cfg)
+    done = _completed_summary(run_dir, cfg)
+    if done is not None:
+        print(f"[rlcompare] resume: {run_dir} already completed its budget ({done.get('steps')} steps); nothing to do",
+              file=sys.stderr)
+        atomic_write_json(run_dir / "summary.json", done)
+    return cfg, done
+
+
+def _restore(tr, run_dir: Path, found: tuple[Path, dict] | None, resuming: bool) -> Path | None:
+    """Load the checkpoint to resume from (and drop the rows written after it), or clear a fresh run's leftovers.
+    Returns the checkpoint loaded, or None."""
+    if found is None:
+        if resuming:
+            tr.log(f"[rlcompare] resume: no checkpoint in {run_dir}; starting the run from the beginning")
+        _clear_run_outputs(run_dir)
+        return None
+    ckpt, blob = found
+    try:
+        checkpoint.load(tr, ckpt, blob)
+    except (RuntimeError, KeyError, TypeError, ValueError) as e:  # read back, but not this run's
+        raise ConfigError(f"resume: checkpoint {ckpt} does not fit this run ({type(e).__name__}: {str(e)[:300]}); "
+                          f"its rows and checkpoints are kept. Start a new run with run_name=<another name>") from None
+    step = tr.state.step
+    tr.log(f"[rlcompare] resuming {run_dir} from step {step} ({ckpt.name})")
+    for name in ROW_FILES:
+        dropped = truncate_jsonl(run_dir / name, lambda r: r.get("step", 0) <= step)
+        if dropped:
+            tr.log(f"[rlcompare] {name}: dropped {dropped} row(s) written after the checkpoint")
+    return ckpt
 
 
 @dataclass

@@ -242,7 +242,7 @@ def test_rms_norm_is_the_modules_own_result_and_calls_any_other_module():
 
 
 def test_rms_norm_backward_is_the_derivative():
-    """`_RMSNorm` (the replay's RMSNorm, a hand-written backward). x = (3, 4), w = (1, 1), eps = 0: y1 =
+    """`_RMSNorm` (the rebuild's RMSNorm, a hand-written backward). x = (3, 4), w = (1, 1), eps = 0: y1 =
     sqrt(2) x1 / |x|, so dy1/dx1 = sqrt(2) x2^2 / |x|^3 = sqrt(2) 16/125 = 0.181019 and dy1/dx2 = -sqrt(2) x1 x2 /
     |x|^3 = -sqrt(2) 12/125 = -0.135765; dL/dw for L = y1 is n1 = sqrt(2) 3/5 = 0.848528. Then float64 gradcheck
     against finite differences on a batch with a non-trivial weight."""
@@ -259,10 +259,10 @@ def test_rms_norm_backward_is_the_derivative():
 
 
 def test_rope_backward_is_the_derivative():
-    """`_Rope` (the replay's rope, a hand-written backward), head dim 4, pair 1 at cos/sin (0.6, 0.8), pair 2 at
+    """`_Rope` (the rebuild's rope, a hand-written backward), head dim 4, pair 1 at cos/sin (0.6, 0.8), pair 2 at
     (0.28, 0.96): y1 = 0.6 x1 - 0.8 x3, y3 = 0.6 x3 + 0.8 x1, y2 = 0.28 x2 - 0.96 x4, y4 = 0.28 x4 + 0.96 x2. For
     L = y1 + 3 y2 + 2 y3 + 5 y4: dL/dx1 = 0.6 + 2 * 0.8 = 2.2, dL/dx2 = 3 * 0.28 + 5 * 0.96 = 5.64, dL/dx3 =
-    -0.8 + 2 * 0.6 = 0.4, dL/dx4 = -3 * 0.96 + 5 * 0.28 = -1.48. Then float64 gradcheck on the replay's shapes
+    -0.8 + 2 * 0.6 = 0.4, dL/dx4 = -3 * 0.96 + 5 * 0.28 = -1.48. Then float64 gradcheck on the rebuild's shapes
     (rows, heads, hd; cos/sin broadcast over heads)."""
     cos = torch.tensor([0.6, 0.28, 0.6, 0.28])
     signed_sin = torch.tensor([-0.8, -0.96, 0.8, 0.96])  # `rope()`'s form: the first half negated
@@ -303,7 +303,7 @@ def test_an_untested_transformers_falls_back_to_the_transformers_cache(monkeypat
     assert "transformers 9.0.0" in static_decode.supports(model, 20)
     assert isinstance(make_decoder(model, 20), CacheDecoder)
     # both doors of the speed layer refuse: the sampler keeps no recording, and a recording made before is
-    # not replayed (the trainer runs the plain forward)
+    # not rebuilt (the trainer runs the plain forward)
     assert fast.decoder_for(model, 20) is None and fast.decoder_for(model, 20, record=True) is None
     assert sample(model, pi, pm, record=True, **kw).recording is None
     rows = torch.arange(len(recorded.ids))

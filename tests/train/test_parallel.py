@@ -141,6 +141,9 @@ def test_torchrun_settings_that_would_change_the_run_are_refused_before_anything
     with pytest.raises(ConfigError, match=r"trainer\.parallel=none under torchrun with 2 processes"):
         init_world(_cfg(compose, "trainer.parallel=none", "rollout.streams=group"))
     assert resolve_mode("auto") == "ddp"
+    from rlcompare.cli import main
+
+    assert main(["train", "-m", "seed=0,1"]) == 2  # a multirun on every rank: refused before Hydra starts
     monkeypatch.delenv("WORLD_SIZE")
     monkeypatch.delenv("LOCAL_RANK")
     monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
@@ -174,11 +177,25 @@ CASES = [{"name": f"agg_{a}", "overrides": [f"algorithm.aggregation={a}", "algor
 ]
 
 
+def _lora_case(tmp: Path) -> dict:
+    """LoRA on a from-scratch Llama saved with save_pretrained (`model=hf`): only the adapters' gradients are
+    all-reduced; rewarded for a lowercase first letter (tests/models/test_hf_models.py's REWARDED)."""
+    from tests.models.test_hf_models import REWARDED, TASKS, _save
+
+    path = _save(tmp / "llama", "llama", chat=False)
+    prompts, _ = TASKS["gsm8k"]
+    return {"name": "lora_hf", "steps": 2, "overrides": [
+        "logger=none", "trainer.progress=false", "trainer.threads=1", "model=hf", f"model.name_or_path={path}",
+        *prompts, "prompts.template=plain", "budget=tiny", "budget.max_prompt_tokens=200", "budget.max_new_tokens=8",
+        "trainer.prompts_per_step=4", "prompts.n_eval=4", "trainer.lr=1e-2", "model.lora.enabled=true",
+        *REWARDED, "rollout.streams=group", "trainer.eval_every=1000", NO_KL]}
+
+
 @pytest.fixture(scope="module")
 def two_rank_cases(tmp_path_factory):
     """Every case run once over 2 ranks and once as a world of one process (the worker's --reference)."""
     tmp = tmp_path_factory.mktemp("dp_cases")
-    cases = [{**c, "overrides": FAST + GROUPS + SIGNAL + c["overrides"], "steps": 2} for c in CASES]
+    cases = [{**c, "overrides": FAST + GROUPS + SIGNAL + c["overrides"], "steps": 2} for c in CASES] + [_lora_case(tmp)]
     (tmp / "cases.json").write_text(json.dumps(cases))
     out = subprocess.run(_torchrun(2, str(REPO / "tests" / "train" / "dp_worker.py"), str(tmp / "cases.json"), str(tmp),
                                    "--reference"), env=_env(tmp), capture_output=True, text=True, timeout=900)
@@ -186,7 +203,7 @@ def two_rank_cases(tmp_path_factory):
     return tmp
 
 
-@pytest.mark.parametrize("case", [c["name"] for c in CASES])
+@pytest.mark.parametrize("case", [c["name"] for c in CASES] + ["lora_hf"])
 def test_two_ranks_give_one_process_rows_and_gradient(two_rank_cases, case):
     got = json.loads((two_rank_cases / f"{case}.json").read_text())
     want = json.loads((two_rank_cases / f"{case}.ref.json").read_text())

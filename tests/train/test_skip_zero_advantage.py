@@ -10,7 +10,7 @@ from rlcompare.train.trainer import Trainer
 
 # 4 groups of 4, two mini-batches of 2 groups: with 3 flat groups one mini-batch is always left empty. The rows
 # are counted at the model's forward, which the first mini-batch skips when it reuses the rollout's projections
-# (tests/fast/test_replay.py): off here.
+# (tests/fast/test_recorded_update.py): off here.
 COMMON = ["algorithm=drgrpo", "trainer.updates_per_rollout=2", "trainer.lr=1e-3", "trainer.update_from_rollout=false"]
 
 

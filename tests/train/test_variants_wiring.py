@@ -1,4 +1,4 @@
-"""Issue 19's knobs reach the trainer: micro-batches and the replay fast path give the same update for the
+"""Issue 19's knobs reach the trainer: micro-batches and the rebuild fast path give the same update for the
 step-level statistics (top-entropy threshold, Cov selection, prompt-mean), KL in the reward for every estimator,
 the mismatch correction weights the update, bad settings are refused naming the key, and the sweep components
 isolate each knob."""
@@ -67,7 +67,7 @@ def test_the_replay_fast_path_gives_the_same_update_for_the_new_modes(compose, t
              "algorithm.advantage.scale=batch-centered", "algorithm.top_entropy_quantile=0.5", "algorithm.kl.coef=0",
              "trainer.updates_per_rollout=2", *extra]
     _, _, g_ref = _first_gradient(compose, tmp_path, "ordinary", *modes, "trainer.update_from_rollout=false")
-    b, _, g = _first_gradient(compose, tmp_path, "replay", *modes)
+    b, _, g = _first_gradient(compose, tmp_path, "rebuild", *modes)
     assert b.completions.recording is not None  # the first mini-batch was rebuilt from the sampler's projections
     _assert_same(g_ref, g)
 

@@ -1,4 +1,4 @@
-"""The update rebuilt from the sampler's projections (`rlcompare.fast.replay`) gives the gradient of the ordinary
+"""The update rebuilt from the sampler's projections (`rlcompare.fast.recorded_update`) gives the gradient of the ordinary
 forward, skips exactly the rows that carry no gradient, and is used only where it is exact.
 
 The reference in every test is the ordinary update path: `grouped_sequence_logits` (transformers' forward)
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlcompare.fast import replay, static_decode
+from rlcompare.fast import recorded_update, static_decode
 from rlcompare.config import validate
-from rlcompare.fast.replay import can_replay, replay_logits
+from rlcompare.fast.recorded_update import can_rebuild, rebuilt_logits
 from rlcompare.rollout import grouped_sequence_logits, left_pad, sample, token_logp
 from rlcompare.train.trainer import TIMING_PREFIXES, Trainer
 from test_static_decode import CASES, PROMPTS, TOK, _model
@@ -56,10 +56,10 @@ def _grads(model, logits_fn, comp, adv):
 
 
 def _ordinary_and_replay(model, record, rows, pi, pm, comp, adv):
-    """(logits, gradients) of the ordinary forward, then of the replay, for the rollout rows `rows`."""
+    """(logits, gradients) of the ordinary forward, then of the rebuild, for the rollout rows `rows`."""
     model.train()
     want = _grads(model, lambda: grouped_sequence_logits(model, pi, pm, comp.ids, comp.mask, group_size=G), comp, adv)
-    got = _grads(model, lambda: replay_logits(model, record, rows, pi, pm, comp.ids, group_size=G), comp, adv)
+    got = _grads(model, lambda: rebuilt_logits(model, record, rows, pi, pm, comp.ids, group_size=G), comp, adv)
     return want, got
 
 
@@ -92,10 +92,10 @@ def test_replay_gives_the_gradient_of_the_ordinary_forward(case):
 def test_long_rows_take_the_fused_attention_kernel_with_the_same_gradient(monkeypatch):
     """Scores above `_EXPLICIT_ATTENTION_BYTES` go to `scaled_dot_product_attention` with the boolean mask (no
     `[B, heads, T, S]` additive mask is built); the gradient is the ordinary forward's there too."""
-    monkeypatch.setattr(replay, "_EXPLICIT_ATTENTION_BYTES", 0)
+    monkeypatch.setattr(recorded_update, "_EXPLICIT_ATTENTION_BYTES", 0)
     calls = []
-    sdpa = replay.F.scaled_dot_product_attention
-    monkeypatch.setattr(replay.F, "scaled_dot_product_attention",
+    sdpa = recorded_update.F.scaled_dot_product_attention
+    monkeypatch.setattr(recorded_update.F, "scaled_dot_product_attention",
                         lambda *a, **k: calls.append(k["attn_mask"].dtype) or sdpa(*a, **k))
     model = _eos_model()  # Llama with grouped key/value heads (4 query heads, 2 key/value heads)
     pi, pm, comp = _rollout(model)
@@ -104,7 +104,7 @@ def test_long_rows_take_the_fused_attention_kernel_with_the_same_gradient(monkey
     model.train()
     want = _grads(model, lambda: grouped_sequence_logits(model, pi, pm, comp.ids, comp.mask, group_size=G), comp, adv)[1]
     calls.clear()
-    got = _grads(model, lambda: replay_logits(model, comp.recording.projections, torch.arange(3 * G), pi, pm, comp.ids, group_size=G),
+    got = _grads(model, lambda: rebuilt_logits(model, comp.recording.projections, torch.arange(3 * G), pi, pm, comp.ids, group_size=G),
                  comp, adv)[1]
     assert calls and set(calls) == {torch.bool}
     _assert_same_grads(got, want, floor=1e-3)
@@ -112,7 +112,7 @@ def test_long_rows_take_the_fused_attention_kernel_with_the_same_gradient(monkey
 
 @pytest.mark.parametrize("groups", [(2, 0), (1, 2, 0)], ids=["subset", "all-shuffled"])
 def test_a_subset_of_groups_in_any_order_replays_its_own_rows(groups):
-    """A subset of the groups (the record is gathered) or all of them shuffled, as one mini-batch is (replayed
+    """A subset of the groups (the record is gathered) or all of them shuffled, as one mini-batch is (rebuilt
     in the record's order, the logits put back in the batch's order)."""
     model = _eos_model()
     pi, pm, comp = _rollout(model)
@@ -127,7 +127,7 @@ def test_the_backward_computes_only_rows_with_a_gradient(monkeypatch):
     """Projection-backward FLOPs, counted by hand: 2 (dX) + 2 (dW) FLOPs per weight per live token row. Live: the
     real prompt tokens of the groups with a gradient, and, in their completions, every fed token that precedes a
     real token (a completion of n tokens feeds n - 1 of them)."""
-    monkeypatch.setattr(replay, "_FLOP_PER_BYTE", {"cpu": 0.0})  # skip dead rows however few (see the next test)
+    monkeypatch.setattr(recorded_update, "_FLOP_PER_BYTE", {"cpu": 0.0})  # skip dead rows however few (see the next test)
     model = _eos_model("qwen2")  # biases too
     pi, pm, comp = _rollout(model)
     adv = torch.zeros(3 * G)
@@ -138,7 +138,7 @@ def test_the_backward_computes_only_rows_with_a_gradient(monkeypatch):
         add = staticmethod(flops.append)
 
     model.train()
-    logits = replay_logits(model, comp.recording.projections, torch.arange(3 * G), pi, pm, comp.ids, group_size=G,
+    logits = rebuilt_logits(model, comp.recording.projections, torch.arange(3 * G), pi, pm, comp.ids, group_size=G,
                            flop_observer=Observer())
     n_forward = len(flops)  # attention and LM head, counted when the forward is built
     _loss(logits, comp, adv).backward()
@@ -152,7 +152,7 @@ def test_dead_rows_are_skipped_only_when_that_saves_more_than_the_copies():
     """100 rows, 128 -> 128 projection, 15 FLOP per byte: a dead row saves 4 * 128 * 128 = 65,536 FLOPs, a live
     one costs 15 * 8 * 256 = 30,720 in copies. 10 dead rows: 655,360 < 90 * 30,720 -> dense. 50 dead:
     3,276,800 > 50 * 30,720 = 1,536,000 -> gather."""
-    live = replay._LiveRows()
+    live = recorded_update._LiveRows()
     assert live.pick(128, 128, 0.0) is None  # not known yet: every row
     live.set(torch.arange(100) < 90)
     assert live.pick(128, 128, 15.0) is None
@@ -165,7 +165,7 @@ def test_dead_rows_are_skipped_only_when_that_saves_more_than_the_copies():
 @pytest.mark.parametrize("split", [["trainer.updates_per_rollout=1"],
                                    ["trainer.updates_per_rollout=2", "trainer.micro_batch_size=4"]])
 def test_the_first_update_runs_no_forward_projection_and_moves_the_weights_the_same(compose, tmp_path, split):
-    """Trainer level. With the replay the policy's projections are never called during the first update (the
+    """Trainer level. With the rebuild the policy's projections are never called during the first update (the
     sampler computed them; with 2 mini-batches of 2 groups, in micro-batches of one group, the second mini-batch
     runs the ordinary forward: 4 layers' worth of calls instead of 8); the first gradient AdamW receives is the
     ordinary one."""
@@ -184,7 +184,7 @@ def test_the_first_update_runs_no_forward_projection_and_moves_the_weights_the_s
         return tr, b, up, len(calls), grads[0]
 
     ref, b_ref, up_ref, calls_ref, g_ref = run("ordinary", "trainer.update_from_rollout=false")
-    fast, b_fast, up_fast, calls_fast, g_fast = run("replay")
+    fast, b_fast, up_fast, calls_fast, g_fast = run("rebuild")
     assert b_ref.completions.recording is None and b_fast.completions.recording is not None
     assert torch.equal(b_ref.completions.ids, b_fast.completions.ids)  # same seed, same batch
     assert calls_ref > 0 and calls_fast == (0 if split == ["trainer.updates_per_rollout=1"] else calls_ref // 2)
@@ -221,14 +221,14 @@ def test_a_record_is_reused_when_its_shapes_match():
 def test_replay_is_off_where_it_would_not_be_exact():
     from peft import LoraConfig, get_peft_model
 
-    assert can_replay(_model("llama"), 40) is None
-    assert "GPT2LMHeadModel" in can_replay(_model("gpt2", n_embd=32, n_layer=1, n_head=2), 40)
-    assert can_replay(_model("llama"), 40, autocast_dtype=torch.bfloat16) == "autocast"
-    assert can_replay(_model("llama"), 40, gradient_checkpointing=True) == "gradient checkpointing"
-    assert can_replay(_model("llama", attention_dropout=0.1), 40) == "attention dropout"
-    assert "bfloat16" in can_replay(_model("llama").to(torch.bfloat16), 40)
+    assert can_rebuild(_model("llama"), 40) is None
+    assert "GPT2LMHeadModel" in can_rebuild(_model("gpt2", n_embd=32, n_layer=1, n_head=2), 40)
+    assert can_rebuild(_model("llama"), 40, autocast_dtype=torch.bfloat16) == "autocast"
+    assert can_rebuild(_model("llama"), 40, gradient_checkpointing=True) == "gradient checkpointing"
+    assert can_rebuild(_model("llama", attention_dropout=0.1), 40) == "attention dropout"
+    assert "bfloat16" in can_rebuild(_model("llama").to(torch.bfloat16), 40)
     lora = get_peft_model(_model("llama"), LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM"))
-    assert "LoRA" in can_replay(lora, 40)
+    assert "LoRA" in can_rebuild(lora, 40)
     # and the sampler keeps no record where the decoder is transformers' own
     pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
     assert sample(_model("llama"), pi, pm, record=True, kv_cache="dynamic", **{**KW, "max_new_tokens": 4}).recording is None
@@ -337,14 +337,14 @@ def test_the_record_holds_queries_and_keys_roped_except_for_qwen3(case):
 
 
 def test_the_replay_runs_no_silu():
-    """The MLP's SiLU work is the sampler's (`test_the_record_holds_...`): the replay's forward and backward
+    """The MLP's SiLU work is the sampler's (`test_the_record_holds_...`): the rebuild's forward and backward
     run no `silu` or `silu_backward`."""
     model = _eos_model()
     pi, pm, comp = _rollout(model)
     model.train()
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(1))
     with torch.profiler.profile() as prof:
-        logits = replay_logits(model, comp.recording.projections, torch.arange(3 * G), pi, pm, comp.ids, group_size=G)
+        logits = rebuilt_logits(model, comp.recording.projections, torch.arange(3 * G), pi, pm, comp.ids, group_size=G)
         _loss(logits, comp, adv).backward()
     names = {e.name for e in prof.events()}
     assert "aten::mm" in names and not names & {"aten::silu", "aten::silu_", "aten::silu_backward"}
@@ -352,7 +352,7 @@ def test_the_replay_runs_no_silu():
 
 def test_a_batch_that_ends_before_the_limit_replays_from_a_copy_of_its_positions():
     """Every row ends before `max_new_tokens` (a model with EOS about 1 token in 3, 40 tokens allowed), so the
-    record's buffers have positions past the batch's last token: the replay reads only the batch's own positions
+    record's buffers have positions past the batch's last token: the rebuild reads only the batch's own positions
     (a copy, not the buffers in place) and still gives the ordinary gradient."""
     model = _eos_model()
     with torch.no_grad():

@@ -5,7 +5,7 @@ with a fresh `mmap` and unmaps it on free, and it returns the top of the heap to
 trim threshold is free there. An RL step allocates and frees the same activations every time, so on the CPU
 they come back as fresh pages, each 4 KiB page a fault the kernel zero-fills: 1,000-7,000 faults a step at
 the benchmark's 0.5M size. With the settings below the heap keeps what it had at its peak: a handful of faults
-a step (`tests/fast/test_allocator.py`). Process against process, `rlcompare bench --sizes 0.5M --tools rlcompare`
+a step (`tests/fast/test_malloc_tuning.py`). Process against process, `rlcompare bench --sizes 0.5M --tools rlcompare`
 with `--rlcompare-set trainer.keep_freed_memory=false` against the default: 1.03x faster with the setting at
 0.5M (median of four alternated pairs), nothing measurable at 4.2M, the same peak memory. PyTorch's CPU
 tuning guide gets the same effect by preloading jemalloc or tcmalloc; this needs neither.

@@ -3,7 +3,7 @@
 With one optimizer step per rollout batch (or on the first mini-batch of several), the update differentiates
 the very weights that sampled the batch, so every projection it would compute (q/k/v, o, gate/up, down, for
 every prompt and completion position) was already computed by the sampler. `static_decode` keeps those outputs
-(`ProjectionRecord`); `replay_logits` rebuilds the forward graph from them: norms, rope, attention and the LM
+(`ProjectionRecord`); `rebuilt_logits` rebuilds the forward graph from them: norms, rope, attention and the LM
 head are recomputed (cheap), while each attention projection is a `SavedProjection` that returns the sampler's
 output and, in the backward pass, computes dX = dY W and dW = dY^T X as usual, and each MLP a `SavedMLP` that
 does the same from the sampler's activations (silu(gate), silu(gate) * up and up * silu'(gate), recorded
@@ -17,7 +17,7 @@ and get a zero dX, so the result is exact; the update's diagnostics still cover 
 complete).
 
 Covers the models `static_decode` decodes (Llama, Qwen2, Qwen3, Mistral) with plain `nn.Linear` projections in
-float32 without autocast and without dropout; `can_replay` says why not otherwise, and the trainer then runs the
+float32 without autocast and without dropout; `can_rebuild` says why not otherwise, and the trainer then runs the
 ordinary forward (`trainer.update_from_rollout=false` always does).
 """
 
@@ -32,7 +32,7 @@ from torch import nn
 from rlcompare.fast import static_decode
 from rlcompare.fast.unwrap import base_model_of
 
-def can_replay(model, capacity: int, *, autocast_dtype=None, gradient_checkpointing: bool = False) -> str | None:
+def can_rebuild(model, capacity: int, *, autocast_dtype=None, gradient_checkpointing: bool = False) -> str | None:
     """None when the update can be rebuilt from the sampler's projections, else why not."""
     why = static_decode.supports(model, capacity)
     if why is not None:
@@ -55,7 +55,7 @@ def can_replay(model, capacity: int, *, autocast_dtype=None, gradient_checkpoint
 
 
 class _LiveRows:
-    """Which token rows of a replay can receive a non-zero gradient, found from the gradient of the logits (a hook
+    """Which token rows of a rebuild can receive a non-zero gradient, found from the gradient of the logits (a hook
     on them runs before the backward reaches any layer). Position j of a completion influences only the logits of
     its own row from index j + 1 on (causal attention, no mixing across rows), and a prompt position only its
     group's rows, so a row of zeros there makes every gradient at that position exactly zero."""
@@ -213,7 +213,7 @@ def _attention_mask(allowed: torch.Tensor, heads: int, dtype) -> torch.Tensor:
     return static_decode.additive_mask(allowed.expand(B, heads, T, S), dtype)
 
 
-def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: torch.Tensor, prompt_ids: torch.Tensor,
+def rebuilt_logits(model, record: static_decode.ProjectionRecord, record_rows: torch.Tensor, prompt_ids: torch.Tensor,
                   prompt_mask: torch.Tensor, comp_ids: torch.Tensor, *, group_size: int,
                   flop_observer=None) -> torch.Tensor:
     """The completion logits `[b, T, V]` of `grouped_sequence_logits`, under autograd, from the sampler's record.
@@ -229,16 +229,16 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
     b, T = comp_ids.shape
     P = prompt_ids.shape[1]
     if P != record.P or record.repeats != G or b % G:
-        raise ValueError("replay_logits: the rows are not whole groups of the recorded rollout")
+        raise ValueError("rebuilt_logits: the rows are not whole groups of the recorded rollout")
     groups = record_rows[::G] // G
     g = len(groups)
     every_row = torch.arange(record.n_rows, device=record_rows.device)
     all_groups = g * G == record.n_rows and bool((record_rows == every_row).all())
     if not all_groups and g * G == record.n_rows and bool((record_rows.sort().values == every_row).all()):
-        # every recorded row, shuffled (one mini-batch): replay in the record's order, which reads the record in
+        # every recorded row, shuffled (one mini-batch): rebuild in the record's order, which reads the record in
         # place instead of copying all of it, and put the logits in the batch's order
         at = record_rows.argsort()
-        logits = replay_logits(model, record, every_row, prompt_ids[at], prompt_mask[at], comp_ids[at], group_size=G,
+        logits = rebuilt_logits(model, record, every_row, prompt_ids[at], prompt_mask[at], comp_ids[at], group_size=G,
                                flop_observer=flop_observer)
         return logits.index_select(0, record_rows)
     Tc = T - 1  # tokens fed to the model: all but the last
@@ -317,6 +317,6 @@ def replay_logits(model, record: static_decode.ProjectionRecord, record_rows: to
             prompt = nz.reshape(g, -1).any(1)[:, None] & pmu  # a group with any gradient; real tokens
             # fed position j reaches logits j+1 .. T-1 of its row
             comp = nz.flip(1).cummax(1).values.flip(1)[:, 1:] if Tc > 0 else nz[:, :0]
-            live.set(torch.cat([prompt.reshape(-1), comp.t().reshape(-1)]))  # rows in the replay's order
+            live.set(torch.cat([prompt.reshape(-1), comp.t().reshape(-1)]))  # rows in the rebuild's order
         logits.register_hook(find_live)
     return logits

@@ -1,4 +1,4 @@
-"""`trainer.keep_freed_memory` (`rlcompare.fast.allocator`): a training step's freed activations are reused, not
+"""`trainer.keep_freed_memory` (`rlcompare.fast.malloc_tuning`): a training step's freed activations are reused, not
 faulted in again page by page.
 
 Each case runs in a fresh interpreter (malloc settings are process-wide) and trains the benchmark's 0.5M model
@@ -87,12 +87,12 @@ def test_constructing_a_trainer_changes_no_process_wide_setting(compose, tmp_pat
 
 
 def test_only_the_speed_layer_reaches_its_internals():
-    """static_decode, replay and onednn are imported by rlcompare/fast/speed.py (and by each other), nowhere else in
+    """static_decode, rebuild and onednn are imported by rlcompare/fast/speed.py (and by each other), nowhere else in
     the package: everything else goes through `fast.decoder_for` / `fast.recorded_update_forward`."""
     import ast
     from pathlib import Path
 
-    internals = {"static_decode", "replay", "onednn"}
+    internals = {"static_decode", "recorded_update", "onednn"}
     package = Path(__file__).parents[2] / "rlcompare"
     offenders = []
     for path in package.rglob("*.py"):

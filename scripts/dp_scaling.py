@@ -1,0 +1,95 @@
+"""Scaling efficiency of data-parallel training (issue 21): one run over N torchrun ranks against one process.
+
+    python scripts/dp_scaling.py [--ranks 2] [--size 4.2M] [--prompts 16] [--steps 12] [--warmup 2] [--repeats 1]
+
+Both sides train the same run (`rollout.streams=group`, the benchmark's model size from
+`rlcompare.bench.against_trl.SIZES`, a 1-step warm start, no evals) with 1 CPU thread per process:
+
+- one process: `rlcompare train trainer.threads=1`;
+- N ranks: `torchrun --standalone --nproc_per_node=N -m rlcompare.cli train` (each rank 1 thread).
+
+Throughput is generated tokens per second of training step (rows after `--warmup` steps, from metrics.jsonl:
+`tokens/step` / `time/step_s`, rank 0's clock: it waits for the slowest rank at every collective). Scaling
+efficiency = throughput(N ranks) / (N x throughput(one process)). It also reports through which step the two runs
+sampled the same number of tokens (`tokens/step` row by row). A measurement script, not a test: the machine decides the figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SIZES = {"0.5M": (128, 2), "4.2M": (256, 4), "25M": (512, 6)}  # rlcompare.bench.against_trl.SIZES (hidden, layers)
+
+
+def overrides(size: str, prompts: int, steps: int, results: Path) -> list[str]:
+    hidden, layers = SIZES[size]
+    return [f"model.hidden_size={hidden}", f"model.num_layers={layers}", f"model.num_heads={hidden // 32}",
+            f"model.intermediate_size={4 * hidden}", "model.warm_start.steps=1", "budget.max_new_tokens=16",
+            f"budget.max_steps={steps}", "budget.total_tokens=100000000", f"trainer.prompts_per_step={prompts}",
+            "rollout.streams=group", "trainer.eval_every=100000", "trainer.progress=false", "logger=none",
+            f"results_dir={results}", "run_name=run"]
+
+
+def throughput(results: Path, warmup: int) -> tuple[float, list[int]]:
+    rows = [json.loads(line) for line in (results / "default" / "run" / "metrics.jsonl").read_text().splitlines()]
+    kept = rows[warmup:]
+    return sum(r["tokens/step"] for r in kept) / sum(r["time/step_s"] for r in kept), [r["tokens/step"] for r in rows]
+
+
+def launch(cmd: list[str], env: dict) -> None:
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO)
+    if out.returncode != 0:
+        sys.exit(f"failed ({out.returncode}): {' '.join(cmd)}\n{out.stderr[-3000:]}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--size", default="4.2M", choices=sorted(SIZES))
+    p.add_argument("--prompts", type=int, default=16, help="trainer.prompts_per_step: the global batch, in groups of 8")
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--warmup", type=int, default=2, help="first steps left out of the throughput")
+    p.add_argument("--repeats", type=int, default=1, help="alternated pairs (the machine is shared and noisy)")
+    a = p.parse_args()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    tmp = Path(tempfile.mkdtemp(prefix="dp_scaling-"))
+    env.setdefault("RLCOMPARE_CACHE", str(tmp / "cache"))
+    single, multi, same = [], [], []
+    try:
+        for r in range(a.repeats):
+            one, many = tmp / f"one{r}", tmp / f"many{r}"
+            runs = [([sys.executable, "-m", "rlcompare.cli", "train", "trainer.threads=1",
+                      *overrides(a.size, a.prompts, a.steps, one)], one, single),
+                    ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={a.ranks}",
+                      "-m", "rlcompare.cli", "train", *overrides(a.size, a.prompts, a.steps, many)], many, multi)]
+            for cmd, results, into in (runs if r % 2 == 0 else runs[::-1]):
+                launch(cmd, env)
+                into.append(throughput(results, a.warmup))
+            a_tok, b_tok = single[-1][1], multi[-1][1]
+            same.append(next((i for i, (x, y) in enumerate(zip(a_tok, b_tok)) if x != y), len(a_tok)))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    t1 = sorted(x for x, _ in single)[len(single) // 2]
+    tn = sorted(x for x, _ in multi)[len(multi) // 2]
+    eff = tn / (a.ranks * t1)
+    print(f"size {a.size}, {a.prompts} prompts x 8 per step, {a.steps} steps ({a.warmup} left out), 1 thread per process")
+    print(f"one process:  {t1:8.0f} tokens/s   (each repeat: {', '.join(f'{x:.0f}' for x, _ in single)})")
+    print(f"{a.ranks} ranks:      {tn:8.0f} tokens/s   (each repeat: {', '.join(f'{x:.0f}' for x, _ in multi)})")
+    print(f"speed-up {tn / t1:.2f}x, scaling efficiency {eff:.2f}")
+    # a near-tie between two tokens, broken the other way by another summation order, makes the runs part for good
+    print(f"the same tokens per step through step {min(same)} of {a.steps} (each repeat: {same})")
+    print(json.dumps({"size": a.size, "prompts": a.prompts, "ranks": a.ranks, "one_tokens_per_s": t1,
+                      "ranks_tokens_per_s": tn, "efficiency": eff, "same_tokens_through_step": min(same)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
