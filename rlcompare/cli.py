@@ -37,7 +37,9 @@ def quote_resume_path(arg: str) -> str:
         return arg
     # Hydra's quoted strings: backslashes before a quote or the closing quote are doubled, quotes escaped;
     # OmegaConf's: `${` starts an interpolation unless escaped
-    escaped = re.sub(r"(\\*)('|$)", lambda q: q.group(1) * 2 + ("\\'" if q.group(2) else ""), value.replace("${", "\\${"))
+    escaped = re.sub(
+        r"(\\*)('|$)", lambda q: q.group(1) * 2 + ("\\'" if q.group(2) else ""), value.replace("${", "\\${")
+    )
     return f"{key}'{escaped}'"
 
 
@@ -63,19 +65,32 @@ def train_main(argv: list[str]) -> int:
         if "rank" in summary:  # a data-parallel rank > 0: rank 0 prints the run's closing line
             return
         acc0, acc1 = summary.get("eval/accuracy_initial"), summary.get("eval/accuracy_final")
-        print(f"[rlcompare] {summary['run_name']}: held-out accuracy {acc0:.3f} -> {acc1:.3f} "
-              f"({summary['tokens/generated']} generated tokens, {summary['wall_time_s']:.0f} s); results in {summary['run_dir']}",
-              file=sys.stderr)
+        print(
+            f"[rlcompare] {summary['run_name']}: held-out accuracy {acc0:.3f} -> {acc1:.3f} "
+            f"({summary['tokens/generated']} generated tokens, {summary['wall_time_s']:.0f} s); results in {summary['run_dir']}",
+            file=sys.stderr,
+        )
 
     argv = [quote_resume_path(a) for a in argv]  # resume=<dir> whose name holds '=' (Hydra's grammar needs quotes)
     if "WORLD_SIZE" in os.environ and any(a in ("-m", "--multirun") for a in argv):
-        print("rlcompare: config error: `train -m` under torchrun would run the whole multirun on every rank; run "
-              "the multirun without torchrun, or one run per torchrun launch", file=sys.stderr)
+        print(
+            "rlcompare: config error: `train -m` under torchrun would run the whole multirun on every rank; run "
+            "the multirun without torchrun, or one run per torchrun launch",
+            file=sys.stderr,
+        )
         return 2
     follower_dir = _follower_hydra_dir()
     if follower_dir is not None:  # torchrun's rank > 0: rank 0 checks the command and owns the run folder
-        sys.argv = ["rlcompare train"] + argv + [f"hydra.run.dir={follower_dir}", "hydra.output_subdir=null",
-                                                 "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
+        sys.argv = (
+            ["rlcompare train"]
+            + argv
+            + [
+                f"hydra.run.dir={follower_dir}",
+                "hydra.output_subdir=null",
+                "hydra/job_logging=disabled",
+                "hydra/hydra_logging=disabled",
+            ]
+        )
         try:
             _app()
         finally:

@@ -53,8 +53,12 @@ def make_trainer(pkg: str, size: str, out: Path, extra: list[str]):
     spec = bench.model_spec(size)
     weights = ROOT / "results" / "bench" / f"weights_{size}"
     bench.ensure_weights(weights, size)
-    cfg = bench.compose_config(bench.rlcompare_overrides(str(weights), max_new_tokens=spec["max_new_tokens"], device="cpu",
-                                                         threads=None, out=str(out)) + extra)
+    cfg = bench.compose_config(
+        bench.rlcompare_overrides(
+            str(weights), max_new_tokens=spec["max_new_tokens"], device="cpu", threads=None, out=str(out)
+        )
+        + extra
+    )
     return trainer.Trainer(config.validate(cfg), out / "run")
 
 
@@ -71,14 +75,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         sys.path.insert(0, tmp)
         old = export_build(a.rev, Path(tmp))
-        trainers = {a.rev: make_trainer(old, a.size, Path(tmp) / "old", a.overrides),
-                    "working tree": make_trainer("rlcompare", a.size, Path(tmp) / "new", a.overrides)}
+        trainers = {
+            a.rev: make_trainer(old, a.size, Path(tmp) / "old", a.overrides),
+            "working tree": make_trainer("rlcompare", a.size, Path(tmp) / "new", a.overrides),
+        }
         for t in trainers.values():
             for _ in range(a.warmup):
                 t.step()
         times = {k: {"step": [], "rollout": [], "update": []} for k in trainers}
         for i in range(a.pairs):
-            for k in (list(trainers) if i % 2 == 0 else list(trainers)[::-1]):
+            for k in list(trainers) if i % 2 == 0 else list(trainers)[::-1]:
                 t0 = time.perf_counter()
                 row = trainers[k].step()
                 times[k]["step"].append(time.perf_counter() - t0)
@@ -89,8 +95,10 @@ def main() -> int:
     old_t, new_t = times[a.rev]["step"], times["working tree"]["step"]
     ratios = sorted(o / n for o, n in zip(old_t, new_t))
     q = len(ratios) // 4
-    print(f"per-pair step ratio {a.rev} / working tree: median {statistics.median(ratios):.3f} "
-          f"(quartiles {ratios[q]:.3f}-{ratios[-1 - q]:.3f}, {len(ratios)} pairs, size {a.size})")
+    print(
+        f"per-pair step ratio {a.rev} / working tree: median {statistics.median(ratios):.3f} "
+        f"(quartiles {ratios[q]:.3f}-{ratios[-1 - q]:.3f}, {len(ratios)} pairs, size {a.size})"
+    )
     return 0
 
 

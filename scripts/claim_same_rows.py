@@ -60,7 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--atol", type=float, default=1e-6)
     args = p.parse_args(argv)
     root = Path(args.sweep_dir)
-    seeds = sorted(int(d.name.rsplit("__s", 1)[1]) for d in root.glob(f"{args.a}__s*") if (d / "metrics.jsonl").is_file())
+    seeds = sorted(
+        int(d.name.rsplit("__s", 1)[1]) for d in root.glob(f"{args.a}__s*") if (d / "metrics.jsonl").is_file()
+    )
     if not seeds:
         print(f"no runs {args.a}__s<seed> with metrics.jsonl under {root}", file=sys.stderr)
         return 2
@@ -71,9 +73,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"seed {s}: no {run_b.name}")
             bad += 1
             continue
-        worst, breach = compare(rows(root / f"{args.a}__s{s}", args.steps), rows(run_b, args.steps), args.rtol, args.atol)
-        print(f"seed {s}: largest relative difference over steps 1-{args.steps}: {worst:.2e}"
-              + (f"; first beyond rtol={args.rtol:g}: {breach}" if breach else f"; all within rtol={args.rtol:g}"))
+        worst, breach = compare(
+            rows(root / f"{args.a}__s{s}", args.steps), rows(run_b, args.steps), args.rtol, args.atol
+        )
+        print(
+            f"seed {s}: largest relative difference over steps 1-{args.steps}: {worst:.2e}"
+            + (f"; first beyond rtol={args.rtol:g}: {breach}" if breach else f"; all within rtol={args.rtol:g}")
+        )
         bad += breach is not None
     print(f"{len(seeds) - bad} of {len(seeds)} seeds agree over the first {args.steps} steps")
     return 1 if bad else 0

@@ -57,11 +57,22 @@ def claim_rows(sweep_file: Path, results: Path, min_seeds: int) -> list[dict]:
     root = results / name
     rows = []
     for e in claim["expect"]:
-        row = {"claim": name, "paper": claim["paper"], "variant": e["variant"], "reference": base,
-               "metric": e["metric"], "direction": e["direction"]}
+        row = {
+            "claim": name,
+            "paper": claim["paper"],
+            "variant": e["variant"],
+            "reference": base,
+            "metric": e["metric"],
+            "direction": e["direction"],
+        }
         try:
-            res = build_report(root, metric=e["metric"], out_dir=root / "by_metric" / slug(e["metric"]),
-                               min_seeds=min_seeds, reference=base)
+            res = build_report(
+                root,
+                metric=e["metric"],
+                out_dir=root / "by_metric" / slug(e["metric"]),
+                min_seeds=min_seeds,
+                reference=base,
+            )
         except ReportError as err:
             rows.append({**row, "verdict": f"not run ({err})"})
             continue
@@ -72,10 +83,19 @@ def claim_rows(sweep_file: Path, results: Path, min_seeds: int) -> list[dict]:
             continue
         r = d.iloc[0]
         row["trend"] = "; ".join(f"{lb} {t}" for lb in (base, e["variant"]) if (t := trend(root, lb, e["metric"])))
-        rows.append({**row, "diff": r["diff"], "low": r["diff_low"], "high": r["diff_high"], "poi": r["poi"],
-                     "n": f"{int(r['n_variant'])}/{int(r['n_reference'])}",
-                     "verdict": verdict(e["direction"], r["diff_low"], r["diff_high"], int(r["n_variant"]),
-                                        int(r["n_reference"]), min_seeds)})
+        rows.append(
+            {
+                **row,
+                "diff": r["diff"],
+                "low": r["diff_low"],
+                "high": r["diff_high"],
+                "poi": r["poi"],
+                "n": f"{int(r['n_variant'])}/{int(r['n_reference'])}",
+                "verdict": verdict(
+                    e["direction"], r["diff_low"], r["diff_high"], int(r["n_variant"]), int(r["n_reference"]), min_seeds
+                ),
+            }
+        )
     return rows
 
 
@@ -101,16 +121,23 @@ def fmt(x: float) -> str:
 
 
 def markdown(rows: list[dict]) -> str:
-    out = ["| claim | variant vs base | metric (at equal tokens) | predicted | difference [95% CI] | P(variant > base) | "
-           "seeds | verdict | first 5 -> last 5 steps (mean over seeds) |", "|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| claim | variant vs base | metric (at equal tokens) | predicted | difference [95% CI] | P(variant > base) | "
+        "seeds | verdict | first 5 -> last 5 steps (mean over seeds) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if "diff" in r:
             cell = f"{fmt(r['diff'])} [{fmt(r['low'])}, {fmt(r['high'])}]"
-            out.append(f"| {r['claim']} | {r['variant']} vs {r['reference']} | `{r['metric']}` | {r['direction']} | "
-                       f"{cell} | {r['poi']:.2f} | {r['n']} | {r['verdict']} | {r.get('trend', '')} |")
+            out.append(
+                f"| {r['claim']} | {r['variant']} vs {r['reference']} | `{r['metric']}` | {r['direction']} | "
+                f"{cell} | {r['poi']:.2f} | {r['n']} | {r['verdict']} | {r.get('trend', '')} |"
+            )
         else:
-            out.append(f"| {r['claim']} | {r['variant']} vs {r['reference']} | `{r['metric']}` | {r['direction']} | "
-                       f"– | – | – | {r['verdict']} | |")
+            out.append(
+                f"| {r['claim']} | {r['variant']} vs {r['reference']} | `{r['metric']}` | {r['direction']} | "
+                f"– | – | – | {r['verdict']} | |"
+            )
     return "\n".join(out) + "\n"
 
 

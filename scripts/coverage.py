@@ -44,11 +44,18 @@ def main(argv=None) -> int:
     print(f"Coverage of nominal {C.NOMINAL:.0%} intervals, {args.trials} trials per cell, seed {args.seed}\n")
     print("\n".join(_table(cells, floors=True)))
     below = [c for c in cells if c.coverage < c.floor]
-    print(f"\n{len(below)} cell(s) below their floor" + ("" if not below else ": " + "; ".join(
-        f"{c.interval} / {c.shape} / n={c.seeds}: {c.coverage:.3f}" for c in below)))
+    print(
+        f"\n{len(below)} cell(s) below their floor"
+        + (
+            ""
+            if not below
+            else ": " + "; ".join(f"{c.interval} / {c.shape} / n={c.seeds}: {c.coverage:.3f}" for c in below)
+        )
+    )
     print("\nKnown limits (no floor):\n")
-    print("\n".join(_table(list(C.one_sample_cells(shapes=C.LIMITS, trials=args.trials, seed=args.seed)),
-                           floors=False)))
+    print(
+        "\n".join(_table(list(C.one_sample_cells(shapes=C.LIMITS, trials=args.trials, seed=args.seed)), floors=False))
+    )
     return 0
 
 

@@ -31,11 +31,23 @@ SIZES = {"0.5M": (128, 2), "4.2M": (256, 4), "25M": (512, 6)}  # rlcompare.bench
 
 def overrides(size: str, prompts: int, steps: int, results: Path) -> list[str]:
     hidden, layers = SIZES[size]
-    return [f"model.hidden_size={hidden}", f"model.num_layers={layers}", f"model.num_heads={hidden // 32}",
-            f"model.intermediate_size={4 * hidden}", "model.warm_start.steps=1", "budget.max_new_tokens=16",
-            f"budget.max_steps={steps}", "budget.total_tokens=100000000", f"trainer.prompts_per_step={prompts}",
-            "rollout.streams=group", "trainer.eval_every=100000", "trainer.progress=false", "logger=none",
-            f"results_dir={results}", "run_name=run"]
+    return [
+        f"model.hidden_size={hidden}",
+        f"model.num_layers={layers}",
+        f"model.num_heads={hidden // 32}",
+        f"model.intermediate_size={4 * hidden}",
+        "model.warm_start.steps=1",
+        "budget.max_new_tokens=16",
+        f"budget.max_steps={steps}",
+        "budget.total_tokens=100000000",
+        f"trainer.prompts_per_step={prompts}",
+        "rollout.streams=group",
+        "trainer.eval_every=100000",
+        "trainer.progress=false",
+        "logger=none",
+        f"results_dir={results}",
+        "run_name=run",
+    ]
 
 
 def throughput(results: Path, warmup: int) -> tuple[float, list[int]]:
@@ -66,11 +78,36 @@ def main() -> int:
     try:
         for r in range(a.repeats):
             one, many = tmp / f"one{r}", tmp / f"many{r}"
-            runs = [([sys.executable, "-m", "rlcompare.cli", "train", "trainer.threads=1",
-                      *overrides(a.size, a.prompts, a.steps, one)], one, single),
-                    ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={a.ranks}",
-                      "-m", "rlcompare.cli", "train", *overrides(a.size, a.prompts, a.steps, many)], many, multi)]
-            for cmd, results, into in (runs if r % 2 == 0 else runs[::-1]):
+            runs = [
+                (
+                    [
+                        sys.executable,
+                        "-m",
+                        "rlcompare.cli",
+                        "train",
+                        "trainer.threads=1",
+                        *overrides(a.size, a.prompts, a.steps, one),
+                    ],
+                    one,
+                    single,
+                ),
+                (
+                    [
+                        sys.executable,
+                        "-m",
+                        "torch.distributed.run",
+                        "--standalone",
+                        f"--nproc_per_node={a.ranks}",
+                        "-m",
+                        "rlcompare.cli",
+                        "train",
+                        *overrides(a.size, a.prompts, a.steps, many),
+                    ],
+                    many,
+                    multi,
+                ),
+            ]
+            for cmd, results, into in runs if r % 2 == 0 else runs[::-1]:
                 launch(cmd, env)
                 into.append(throughput(results, a.warmup))
             a_tok, b_tok = single[-1][1], multi[-1][1]
@@ -80,14 +117,27 @@ def main() -> int:
     t1 = sorted(x for x, _ in single)[len(single) // 2]
     tn = sorted(x for x, _ in multi)[len(multi) // 2]
     eff = tn / (a.ranks * t1)
-    print(f"size {a.size}, {a.prompts} prompts x 8 per step, {a.steps} steps ({a.warmup} left out), 1 thread per process")
+    print(
+        f"size {a.size}, {a.prompts} prompts x 8 per step, {a.steps} steps ({a.warmup} left out), 1 thread per process"
+    )
     print(f"one process:  {t1:8.0f} tokens/s   (each repeat: {', '.join(f'{x:.0f}' for x, _ in single)})")
     print(f"{a.ranks} ranks:      {tn:8.0f} tokens/s   (each repeat: {', '.join(f'{x:.0f}' for x, _ in multi)})")
     print(f"speed-up {tn / t1:.2f}x, scaling efficiency {eff:.2f}")
     # a near-tie between two tokens, broken the other way by another summation order, makes the runs part for good
     print(f"the same tokens per step through step {min(same)} of {a.steps} (each repeat: {same})")
-    print(json.dumps({"size": a.size, "prompts": a.prompts, "ranks": a.ranks, "one_tokens_per_s": t1,
-                      "ranks_tokens_per_s": tn, "efficiency": eff, "same_tokens_through_step": min(same)}))
+    print(
+        json.dumps(
+            {
+                "size": a.size,
+                "prompts": a.prompts,
+                "ranks": a.ranks,
+                "one_tokens_per_s": t1,
+                "ranks_tokens_per_s": tn,
+                "efficiency": eff,
+                "same_tokens_through_step": min(same),
+            }
+        )
+    )
     return 0
 
 

@@ -57,9 +57,15 @@ def make(overrides: list[str]) -> Path:
     import torch
     import transformers
 
-    manifest = {"key": warm.key, "init_weights_hash": models.weights_hash(model), "overrides": overrides,
-                "made_by": "python scripts/make_warm_start.py", "torch": torch.__version__,
-                "transformers": transformers.__version__, "tokenizers": tokenizers.__version__}
+    manifest = {
+        "key": warm.key,
+        "init_weights_hash": models.weights_hash(model),
+        "overrides": overrides,
+        "made_by": "python scripts/make_warm_start.py",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+    }
     (target / models.SHIPPED_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     _, got = models.load_shipped_warm_start(target, cfg.model)  # the run's own loader accepts it
     size = (target / models.SHIPPED_WEIGHTS).stat().st_size

@@ -23,14 +23,22 @@ import tempfile
 import time
 from pathlib import Path
 
-TIMING_PREFIXES = ("time/", "perf/")  # rlcompare.train.trainer.TIMING_PREFIXES (not imported: this script never loads torch)
+TIMING_PREFIXES = (
+    "time/",
+    "perf/",
+)  # rlcompare.train.trainer.TIMING_PREFIXES (not imported: this script never loads torch)
 REPO = Path(__file__).resolve().parents[1]
 
 
 def sweep_file(path: Path, presets: list[str], seeds: list[int]) -> Path:
     base, *variants = presets
-    lines = ["# sweep_speed: presets of the embedded default", "name: speed", f"seeds: [{', '.join(map(str, seeds))}]",
-             f"base: {{label: {base}, overrides: [algorithm={base}]}}", "variants:"]
+    lines = [
+        "# sweep_speed: presets of the embedded default",
+        "name: speed",
+        f"seeds: [{', '.join(map(str, seeds))}]",
+        f"base: {{label: {base}, overrides: [algorithm={base}]}}",
+        "variants:",
+    ]
     lines += [f"  - {{label: {v}, component: algorithm, overrides: [algorithm={v}]}}" for v in variants]
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -46,14 +54,19 @@ def run(cmd: list[str], env: dict) -> float:
 
 
 def rows(path: Path) -> list[dict]:
-    return [{k: v for k, v in json.loads(line).items() if not k.startswith(TIMING_PREFIXES)}
-            for line in path.read_text().splitlines()]
+    return [
+        {k: v for k, v in json.loads(line).items() if not k.startswith(TIMING_PREFIXES)}
+        for line in path.read_text().splitlines()
+    ]
 
 
 def same_rows(a: Path, b: Path) -> list[str]:
     """Runs whose rows differ between two results folders of the sweep."""
-    return sorted(d.name for d in a.iterdir() if (d / "metrics.jsonl").exists()
-                  and rows(d / "metrics.jsonl") != rows(b / d.name / "metrics.jsonl"))
+    return sorted(
+        d.name
+        for d in a.iterdir()
+        if (d / "metrics.jsonl").exists() and rows(d / "metrics.jsonl") != rows(b / d.name / "metrics.jsonl")
+    )
 
 
 def main(argv=None) -> int:
@@ -68,13 +81,20 @@ def main(argv=None) -> int:
     presets, seeds = args.presets.split(","), [int(s) for s in args.seeds.split(",")]
     work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="sweep_speed-"))
     work.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "WANDB_MODE": "offline", "RLCOMPARE_CACHE": os.environ.get("RLCOMPARE_CACHE", str(work / "cache"))}
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "RLCOMPARE_CACHE": os.environ.get("RLCOMPARE_CACHE", str(work / "cache")),
+    }
     env.pop("RLCOMPARE_LAUNCH_JOBS", None)
     py = [sys.executable, "-m", "rlcompare.cli"]
     common = ["logger=none", "trainer.progress=false", *args.overrides]
     n_runs = len(presets) * len(seeds)
-    print(f"{n_runs} runs ({','.join(presets)} x seeds {args.seeds}); parallel: joblib, {args.jobs} jobs; "
-          f"{os.cpu_count()} CPUs; results in {work}", flush=True)
+    print(
+        f"{n_runs} runs ({','.join(presets)} x seeds {args.seeds}); parallel: joblib, {args.jobs} jobs; "
+        f"{os.cpu_count()} CPUs; results in {work}",
+        flush=True,
+    )
     run(py + ["train", *common, "budget.max_steps=1", f"results_dir={work / 'warm'}"], env)  # builds the warm start
     spec = sweep_file(work / "speed.yaml", presets, seeds)
     times: dict[str, list[float]] = {"serial": [], "parallel": []}
@@ -91,10 +111,24 @@ def main(argv=None) -> int:
         differing += same_rows(work / f"serial{rep}" / "speed", work / f"parallel{rep}" / "speed")
     serial, parallel = min(times["serial"]), min(times["parallel"])
     speedup = serial / parallel
-    print(f"serial {serial:.1f} s, parallel {parallel:.1f} s (fastest of {args.repeats}): {speedup:.2f}x; "
-          f"metrics rows equal in every run: {not differing}" + (f" (differ: {', '.join(differing)})" if differing else ""))
-    print(json.dumps({"runs": n_runs, "jobs": args.jobs, "serial_s": times["serial"], "parallel_s": times["parallel"],
-                      "speedup": round(speedup, 3), "rows_equal": not differing, "cpus": os.cpu_count()}))
+    print(
+        f"serial {serial:.1f} s, parallel {parallel:.1f} s (fastest of {args.repeats}): {speedup:.2f}x; "
+        f"metrics rows equal in every run: {not differing}"
+        + (f" (differ: {', '.join(differing)})" if differing else "")
+    )
+    print(
+        json.dumps(
+            {
+                "runs": n_runs,
+                "jobs": args.jobs,
+                "serial_s": times["serial"],
+                "parallel_s": times["parallel"],
+                "speedup": round(speedup, 3),
+                "rows_equal": not differing,
+                "cpus": os.cpu_count(),
+            }
+        )
+    )
     if not args.out:
         shutil.rmtree(work, ignore_errors=True)
     return 0

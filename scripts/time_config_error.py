@@ -37,7 +37,9 @@ def wall(cmd: list[str], cwd: str, env: dict) -> tuple[float, subprocess.Complet
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repo", default=str(Path(__file__).resolve().parents[1]), help="checkout to time (default: this one)")
+    ap.add_argument(
+        "--repo", default=str(Path(__file__).resolve().parents[1]), help="checkout to time (default: this one)"
+    )
     ap.add_argument("--repeat", type=int, default=5, help="runs per case (the median is reported)")
     args = ap.parse_args(argv)
     repo = os.path.abspath(args.repo)
@@ -58,8 +60,10 @@ def main(argv: list[str] | None = None) -> int:
                 ok = ok and out.returncode == 2 and "rlcompare: config error:" in out.stderr
             med = statistics.median(times)
             worst = max(worst, med)
-            print(f"{'rlcompare train ' + ' '.join(case):58s} median {med:5.2f} s  (min {min(times):.2f}, max "
-                  f"{max(times):.2f}){'' if ok else '  NOT REFUSED AS A CONFIG ERROR'}")
+            print(
+                f"{'rlcompare train ' + ' '.join(case):58s} median {med:5.2f} s  (min {min(times):.2f}, max "
+                f"{max(times):.2f}){'' if ok else '  NOT REFUSED AS A CONFIG ERROR'}"
+            )
     print(f"slowest case: median {worst:.2f} s")
     return 0
 

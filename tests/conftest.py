@@ -10,8 +10,14 @@ from rlcompare.cli import conf_dir, register_resolvers
 
 # Seconds-long runs: a 20-step warm start, 3 RL steps of 4 prompts x 4 completions.
 FAST = [
-    "budget=tiny", "logger=none", "trainer.progress=false", "model.warm_start.steps=20",
-    "prompts.n_eval=16", "trainer.prompts_per_step=4", "trainer.group_size=4", "trainer.eval_every=2",
+    "budget=tiny",
+    "logger=none",
+    "trainer.progress=false",
+    "model.warm_start.steps=20",
+    "prompts.n_eval=16",
+    "trainer.prompts_per_step=4",
+    "trainer.group_size=4",
+    "trainer.eval_every=2",
     "trainer.threads=1",  # 2 threads on a busy 2-core machine thrash; 1 is 10x faster there
 ]
 

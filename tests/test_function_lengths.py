@@ -10,10 +10,10 @@ MAX_LINES = 80
 # "path:function" -> why it may be longer
 ALLOWED = {
     "algos/losses.py:policy_loss": "the body is 64 lines; the rest is its signature (every surrogate knob is a "
-                                   "keyword, 38 lines) and its docstring (shapes and papers, 76 lines)",
+    "keyword, 38 lines) and its docstring (shapes and papers, 76 lines)",
     "fast/recorded_update.py:rebuilt_logits": "one layer loop over tensors shared by its steps (the prompt and completion "
-                                    "rows batched together, their masks, rope, the live-row hook); split, each "
-                                    "step would take a dozen of them as arguments",
+    "rows batched together, their masks, rope, the live-row hook); split, each "
+    "step would take a dozen of them as arguments",
 }
 
 
@@ -36,8 +36,10 @@ def _allowed(key: str) -> bool:
 
 def test_no_function_is_longer_than_the_limit_without_a_reason():
     too_long = {k: n for k, n in _long_functions().items() if not _allowed(k)}
-    assert too_long == {}, (f"functions over {MAX_LINES} lines: {too_long}; split them into named steps, or list "
-                            f"them in ALLOWED with the reason")
+    assert too_long == {}, (
+        f"functions over {MAX_LINES} lines: {too_long}; split them into named steps, or list "
+        f"them in ALLOWED with the reason"
+    )
 
 
 def test_every_allowed_entry_has_a_reason():

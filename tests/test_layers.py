@@ -41,7 +41,7 @@ def parse_table(text: str) -> dict[str, Rule]:
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.strip() == HEADER)
     rules = {}
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
         key, _job, may, third = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -101,7 +101,7 @@ def imports_of(module: str, source: str, known: set[str], is_package: bool) -> l
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
-                base = base[:len(base) - (node.level - 1)]
+                base = base[: len(base) - (node.level - 1)]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module
@@ -164,7 +164,9 @@ def violations(sources: dict[str, str], rules: dict[str, Rule]) -> list[str]:
                     continue
                 other = package_of(imp.target)
                 if other not in (pkg, "__init__.py") and other not in rule.may_import:
-                    out.append(f"{where}: {pkg} may import {sorted(rule.may_import) or 'no other package'}, not {other}")
+                    out.append(
+                        f"{where}: {pkg} may import {sorted(rule.may_import) or 'no other package'}, not {other}"
+                    )
                 if not in_fast and imp.target.startswith("rlcompare.fast."):
                     out.append(f"{where}: a fast/ internal; import its public names from rlcompare.fast")
                 if not in_fast and imp.target == "rlcompare.fast":
@@ -253,9 +255,23 @@ RULES = parse_table(DOC.read_text())
 
 def test_the_table_has_a_row_for_every_package_and_module_beside_them():
     have = {package_of(m) for m in SOURCES}
-    assert have - set(RULES) == set(), "add a row to docs/internals.md's layer table (or move the module into a package)"
-    assert {"algos", "config", "data", "rewards", "models", "rollout", "fast", "train", "sweep", "report", "bench",
-            "cli.py"} <= set(RULES)
+    assert have - set(RULES) == set(), (
+        "add a row to docs/internals.md's layer table (or move the module into a package)"
+    )
+    assert {
+        "algos",
+        "config",
+        "data",
+        "rewards",
+        "models",
+        "rollout",
+        "fast",
+        "train",
+        "sweep",
+        "report",
+        "bench",
+        "cli.py",
+    } <= set(RULES)
     assert set(RULES) - have - {k for k in RULES if k.endswith(".py") and "/" in k} == set(), "a row names no package"
 
 
@@ -301,7 +317,9 @@ def test_every_name_imported_from_an_rlcompare_module_is_there():
         for imp in imps:
             if imp.target.split(".")[0] in ROOTS and imp.target in known | moved and imp.names:
                 module = importlib.import_module(imp.target)
-                missing += [f"{where}:{imp.line} {imp.target}.{n}" for n in imp.names if n != "*" and not hasattr(module, n)]
+                missing += [
+                    f"{where}:{imp.line} {imp.target}.{n}" for n in imp.names if n != "*" and not hasattr(module, n)
+                ]
     assert missing == []
 
 
@@ -311,28 +329,35 @@ def _check(extra: dict[str, str]) -> list[str]:
 
 
 def test_the_checks_catch_a_forbidden_import():
-    found = _check({
-        "rlcompare.algos.bad": "import transformers\nfrom rlcompare.train import trainer\n",
-        "rlcompare.report.bad": "def f():\n    import torch\n",
-        "rlcompare.report.bad2": "from rlcompare.models import load_policy\n",
-        "rlcompare.train.bad": "def f():\n    from rlcompare.report import build_report\n    from rlcompare import cli\n"
-                               "    from rlcompare.sweep import runner\n",
-        "rlcompare.rollout.bad": "from rlcompare.fast.static_decode import supports\n",
-        "rlcompare.bench.bad": "from rlcompare.fast import static_decode\nfrom rlcompare.fast import _replay\n",
-        "rlcompare.data.bad": "from rlcompare.losses import policy_loss\nimport rlcompare.trainer\n",
-        "rlcompare.sweep.bad": "from rlcompare.train import trainer\n",  # allowed package, but it loads torch
-    })
+    found = _check(
+        {
+            "rlcompare.algos.bad": "import transformers\nfrom rlcompare.train import trainer\n",
+            "rlcompare.report.bad": "def f():\n    import torch\n",
+            "rlcompare.report.bad2": "from rlcompare.models import load_policy\n",
+            "rlcompare.train.bad": "def f():\n    from rlcompare.report import build_report\n    from rlcompare import cli\n"
+            "    from rlcompare.sweep import runner\n",
+            "rlcompare.rollout.bad": "from rlcompare.fast.static_decode import supports\n",
+            "rlcompare.bench.bad": "from rlcompare.fast import static_decode\nfrom rlcompare.fast import _replay\n",
+            "rlcompare.data.bad": "from rlcompare.losses import policy_loss\nimport rlcompare.trainer\n",
+            "rlcompare.sweep.bad": "from rlcompare.train import trainer\n",  # allowed package, but it loads torch
+        }
+    )
     text = "\n".join(found)
-    for expected in ("rlcompare.algos.bad:1 imports transformers", "rlcompare.algos.bad:2 imports rlcompare.train.trainer",
-                     "rlcompare.report.bad loads torch", "rlcompare.report.bad2:1 imports rlcompare.models",
-                     "rlcompare.train.bad:2 imports rlcompare.report", "rlcompare.train.bad:3 imports rlcompare.cli",
-                     "rlcompare.train.bad:4 imports rlcompare.sweep.runner",
-                     "rlcompare.rollout.bad:1 imports rlcompare.fast.static_decode: a fast/ internal",
-                     "rlcompare.bench.bad:1 imports rlcompare.fast.static_decode: a fast/ internal",
-                     "_replay is not in rlcompare.fast.__all__",
-                     "rlcompare.data.bad:1 imports rlcompare.losses: an old path",
-                     "rlcompare.data.bad:2 imports rlcompare.trainer: no such module",
-                     "rlcompare.sweep.bad loads torch"):
+    for expected in (
+        "rlcompare.algos.bad:1 imports transformers",
+        "rlcompare.algos.bad:2 imports rlcompare.train.trainer",
+        "rlcompare.report.bad loads torch",
+        "rlcompare.report.bad2:1 imports rlcompare.models",
+        "rlcompare.train.bad:2 imports rlcompare.report",
+        "rlcompare.train.bad:3 imports rlcompare.cli",
+        "rlcompare.train.bad:4 imports rlcompare.sweep.runner",
+        "rlcompare.rollout.bad:1 imports rlcompare.fast.static_decode: a fast/ internal",
+        "rlcompare.bench.bad:1 imports rlcompare.fast.static_decode: a fast/ internal",
+        "_replay is not in rlcompare.fast.__all__",
+        "rlcompare.data.bad:1 imports rlcompare.losses: an old path",
+        "rlcompare.data.bad:2 imports rlcompare.trainer: no such module",
+        "rlcompare.sweep.bad loads torch",
+    ):
         assert expected in text, f"{expected!r} not found in:\n{text}"
 
 
@@ -340,7 +365,11 @@ def test_the_checks_catch_a_cycle():
     src = {**SOURCES, "rlcompare.config.bad": "def f():\n    from rlcompare.train import run\n"}
     assert any({"config", "train"} <= set(c) for c in find_cycles(package_edges(src)))
     assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    src = {**SOURCES, "rlcompare.data.a": "from rlcompare.data import b\n", "rlcompare.data.b": "import rlcompare.data.a\n"}
+    src = {
+        **SOURCES,
+        "rlcompare.data.a": "from rlcompare.data import b\n",
+        "rlcompare.data.b": "import rlcompare.data.a\n",
+    }
     assert ["rlcompare.data.a", "rlcompare.data.b"] in find_cycles(module_edges(src))
 
 

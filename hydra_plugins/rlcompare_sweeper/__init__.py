@@ -30,7 +30,9 @@ class JobListSweeperConf:
     jobs_file: Optional[str] = None
 
 
-ConfigStore.instance().store(group="hydra/sweeper", name="rlcompare_jobs", node=JobListSweeperConf, provider="rlcompare")
+ConfigStore.instance().store(
+    group="hydra/sweeper", name="rlcompare_jobs", node=JobListSweeperConf, provider="rlcompare"
+)
 
 
 class JobListSweeper(Sweeper):
@@ -44,7 +46,8 @@ class JobListSweeper(Sweeper):
         self.config = config
         self.hydra_context = hydra_context
         self.launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=hydra_context, task_function=task_function, config=config)
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
 
     def sweep(self, arguments: List[str]) -> Any:
         from rlcompare.train.placement import LAUNCH_JOBS_ENV

@@ -23,8 +23,19 @@ MIXES = ("mean", "entropy")
 SURROGATES = ("clip", "cispo", "sapo", "gmpo", "dppo-tv", "dppo-kl", "clip-cov", "kl-cov")
 # the surrogates' own knobs: policy_loss keywords, and the config keys under algorithm.clip
 SURROGATE_KNOBS = (
-    "cispo_w_min", "cispo_w_max", "sapo_tau_pos", "sapo_tau_neg", "gmpo_eps_low", "gmpo_eps_high",
-    "dppo_delta_low", "dppo_delta_high", "dppo_cap", "cov_ratio", "cov_lb", "cov_ub", "kl_cov_coef",
+    "cispo_w_min",
+    "cispo_w_max",
+    "sapo_tau_pos",
+    "sapo_tau_neg",
+    "gmpo_eps_low",
+    "gmpo_eps_high",
+    "dppo_delta_low",
+    "dppo_delta_high",
+    "dppo_cap",
+    "cov_ratio",
+    "cov_lb",
+    "cov_ub",
+    "kl_cov_coef",
 )
 # what each surrogate adds to the metrics dict (what it clips, masks or gates), besides the common keys
 SURROGATE_METRICS = {
@@ -54,9 +65,19 @@ MISMATCH_DEFAULTS["icepop"] = (0.5, 5.0)
 
 # the surrogates' knobs' defaults: policy_loss's keyword defaults (tests/algos/test_accepted.py keeps the two equal)
 SURROGATE_DEFAULTS = {
-    "cispo_w_min": None, "cispo_w_max": 5.0, "sapo_tau_pos": 1.0, "sapo_tau_neg": 1.05, "gmpo_eps_low": 0.4,
-    "gmpo_eps_high": 0.4, "dppo_delta_low": 0.15, "dppo_delta_high": 0.15, "dppo_cap": 20.0, "cov_ratio": None,
-    "cov_lb": 1.0, "cov_ub": 5.0, "kl_cov_coef": 1.0,
+    "cispo_w_min": None,
+    "cispo_w_max": 5.0,
+    "sapo_tau_pos": 1.0,
+    "sapo_tau_neg": 1.05,
+    "gmpo_eps_low": 0.4,
+    "gmpo_eps_high": 0.4,
+    "dppo_delta_low": 0.15,
+    "dppo_delta_high": 0.15,
+    "dppo_cap": 20.0,
+    "cov_ratio": None,
+    "cov_lb": 1.0,
+    "cov_ub": 5.0,
+    "kl_cov_coef": 1.0,
 }
 # group_advantages(scale=...): group (GRPO), batch (Lite PPO), batch-centered (ScaleRL), none (Dr. GRPO)
 GROUP_SCALES = ("group", "batch", "batch-centered", "none")

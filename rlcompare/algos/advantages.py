@@ -25,7 +25,6 @@ __all__ = [
 ]
 
 
-
 def _float(x: torch.Tensor) -> torch.Tensor:
     """Integer/bool/half inputs to float32; float64 stays float64."""
     x = torch.as_tensor(x)
@@ -219,9 +218,15 @@ def outcome_token_rewards(
     real = mask.bool()
     B, T = real.shape
     positions = torch.arange(T, device=real.device).expand(B, T)
-    last = torch.where(real, positions, torch.full_like(positions, -1)).max(dim=-1).values if T else positions.new_full((B,), -1)
+    last = (
+        torch.where(real, positions, torch.full_like(positions, -1)).max(dim=-1).values
+        if T
+        else positions.new_full((B,), -1)
+    )
     is_last = (positions == last.unsqueeze(-1)) & real
-    rewards = torch.where(is_last, scores.to(real.device).unsqueeze(-1).expand(B, T), torch.zeros((), dtype=scores.dtype))
+    rewards = torch.where(
+        is_last, scores.to(real.device).unsqueeze(-1).expand(B, T), torch.zeros((), dtype=scores.dtype)
+    )
     if kl is not None and beta > 0:
         if tuple(kl.shape) != (B, T):
             raise ValueError(f"kl must be [B, T] = {(B, T)}, got {tuple(kl.shape)}")
@@ -276,7 +281,9 @@ def reinforce_pp_advantages(
         ``[B, T]`` advantages, 0 at padding (constants).
     """
     if baseline not in REINFORCE_PP_BASELINES:
-        raise ValueError(f"baseline must be one of {', '.join(repr(b) for b in REINFORCE_PP_BASELINES)}, got {baseline!r}")
+        raise ValueError(
+            f"baseline must be one of {', '.join(repr(b) for b in REINFORCE_PP_BASELINES)}, got {baseline!r}"
+        )
     if not 0 <= gamma <= 1:
         raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
     _check_ddof(std_ddof)
@@ -286,7 +293,9 @@ def reinforce_pp_advantages(
         raw = _returns_to_go(rewards, real, gamma)
     else:
         if gamma != 1:
-            raise ValueError(f"baseline='group' needs gamma=1 (every token carries the centred sequence reward), got {gamma!r}")
+            raise ValueError(
+                f"baseline='group' needs gamma=1 (every token carries the centred sequence reward), got {gamma!r}"
+            )
         if group_size is None:
             raise ValueError("baseline='group' needs group_size (completions per prompt, groups contiguous)")
         grouped = _grouped(rewards.sum(dim=-1), group_size, min_group=2)

@@ -12,8 +12,9 @@ import torch
 from rlcompare.algos.losses import aggregation_weights
 
 
-def weight_shares(mask: torch.Tensor, correct: torch.Tensor, mode: str, horizon: int | None = None,
-                  group_size: int | None = None) -> dict:
+def weight_shares(
+    mask: torch.Tensor, correct: torch.Tensor, mode: str, horizon: int | None = None, group_size: int | None = None
+) -> dict:
     """Share of the loss weight on correct responses and on the shorter half of responses."""
     w = aggregation_weights(mask, mode, horizon=horizon, group_size=group_size).sum(1)  # each response's total weight
     total = w.sum().clamp(min=1e-12)

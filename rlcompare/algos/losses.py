@@ -90,7 +90,6 @@ Number = Union[int, float, torch.Tensor]
 # ---------------------------------------------------------------- helpers
 
 
-
 def _dtype(*xs: torch.Tensor) -> torch.dtype:
     dt = torch.float32
     for x in xs:
@@ -111,7 +110,6 @@ def _zero_pad(real: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 def _masked_mean(x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     return _zero_pad(real, x).sum() / real.sum().clamp(min=1)
-
 
 
 def _check_total(name: str, value) -> None:
@@ -155,9 +153,7 @@ def log_ratio(
     """
     _one_of("level", level, ("token", "sequence", "sequence-token"))
     if logp.shape != old_logp.shape or logp.dim() != 2:
-        raise ValueError(
-            f"logp and old_logp must both be [B, T], got {tuple(logp.shape)} and {tuple(old_logp.shape)}"
-        )
+        raise ValueError(f"logp and old_logp must both be [B, T], got {tuple(logp.shape)} and {tuple(old_logp.shape)}")
     real = _real(mask, logp.shape)
     dt = _dtype(logp, old_logp)
     logp = logp.to(dt)
@@ -201,7 +197,9 @@ def kl_divergence(
     """
     _one_of("estimator", estimator, KL_ESTIMATORS)
     if logp.shape != ref_logp.shape:
-        raise ValueError(f"logp and ref_logp must have the same shape, got {tuple(logp.shape)} and {tuple(ref_logp.shape)}")
+        raise ValueError(
+            f"logp and ref_logp must have the same shape, got {tuple(logp.shape)} and {tuple(ref_logp.shape)}"
+        )
     dt = _dtype(logp, ref_logp)
     x = ref_logp.to(dt).detach() - logp.to(dt)
     real = None
@@ -372,8 +370,14 @@ def aggregate(
     real = _real(mask, loss_mat.shape)
     dt = _dtype(loss_mat)
     w = aggregation_weights(
-        real, mode, horizon=horizon, total_tokens=total_tokens, total_seqs=total_seqs,
-        group_size=group_size, group_tokens=group_tokens, dtype=dt,
+        real,
+        mode,
+        horizon=horizon,
+        total_tokens=total_tokens,
+        total_seqs=total_seqs,
+        group_size=group_size,
+        group_tokens=group_tokens,
+        dtype=dt,
     )
     return (_zero_pad(real, loss_mat.to(dt)) * w).sum()
 
@@ -419,9 +423,7 @@ def _tokens(logp, old_logp, advantages, mask, level: str) -> _Tokens:
     elif tuple(advantages.shape) == tuple(logp.shape):
         adv = advantages.detach().to(dt)
     else:
-        raise ValueError(
-            f"advantages must be [B] or [B, T] = {tuple(logp.shape)}, got {tuple(advantages.shape)}"
-        )
+        raise ValueError(f"advantages must be [B] or [B, T] = {tuple(logp.shape)}, got {tuple(advantages.shape)}")
     log_rho = log_ratio(logp, old_logp, real, level=level)
     return _Tokens(
         logp=_zero_pad(real, logp.to(dt)),
@@ -520,7 +522,11 @@ def _dppo_objective(t: _Tokens, k: dict) -> tuple[torch.Tensor, dict]:
     masked = torch.where(t.adv > 0, up, down) & t.real
     rho = t.rho.detach()
     w = rho.clamp(max=k["dppo_cap"])
-    extra = {"dppo_mask_frac": t.frac(masked), "is_weight_mean": t.mean(w), "is_clip_frac_high": t.frac(rho > k["dppo_cap"])}
+    extra = {
+        "dppo_mask_frac": t.frac(masked),
+        "is_weight_mean": t.mean(w),
+        "is_clip_frac_high": t.frac(rho > k["dppo_cap"]),
+    }
     return _is_weighted_pg(t, w, ~masked), extra
 
 
@@ -628,8 +634,6 @@ def cov_selection(
         return _cov_select(_tokens(logp.detach(), old_logp, advantages, mask, "token"), surrogate, knobs, generator)
 
 
-
-
 def _check_surrogate(surrogate: str, ratio: str, dual_clip, k: dict) -> None:
     """The surrogate, the ratio level and dual clip it goes with, and its knobs."""
     _one_of("surrogate", surrogate, SURROGATES)
@@ -637,9 +641,10 @@ def _check_surrogate(surrogate: str, ratio: str, dual_clip, k: dict) -> None:
         opts = ", ".join(repr(r) for r in SURROGATE_RATIOS[surrogate])
         raise ValueError(f"surrogate={surrogate!r} takes ratio in {opts}, got {ratio!r}")
     if dual_clip is not None and surrogate != "clip":
-        raise ValueError(f"dual_clip applies to surrogate='clip' only, got surrogate={surrogate!r}; pass dual_clip=None")
+        raise ValueError(
+            f"dual_clip applies to surrogate='clip' only, got surrogate={surrogate!r}; pass dual_clip=None"
+        )
     check_surrogate_knobs(surrogate, k)
-
 
 
 def policy_loss(
@@ -757,11 +762,28 @@ def policy_loss(
         With no real tokens: fractions/KL/objectives 0, ratios 1.
     """
     knobs = dict(
-        surrogate=surrogate, ratio=ratio, eps_low=eps_low, eps_high=eps_high, seq_eps_low=seq_eps_low,
-        seq_eps_high=seq_eps_high, mix=mix, entropy=entropy, cispo_w_min=cispo_w_min, cispo_w_max=cispo_w_max,
-        sapo_tau_pos=sapo_tau_pos, sapo_tau_neg=sapo_tau_neg, gmpo_eps_low=gmpo_eps_low, gmpo_eps_high=gmpo_eps_high,
-        dppo_delta_low=dppo_delta_low, dppo_delta_high=dppo_delta_high, dppo_cap=dppo_cap, cov_ratio=cov_ratio,
-        cov_lb=cov_lb, cov_ub=cov_ub, kl_cov_coef=kl_cov_coef, cov_selected=cov_selected,
+        surrogate=surrogate,
+        ratio=ratio,
+        eps_low=eps_low,
+        eps_high=eps_high,
+        seq_eps_low=seq_eps_low,
+        seq_eps_high=seq_eps_high,
+        mix=mix,
+        entropy=entropy,
+        cispo_w_min=cispo_w_min,
+        cispo_w_max=cispo_w_max,
+        sapo_tau_pos=sapo_tau_pos,
+        sapo_tau_neg=sapo_tau_neg,
+        gmpo_eps_low=gmpo_eps_low,
+        gmpo_eps_high=gmpo_eps_high,
+        dppo_delta_low=dppo_delta_low,
+        dppo_delta_high=dppo_delta_high,
+        dppo_cap=dppo_cap,
+        cov_ratio=cov_ratio,
+        cov_lb=cov_lb,
+        cov_ub=cov_ub,
+        kl_cov_coef=kl_cov_coef,
+        cov_selected=cov_selected,
     )
     # ---- validation: name the knob and what it accepts
     _one_of("ratio", ratio, RATIO_LEVELS)
@@ -809,8 +831,14 @@ def policy_loss(
     dual_active = dual_active & real
 
     loss = aggregate(
-        loss_mat, real, aggregation, horizon=horizon, total_tokens=total_tokens, total_seqs=total_seqs,
-        group_size=group_size, group_tokens=group_tokens,
+        loss_mat,
+        real,
+        aggregation,
+        horizon=horizon,
+        total_tokens=total_tokens,
+        total_seqs=total_seqs,
+        group_size=group_size,
+        group_tokens=group_tokens,
     )
 
     # ---- metrics (local batch, python floats)
@@ -820,7 +848,6 @@ def policy_loss(
         if weight is not None:
             metrics["token_weight_mean"] = tok.mean(weight)
     return loss, metrics
-
 
 
 def _constant_like(x: torch.Tensor, t: _Tokens, name: str) -> torch.Tensor:
@@ -863,8 +890,6 @@ def _ratio_stats(prefix: str, x: torch.Tensor, real: torch.Tensor) -> dict:
 
 
 # ---------------------------------------------------------------- token weights: rollout mismatch, top-entropy mask
-
-
 
 
 def mismatch_weights(
@@ -1037,8 +1062,16 @@ def value_loss(
         clipped_wins = clipped > unclipped
         per_tok = torch.where(clipped_wins, clipped, unclipped)
     loss_mat = _zero_pad(real, 0.5 * per_tok)
-    loss = aggregate(loss_mat, real, aggregation, horizon=horizon, total_tokens=total_tokens, total_seqs=total_seqs,
-                     group_size=group_size, group_tokens=group_tokens)
+    loss = aggregate(
+        loss_mat,
+        real,
+        aggregation,
+        horizon=horizon,
+        total_tokens=total_tokens,
+        total_seqs=total_seqs,
+        group_size=group_size,
+        group_tokens=group_tokens,
+    )
     with torch.no_grad():
         metrics = {
             "value_clip_frac": float(_masked_mean(clipped_wins.to(dt), real)),
@@ -1114,4 +1147,3 @@ def entropy_from_logits(logits: torch.Tensor, *, chunk_size: Optional[int] = Non
     else:
         out = torch.cat([_h(c) for c in flat.split(chunk_size, dim=0)])
     return out.reshape(lead)
-

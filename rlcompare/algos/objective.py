@@ -38,7 +38,9 @@ def loss_mask(mask: torch.Tensor, truncated: torch.Tensor, *, overlong_filter: b
     return out
 
 
-def reward_kl(sampler_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, *, estimator: str) -> torch.Tensor:
+def reward_kl(
+    sampler_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, *, estimator: str
+) -> torch.Tensor:
     """Per-token KL of the sampling policy to the reference (B, T), detached, 0 on padding: the penalty KL in the
     reward subtracts (`r_t -= beta * kl_t`, PPO/InstructGPT; usually k1 = log pi_old - log pi_ref)."""
     return losses.kl_divergence(sampler_logp, ref_logp, estimator=estimator, mask=mask).detach()
@@ -51,10 +53,23 @@ class AdvantageResult:
     old_values: Optional[torch.Tensor] = None  # (B, T) GAE only: the critic's values it was computed from
 
 
-def advantages(estimator: str, rewards: torch.Tensor, mask: torch.Tensor, *, group_size: int, scale: str = "group",
-               std_ddof: int = 1, eps: float = 1e-6, kl: Optional[torch.Tensor] = None, beta: float = 0.0,
-               gamma: float = 1.0, baseline: str = "none", values: Optional[torch.Tensor] = None,
-               gae_gamma: float = 1.0, gae_lam: float = 1.0) -> AdvantageResult:
+def advantages(
+    estimator: str,
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    group_size: int,
+    scale: str = "group",
+    std_ddof: int = 1,
+    eps: float = 1e-6,
+    kl: Optional[torch.Tensor] = None,
+    beta: float = 0.0,
+    gamma: float = 1.0,
+    baseline: str = "none",
+    values: Optional[torch.Tensor] = None,
+    gae_gamma: float = 1.0,
+    gae_lam: float = 1.0,
+) -> AdvantageResult:
     """The advantage estimator `estimator` (docs/algorithms.md §1) for rewards (B,) on device.
 
     - "group" (GRPO, Dr. GRPO, DAPO, GSPO): `(R - mean_g R) / (std_g R + eps)` per response (`scale`, `std_ddof`).
@@ -76,8 +91,19 @@ def advantages(estimator: str, rewards: torch.Tensor, mask: torch.Tensor, *, gro
     if estimator == "rloo":
         return AdvantageResult(adv_lib.rloo_advantages(rewards, G))
     if estimator == "reinforce_pp":
-        return AdvantageResult(adv_lib.reinforce_pp_advantages(
-            rewards, mask, kl=kl, beta=beta, gamma=gamma, baseline=baseline, group_size=G, std_ddof=std_ddof, eps=eps))
+        return AdvantageResult(
+            adv_lib.reinforce_pp_advantages(
+                rewards,
+                mask,
+                kl=kl,
+                beta=beta,
+                gamma=gamma,
+                baseline=baseline,
+                group_size=G,
+                std_ddof=std_ddof,
+                eps=eps,
+            )
+        )
     if estimator != "gae":
         raise ValueError(f"unknown advantage estimator {estimator!r}")
     if values is None:
@@ -101,8 +127,9 @@ class Normalizers:
     group_tokens: Optional[torch.Tensor] = None  # (b,) each row's group token count (prompt-mean-token-mean)
 
     def kwargs(self) -> dict:
-        out: dict[str, Any] = dict(horizon=self.horizon, total_tokens=self.total_tokens, total_seqs=self.total_seqs,
-                                   group_size=self.group_size)
+        out: dict[str, Any] = dict(
+            horizon=self.horizon, total_tokens=self.total_tokens, total_seqs=self.total_seqs, group_size=self.group_size
+        )
         if self.group_tokens is not None:
             out["group_tokens"] = self.group_tokens
         return out
@@ -120,16 +147,31 @@ class LossParts:
     policy_metrics: dict = field(default_factory=dict)  # losses.policy_loss's (clip fractions, ratios, ...)
 
 
-def total_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-               loss_mask: torch.Tensor, *, aggregation: str, norm: Normalizers, policy: Mapping[str, Any],
-               token_weight: Optional[torch.Tensor] = None, cov_selected: Optional[torch.Tensor] = None,
-               mix_entropy: Optional[torch.Tensor] = None,
-               ref_logp: Optional[torch.Tensor] = None, kl_coef: float = 0.0, kl_estimator: str = "k3",
-               kl_in_loss: bool = False,
-               entropy: Optional[torch.Tensor] = None, entropy_coef: float = 0.0,
-               values: Optional[torch.Tensor] = None, old_values: Optional[torch.Tensor] = None,
-               returns: Optional[torch.Tensor] = None, value_coef: float = 0.0,
-               value_clip: Optional[float] = None) -> tuple[torch.Tensor, LossParts]:
+def total_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    loss_mask: torch.Tensor,
+    *,
+    aggregation: str,
+    norm: Normalizers,
+    policy: Mapping[str, Any],
+    token_weight: Optional[torch.Tensor] = None,
+    cov_selected: Optional[torch.Tensor] = None,
+    mix_entropy: Optional[torch.Tensor] = None,
+    ref_logp: Optional[torch.Tensor] = None,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "k3",
+    kl_in_loss: bool = False,
+    entropy: Optional[torch.Tensor] = None,
+    entropy_coef: float = 0.0,
+    values: Optional[torch.Tensor] = None,
+    old_values: Optional[torch.Tensor] = None,
+    returns: Optional[torch.Tensor] = None,
+    value_coef: float = 0.0,
+    value_clip: Optional[float] = None,
+) -> tuple[torch.Tensor, LossParts]:
     """The loss of one micro-batch of `b` rows (the module docstring's formula) and its named parts.
 
     logp (b, T): the policy's log-probs of the sampled tokens, with the graph; old_logp (b, T): the sampling
@@ -144,8 +186,17 @@ def total_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Ten
     agg = norm.kwargs()
     # 1. the policy surrogate: -J per token, aggregated (clip-higher, dual clip, GSPO's sequence ratio, ...)
     policy_term, metrics = losses.policy_loss(
-        logp, old_logp, advantages, loss_mask, aggregation=aggregation, entropy=mix_entropy,
-        token_weight=token_weight, cov_selected=cov_selected, **policy, **agg)
+        logp,
+        old_logp,
+        advantages,
+        loss_mask,
+        aggregation=aggregation,
+        entropy=mix_entropy,
+        token_weight=token_weight,
+        cov_selected=cov_selected,
+        **policy,
+        **agg,
+    )
     parts = LossParts(policy=policy_term, policy_metrics=metrics)
     loss = policy_term
     # 2. KL to the frozen reference: a diagnostic always, a loss term with placement in_loss (GRPO: +beta k3)
@@ -161,7 +212,14 @@ def total_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Ten
         loss = loss + parts.entropy_bonus
     # 4. the critic's clipped value loss (token-mean over the batch's loss tokens), PPO only
     if values is not None:
-        parts.value, _ = losses.value_loss(values, old_values, returns, loss_mask, clip=value_clip,
-                                           aggregation="token-mean", total_tokens=norm.total_tokens)
+        parts.value, _ = losses.value_loss(
+            values,
+            old_values,
+            returns,
+            loss_mask,
+            clip=value_clip,
+            aggregation="token-mean",
+            total_tokens=norm.total_tokens,
+        )
         loss = loss + value_coef * parts.value
     return loss, parts

@@ -159,8 +159,12 @@ def ensure_weights(folder: Path, size: str, log=print) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
-    info = {**want, "params": sum(p.numel() for p in model.parameters()), "vocab": len(tok),
-            "weights_hash": weights_hash(model)}
+    info = {
+        **want,
+        "params": sum(p.numel() for p in model.parameters()),
+        "vocab": len(tok),
+        "weights_hash": weights_hash(model),
+    }
     marker.write_text(json.dumps(info, indent=1) + "\n")
     log(f"[bench] built initial weights for {size}: {folder}")
     return info
@@ -271,36 +275,55 @@ def matmul_peak_gflops(device: str = "cpu", n: int | None = None, reps: int = 6)
         torch.mm(a, b, out=c)
         sync()
         best = min(best, time.perf_counter() - t0)
-    return 2.0 * n ** 3 / best / 1e9
+    return 2.0 * n**3 / best / 1e9
 
 
 def _peak_memory_mib(device: str) -> float:
     if device == "cuda":
         import torch
 
-        return torch.cuda.max_memory_allocated() / 2 ** 20
+        return torch.cuda.max_memory_allocated() / 2**20
     kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    return kb / 1024.0 if sys.platform != "darwin" else kb / 2 ** 20
+    return kb / 1024.0 if sys.platform != "darwin" else kb / 2**20
 
 
 # ----------------------------------------------------------------------------- the shared config
 def rlcompare_overrides(weights: str, *, max_new_tokens: int, device: str, threads: int | None, out: str) -> list[str]:
     dtype = "float32" if device == "cpu" else "auto"
     ov = [
-        "model=hf", f"model.name_or_path={weights}", f"model.dtype={dtype}",
+        "model=hf",
+        f"model.name_or_path={weights}",
+        f"model.dtype={dtype}",
         "prompts=arithmetic",
-        "algorithm=grpo", "algorithm.kl.coef=0", "algorithm.aggregation=token-mean", f"algorithm.advantage.eps={ADV_EPS}",
+        "algorithm=grpo",
+        "algorithm.kl.coef=0",
+        "algorithm.aggregation=token-mean",
+        f"algorithm.advantage.eps={ADV_EPS}",
         "verifier=weighted",
-        "verifier.components=[{name:exact_match,weight:1.0}," + ",".join(
-            f"{{name:format,weight:{w},pattern:'{pat}'}}" for pat, w in DIGIT_TERMS) + "]",
+        "verifier.components=[{name:exact_match,weight:1.0},"
+        + ",".join(f"{{name:format,weight:{w},pattern:'{pat}'}}" for pat, w in DIGIT_TERMS)
+        + "]",
         "+verifier.isolation=inline",
-        f"budget.max_new_tokens={max_new_tokens}", f"budget.max_prompt_tokens={MAX_PROMPT_TOKENS}",
-        "budget.total_tokens=null", "budget.max_steps=1000000",
-        f"trainer.prompts_per_step={PROMPTS_PER_STEP}", f"trainer.group_size={GROUP_SIZE}", f"trainer.lr={LR}",
-        f"trainer.betas=[{BETAS[0]},{BETAS[1]}]", "trainer.weight_decay=0.0", "trainer.max_grad_norm=1.0",
-        "trainer.updates_per_rollout=1", "trainer.micro_batch_size=null", "trainer.progress=false",
-        "rollout.temperature=1.0", "rollout.top_p=1.0",
-        "logger=none", f"device={device}", "seed=0", f"results_dir={out}", "experiment=bench_runs",
+        f"budget.max_new_tokens={max_new_tokens}",
+        f"budget.max_prompt_tokens={MAX_PROMPT_TOKENS}",
+        "budget.total_tokens=null",
+        "budget.max_steps=1000000",
+        f"trainer.prompts_per_step={PROMPTS_PER_STEP}",
+        f"trainer.group_size={GROUP_SIZE}",
+        f"trainer.lr={LR}",
+        f"trainer.betas=[{BETAS[0]},{BETAS[1]}]",
+        "trainer.weight_decay=0.0",
+        "trainer.max_grad_norm=1.0",
+        "trainer.updates_per_rollout=1",
+        "trainer.micro_batch_size=null",
+        "trainer.progress=false",
+        "rollout.temperature=1.0",
+        "rollout.top_p=1.0",
+        "logger=none",
+        f"device={device}",
+        "seed=0",
+        f"results_dir={out}",
+        "experiment=bench_runs",
     ]
     if threads:
         ov.append(f"trainer.threads={threads}")
@@ -319,7 +342,7 @@ def compose_config(overrides: list[str]):
 
 def informative_frac(rewards: list[float], group: int) -> float:
     """Share of groups whose rewards are not all equal (non-zero group advantages)."""
-    groups = [rewards[i:i + group] for i in range(0, len(rewards), group)]
+    groups = [rewards[i : i + group] for i in range(0, len(rewards), group)]
     return sum(1 for g in groups if max(g) != min(g)) / max(1, len(groups))
 
 
@@ -334,8 +357,12 @@ def _worker_rlcompare(a) -> dict:
     spec = model_spec(a.size)
     if a.threads:
         torch.set_num_threads(a.threads)
-    cfg = compose_config(rlcompare_overrides(a.weights, max_new_tokens=spec["max_new_tokens"], device=a.device,
-                                             threads=a.threads, out=a.out) + list(a.rlcompare_set))
+    cfg = compose_config(
+        rlcompare_overrides(
+            a.weights, max_new_tokens=spec["max_new_tokens"], device=a.device, threads=a.threads, out=a.out
+        )
+        + list(a.rlcompare_set)
+    )
     cfg = validate(cfg)
     apply_process_settings(cfg)  # as `rlcompare train` does: threads, malloc (trainer.keep_freed_memory)
     trainer = Trainer(cfg, Path(a.out) / "bench_runs" / f"rlcompare_{a.size}")
@@ -348,9 +375,11 @@ def _worker_rlcompare(a) -> dict:
     total = a.warmup + a.steps
     for i in range(total):
         if a.profile and i == a.warmup:
-            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]
-                                          + ([torch.profiler.ProfilerActivity.CUDA] if a.device == "cuda" else []),
-                                          record_shapes=True)
+            prof = torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU]
+                + ([torch.profiler.ProfilerActivity.CUDA] if a.device == "cuda" else []),
+                record_shapes=True,
+            )
             prof.__enter__()
         f0 = counter.snapshot()
         _sync(a.device)
@@ -361,11 +390,22 @@ def _worker_rlcompare(a) -> dict:
         flops.append(counter.snapshot() - f0)
         tokens.append(int(row["tokens/step"]))
         informative.append(1.0 - float(row.get("groups/zero_variance_frac", 1.0)))
-    out = {"tool": "rlcompare", "params": n_params, "step_s": times, "flops": flops, "tokens": tokens,
-           "informative": informative, "threads": torch.get_num_threads(),
-           "peak_mem_mib": _peak_memory_mib(a.device), "init_weights_hash": trainer.policy.init_hash,
-           "phases": {"rollout_s": row.get("time/rollout_s"), "scoring_s": row.get("time/scoring_s"),
-                      "update_s": row.get("time/update_s")}}
+    out = {
+        "tool": "rlcompare",
+        "params": n_params,
+        "step_s": times,
+        "flops": flops,
+        "tokens": tokens,
+        "informative": informative,
+        "threads": torch.get_num_threads(),
+        "peak_mem_mib": _peak_memory_mib(a.device),
+        "init_weights_hash": trainer.policy.init_hash,
+        "phases": {
+            "rollout_s": row.get("time/rollout_s"),
+            "scoring_s": row.get("time/scoring_s"),
+            "update_s": row.get("time/update_s"),
+        },
+    }
     if prof is not None:
         prof.__exit__(None, None, None)
         sort = "self_cuda_time_total" if a.device == "cuda" else "self_cpu_time_total"
@@ -379,13 +419,63 @@ def _worker_rlcompare(a) -> dict:
     return out
 
 
+def _trl_config(a, spec: dict, total: int):
+    """TRL's GRPOConfig for the benchmark's work: the same batch, group, budget, optimizer and loss as rlcompare's run
+    (DAPO token-mean loss, no KL, group-scaled rewards, one update per batch), no logging, saving or evaluation."""
+    import torch
+    from trl import GRPOConfig
+
+    on_cpu = a.device == "cpu"
+    return GRPOConfig(
+        output_dir=str(Path(tempfile.mkdtemp(prefix="rlc_bench_trl_"))),
+        per_device_train_batch_size=PROMPTS_PER_STEP * GROUP_SIZE,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_generations=GROUP_SIZE,
+        num_iterations=1,
+        max_completion_length=spec["max_new_tokens"],
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        learning_rate=LR,
+        adam_beta1=BETAS[0],
+        adam_beta2=BETAS[1],
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        beta=0.0,
+        epsilon=0.2,
+        loss_type="dapo",
+        scale_rewards="group",
+        mask_truncated_completions=False,
+        max_steps=total,
+        num_train_epochs=1,
+        shuffle_dataset=False,
+        seed=0,
+        gradient_checkpointing=False,
+        bf16=not on_cpu,
+        fp16=False,
+        use_cpu=on_cpu,
+        model_init_kwargs={"dtype": torch.float32 if on_cpu else torch.bfloat16},
+        use_vllm=False,
+        log_completions=False,
+        report_to="none",
+        logging_strategy="no",
+        save_strategy="no",
+        eval_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+
+
 def _worker_trl(a) -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
 
     import trl
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from rlcompare.config import validate
     from rlcompare.data.prompts import PromptStream, build_prompts
@@ -395,14 +485,20 @@ def _worker_trl(a) -> dict:
     if a.threads:
         torch.set_num_threads(a.threads)
     # the same prompts, in the same order, and the same reward function as the rlcompare run
-    cfg = validate(compose_config(rlcompare_overrides(a.weights, max_new_tokens=spec["max_new_tokens"], device=a.device,
-                                                      threads=a.threads, out=a.out)))
+    cfg = validate(
+        compose_config(
+            rlcompare_overrides(
+                a.weights, max_new_tokens=spec["max_new_tokens"], device=a.device, threads=a.threads, out=a.out
+            )
+        )
+    )
     splits = build_prompts(cfg.prompts)
     total = a.warmup + a.steps
     examples = PromptStream(splits.train, cfg.prompts.data_seed).take(PROMPTS_PER_STEP * (total + 1))
     tok = AutoTokenizer.from_pretrained(a.weights)
-    data = Dataset.from_dict({"prompt": [tok.bos_token + ex.prompt for ex in examples],
-                              "answer": [ex.answer for ex in examples]})
+    data = Dataset.from_dict(
+        {"prompt": [tok.bos_token + ex.prompt for ex in examples], "answer": [ex.answer for ex in examples]}
+    )
     verifier = build_verifier(cfg.verifier)
     tokens, informative = [], []
 
@@ -413,21 +509,7 @@ def _worker_trl(a) -> dict:
         return r
 
     reward.__name__ = "exact_match_plus_digit"
-    on_cpu = a.device == "cpu"
-    args = GRPOConfig(
-        output_dir=str(Path(tempfile.mkdtemp(prefix="rlc_bench_trl_"))),
-        per_device_train_batch_size=PROMPTS_PER_STEP * GROUP_SIZE, gradient_accumulation_steps=1,
-        steps_per_generation=1, num_generations=GROUP_SIZE, num_iterations=1,
-        max_completion_length=spec["max_new_tokens"], temperature=1.0, top_p=1.0, top_k=0,
-        learning_rate=LR, adam_beta1=BETAS[0], adam_beta2=BETAS[1], weight_decay=0.0, max_grad_norm=1.0,
-        lr_scheduler_type="constant", warmup_steps=0,
-        beta=0.0, epsilon=0.2, loss_type="dapo", scale_rewards="group", mask_truncated_completions=False,
-        max_steps=total, num_train_epochs=1, shuffle_dataset=False, seed=0,
-        gradient_checkpointing=False, bf16=not on_cpu, fp16=False, use_cpu=on_cpu,
-        model_init_kwargs={"dtype": torch.float32 if on_cpu else torch.bfloat16},
-        use_vllm=False, log_completions=False, report_to="none", logging_strategy="no",
-        save_strategy="no", eval_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
-    )
+    args = _trl_config(a, spec, total)
     trainer = GRPOTrainer(model=a.weights, reward_funcs=[reward], args=args, train_dataset=data, processing_class=tok)
     model = trainer.model
     n_params = sum(p.numel() for p in model.parameters())
@@ -452,9 +534,17 @@ def _worker_trl(a) -> dict:
     timer = Timer()
     trainer.add_callback(timer)
     trainer.train()
-    return {"tool": "trl", "params": n_params, "step_s": timer.times, "flops": timer.flops, "tokens": tokens[:len(timer.times)],
-            "informative": informative[:len(timer.times)], "threads": torch.get_num_threads(),
-            "peak_mem_mib": _peak_memory_mib(a.device), "trl_version": trl.__version__}
+    return {
+        "tool": "trl",
+        "params": n_params,
+        "step_s": timer.times,
+        "flops": timer.flops,
+        "tokens": tokens[: len(timer.times)],
+        "informative": informative[: len(timer.times)],
+        "threads": torch.get_num_threads(),
+        "peak_mem_mib": _peak_memory_mib(a.device),
+        "trl_version": trl.__version__,
+    }
 
 
 def _sync(device: str) -> None:
@@ -472,42 +562,71 @@ def summarize(tool: dict | None, warmup: int, peak_gflops: float | None) -> dict
     times = tool["step_s"][warmup:]
     if not times:
         return {}
-    flops = tool["flops"][warmup:warmup + len(times)]
-    toks = tool["tokens"][warmup:warmup + len(times)]
+    flops = tool["flops"][warmup : warmup + len(times)]
+    toks = tool["tokens"][warmup : warmup + len(times)]
     med = statistics.median(times)  # robust to a step slowed by other processes; rates use it too
     fps = sum(flops) / len(flops) if flops else float("nan")
     tps = sum(toks) / len(toks) if toks else float("nan")
     gflops = fps / med / 1e9 if med > 0 else float("nan")
-    out = {"s_per_step": med, "tokens_per_s": tps / med if med > 0 else float("nan"),
-           "gflops": gflops, "peak_frac": (gflops / peak_gflops) if peak_gflops else None,
-           "peak_mem_mib": tool.get("peak_mem_mib"), "flops_per_step": sum(flops) / len(flops) if flops else None,
-           "tokens_per_step": sum(toks) / len(toks) if toks else None,
-           "informative": statistics.mean(tool["informative"][warmup:]) if tool.get("informative", [])[warmup:] else None,
-           "step_s": [round(t, 4) for t in times]}
+    out = {
+        "s_per_step": med,
+        "tokens_per_s": tps / med if med > 0 else float("nan"),
+        "gflops": gflops,
+        "peak_frac": (gflops / peak_gflops) if peak_gflops else None,
+        "peak_mem_mib": tool.get("peak_mem_mib"),
+        "flops_per_step": sum(flops) / len(flops) if flops else None,
+        "tokens_per_step": sum(toks) / len(toks) if toks else None,
+        "informative": statistics.mean(tool["informative"][warmup:]) if tool.get("informative", [])[warmup:] else None,
+        "step_s": [round(t, 4) for t in times],
+    }
     return out
 
 
-def result_row(size: str, params: int, *, steps: int, warmup: int, threads: int, device: str, peak_gflops: float,
-               rlc: dict | None, trl_res: dict | None, weights: str) -> dict:
+def result_row(
+    size: str,
+    params: int,
+    *,
+    steps: int,
+    warmup: int,
+    threads: int,
+    device: str,
+    peak_gflops: float,
+    rlc: dict | None,
+    trl_res: dict | None,
+    weights: str,
+) -> dict:
     r = summarize(rlc, warmup, peak_gflops)
     t = summarize(trl_res, warmup, peak_gflops)
     ratio = t["s_per_step"] / r["s_per_step"] if r and t and r["s_per_step"] > 0 else None
-    row = {"size": size, "params": params, "device": device, "threads": threads, "steps": steps, "warmup": warmup,
-           "matmul_peak_gflops": _round(peak_gflops, 2),
-           "rlcompare_s_per_step": _round(r.get("s_per_step")), "trl_s_per_step": _round(t.get("s_per_step")),
-           "ratio": _round(ratio, 3),
-           "rlcompare_tokens_per_s": _round(r.get("tokens_per_s"), 1), "trl_tokens_per_s": _round(t.get("tokens_per_s"), 1),
-           "rlcompare_gflops": _round(r.get("gflops"), 3), "trl_gflops": _round(t.get("gflops"), 3),
-           "rlcompare_peak_frac": _round(r.get("peak_frac"), 4), "trl_peak_frac": _round(t.get("peak_frac"), 4),
-           "rlcompare_peak_mem_mib": _round(r.get("peak_mem_mib"), 1), "trl_peak_mem_mib": _round(t.get("peak_mem_mib"), 1),
-           "rlcompare_gflop_per_step": _round((r.get("flops_per_step") or 0) / 1e9, 3) if r else None,
-           "trl_gflop_per_step": _round((t.get("flops_per_step") or 0) / 1e9, 3) if t else None,
-           "rlcompare_tokens_per_step": _round(r.get("tokens_per_step"), 1),
-           "trl_tokens_per_step": _round(t.get("tokens_per_step"), 1),
-           "rlcompare_informative_groups": _round(r.get("informative"), 3),
-           "trl_informative_groups": _round(t.get("informative"), 3),
-           "rlcompare_step_s": r.get("step_s"), "trl_step_s": t.get("step_s"),
-           "weights": weights}
+    row = {
+        "size": size,
+        "params": params,
+        "device": device,
+        "threads": threads,
+        "steps": steps,
+        "warmup": warmup,
+        "matmul_peak_gflops": _round(peak_gflops, 2),
+        "rlcompare_s_per_step": _round(r.get("s_per_step")),
+        "trl_s_per_step": _round(t.get("s_per_step")),
+        "ratio": _round(ratio, 3),
+        "rlcompare_tokens_per_s": _round(r.get("tokens_per_s"), 1),
+        "trl_tokens_per_s": _round(t.get("tokens_per_s"), 1),
+        "rlcompare_gflops": _round(r.get("gflops"), 3),
+        "trl_gflops": _round(t.get("gflops"), 3),
+        "rlcompare_peak_frac": _round(r.get("peak_frac"), 4),
+        "trl_peak_frac": _round(t.get("peak_frac"), 4),
+        "rlcompare_peak_mem_mib": _round(r.get("peak_mem_mib"), 1),
+        "trl_peak_mem_mib": _round(t.get("peak_mem_mib"), 1),
+        "rlcompare_gflop_per_step": _round((r.get("flops_per_step") or 0) / 1e9, 3) if r else None,
+        "trl_gflop_per_step": _round((t.get("flops_per_step") or 0) / 1e9, 3) if t else None,
+        "rlcompare_tokens_per_step": _round(r.get("tokens_per_step"), 1),
+        "trl_tokens_per_step": _round(t.get("tokens_per_step"), 1),
+        "rlcompare_informative_groups": _round(r.get("informative"), 3),
+        "trl_informative_groups": _round(t.get("informative"), 3),
+        "rlcompare_step_s": r.get("step_s"),
+        "trl_step_s": t.get("step_s"),
+        "weights": weights,
+    }
     for name, res in (("rlcompare", rlc), ("trl", trl_res)):
         if res and "error" in res:
             row[f"{name}_error"] = res["error"]
@@ -526,17 +645,42 @@ def _fmt(x, spec: str, none: str = "-") -> str:
 
 def format_table(rows: list[dict]) -> str:
     """The human table: one line per size."""
-    head = ["size", "params", "rlc s/step", "TRL s/step", "speed-up", "rlc tok/s", "TRL tok/s",
-            "rlc GFLOP/s (%peak)", "TRL GFLOP/s (%peak)", "peak GFLOP/s", "rlc MiB", "TRL MiB"]
+    head = [
+        "size",
+        "params",
+        "rlc s/step",
+        "TRL s/step",
+        "speed-up",
+        "rlc tok/s",
+        "TRL tok/s",
+        "rlc GFLOP/s (%peak)",
+        "TRL GFLOP/s (%peak)",
+        "peak GFLOP/s",
+        "rlc MiB",
+        "TRL MiB",
+    ]
     lines = []
     for r in rows:
+
         def pct(g, f):
             return "-" if g is None else f"{g:.2f} ({100 * f:.1f}%)" if f is not None else f"{g:.2f}"
-        lines.append([r["size"], f"{r['params'] / 1e6:.2f}M", _fmt(r["rlcompare_s_per_step"], ".3f"), _fmt(r["trl_s_per_step"], ".3f"),
-                      _fmt(r["ratio"], ".2f") + ("x" if r["ratio"] is not None else ""),
-                      _fmt(r["rlcompare_tokens_per_s"], ".0f"), _fmt(r["trl_tokens_per_s"], ".0f"),
-                      pct(r["rlcompare_gflops"], r["rlcompare_peak_frac"]), pct(r["trl_gflops"], r["trl_peak_frac"]),
-                      _fmt(r["matmul_peak_gflops"], ".1f"), _fmt(r["rlcompare_peak_mem_mib"], ".0f"), _fmt(r["trl_peak_mem_mib"], ".0f")])
+
+        lines.append(
+            [
+                r["size"],
+                f"{r['params'] / 1e6:.2f}M",
+                _fmt(r["rlcompare_s_per_step"], ".3f"),
+                _fmt(r["trl_s_per_step"], ".3f"),
+                _fmt(r["ratio"], ".2f") + ("x" if r["ratio"] is not None else ""),
+                _fmt(r["rlcompare_tokens_per_s"], ".0f"),
+                _fmt(r["trl_tokens_per_s"], ".0f"),
+                pct(r["rlcompare_gflops"], r["rlcompare_peak_frac"]),
+                pct(r["trl_gflops"], r["trl_peak_frac"]),
+                _fmt(r["matmul_peak_gflops"], ".1f"),
+                _fmt(r["rlcompare_peak_mem_mib"], ".0f"),
+                _fmt(r["trl_peak_mem_mib"], ".0f"),
+            ]
+        )
     widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
     fmt = lambda cells: "  ".join(str(c).rjust(w) for c, w in zip(cells, widths))  # noqa: E731
     return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(l) for l in lines])
@@ -548,21 +692,38 @@ def json_line(row: dict) -> str:
 
 # ----------------------------------------------------------------------------- driver
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="rlcompare bench", description="rlcompare vs TRL GRPOTrainer speed on identical work")
+    p = argparse.ArgumentParser(
+        prog="rlcompare bench", description="rlcompare vs TRL GRPOTrainer speed on identical work"
+    )
     p.add_argument("--sizes", default="0.5M,4.2M,25M", help=f"comma-separated, of: {', '.join(SIZES)}")
     p.add_argument("--steps", type=int, default=5, help="measured steps per tool (>= 1; >= 5 for the report)")
     p.add_argument("--warmup", type=int, default=2, help="discarded steps before measuring")
-    p.add_argument("--out", default=os.path.join("results", "bench"), help="folder for weights_<size>/ and results.jsonl")
+    p.add_argument(
+        "--out", default=os.path.join("results", "bench"), help="folder for weights_<size>/ and results.jsonl"
+    )
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--threads", type=int, default=None, help="torch threads per tool (default: torch's default)")
-    p.add_argument("--repeats", type=int, default=3,
-                   help="run each tool this many times (alternating order) and keep its fastest repeat: on a shared "
-                        "machine one run of either tool can land in a loaded moment (default 3)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="run each tool this many times (alternating order) and keep its fastest repeat: on a shared "
+        "machine one run of either tool can land in a loaded moment (default 3)",
+    )
     p.add_argument("--tools", default="rlcompare,trl", help="which tools to run (comma-separated)")
-    p.add_argument("--profile", action="store_true", help="profile rlcompare's measured steps (torch.profiler; slows them, so not for timing)")
-    p.add_argument("--rlcompare-set", action="append", default=[], metavar="KEY=VALUE",
-                   help="an extra rlcompare config override (repeatable), e.g. trainer.skip_zero_advantage=true; "
-                        "recorded in each JSON line as rlcompare_overrides")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile rlcompare's measured steps (torch.profiler; slows them, so not for timing)",
+    )
+    p.add_argument(
+        "--rlcompare-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra rlcompare config override (repeatable), e.g. trainer.skip_zero_advantage=true; "
+        "recorded in each JSON line as rlcompare_overrides",
+    )
     # internal: one tool in this process
     p.add_argument("--worker", choices=("rlcompare", "trl"), help=argparse.SUPPRESS)
     p.add_argument("--size", help=argparse.SUPPRESS)
@@ -577,8 +738,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def _run_worker(tool: str, a: argparse.Namespace, size: str, weights: Path, log) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         result = f.name
-    cmd = [sys.executable, "-m", "rlcompare.bench", "--worker", tool, "--size", size, "--weights", str(weights),
-           "--result", result, "--steps", str(a.steps), "--warmup", str(a.warmup), "--out", a.out, "--device", a.device]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlcompare.bench",
+        "--worker",
+        tool,
+        "--size",
+        size,
+        "--weights",
+        str(weights),
+        "--result",
+        result,
+        "--steps",
+        str(a.steps),
+        "--warmup",
+        str(a.warmup),
+        "--out",
+        a.out,
+        "--device",
+        a.device,
+    ]
     if a.threads:
         cmd += ["--threads", str(a.threads)]
     if a.profile and tool == "rlcompare":
@@ -586,8 +766,14 @@ def _run_worker(tool: str, a: argparse.Namespace, size: str, weights: Path, log)
     if tool == "rlcompare":
         for ov in a.rlcompare_set:
             cmd += ["--rlcompare-set", ov]
-    env = dict(os.environ, TOKENIZERS_PARALLELISM="false", WANDB_MODE="disabled", HF_HUB_OFFLINE="1",
-               TRANSFORMERS_VERBOSITY="error", PYTHONWARNINGS="ignore")
+    env = dict(
+        os.environ,
+        TOKENIZERS_PARALLELISM="false",
+        WANDB_MODE="disabled",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_VERBOSITY="error",
+        PYTHONWARNINGS="ignore",
+    )
     log(f"[bench] {size}: running {tool} ({a.warmup} warm-up + {a.steps} measured steps) ...")
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -602,9 +788,24 @@ def _run_worker(tool: str, a: argparse.Namespace, size: str, weights: Path, log)
         log(f"[bench] {size}: {tool} failed (exit {proc.returncode}):\n{tail}")
         return {"error": f"exit {proc.returncode}: {tail.splitlines()[-1] if tail else ''}"}
     m = summarize(res, a.warmup, None).get("s_per_step")
-    log(f"[bench] {size}: {tool} done in {time.perf_counter() - t0:.0f} s: median {_fmt(m, '.3f')} s/step, "
-        f"steps {[round(x, 3) for x in res.get('step_s', [])]}")
+    log(
+        f"[bench] {size}: {tool} done in {time.perf_counter() - t0:.0f} s: median {_fmt(m, '.3f')} s/step, "
+        f"steps {[round(x, 3) for x in res.get('step_s', [])]}"
+    )
     return res
+
+
+def _available_tools(tools: list[str]) -> list[str]:
+    """The tools asked for, without TRL when it (or the `datasets` package it needs) is not installed."""
+    if "trl" in tools and importlib.util.find_spec("trl") is None:
+        print(
+            "[bench] TRL is not installed (pip install 'rlcompare[bench]' or 'trl>=1.0' datasets): running rlcompare alone"
+        )
+        return [t for t in tools if t != "trl"]
+    if "trl" in tools and importlib.util.find_spec("datasets") is None:
+        print("[bench] the `datasets` package is missing (TRL needs it): running rlcompare alone")
+        return [t for t in tools if t != "trl"]
+    return tools
 
 
 def _bench_main(a: argparse.Namespace) -> int:
@@ -612,13 +813,7 @@ def _bench_main(a: argparse.Namespace) -> int:
     sizes = [s.strip() for s in a.sizes.split(",") if s.strip()]
     for s in sizes:
         model_spec(s)  # unknown sizes fail before anything runs
-    tools = [t.strip() for t in a.tools.split(",") if t.strip()]
-    if "trl" in tools and importlib.util.find_spec("trl") is None:
-        print("[bench] TRL is not installed (pip install 'rlcompare[bench]' or 'trl>=1.0' datasets): running rlcompare alone")
-        tools = [t for t in tools if t != "trl"]
-    if "trl" in tools and importlib.util.find_spec("datasets") is None:
-        print("[bench] the `datasets` package is missing (TRL needs it): running rlcompare alone")
-        tools = [t for t in tools if t != "trl"]
+    tools = _available_tools([t.strip() for t in a.tools.split(",") if t.strip()])
     import torch
 
     if a.device == "cuda" and not torch.cuda.is_available():
@@ -635,10 +830,13 @@ def _bench_main(a: argparse.Namespace) -> int:
     for size in sizes:
         weights = out / f"weights_{size}"
         info = ensure_weights(weights, size, log=log)
-        print(f"[bench] {size}: initial weights {weights.resolve()} (params {info['params']:,}, hash {info['weights_hash']})", flush=True)
+        print(
+            f"[bench] {size}: initial weights {weights.resolve()} (params {info['params']:,}, hash {info['weights_hash']})",
+            flush=True,
+        )
         res, medians = {}, {t: [] for t in tools}
         for rep in range(a.repeats):  # alternate the order; keep each tool's fastest repeat (least disturbed)
-            for t in (tools if rep % 2 == 0 else tools[::-1]):
+            for t in tools if rep % 2 == 0 else tools[::-1]:
                 r = _run_worker(t, a, size, weights.resolve(), log)
                 m = summarize(r, a.warmup, None).get("s_per_step")
                 medians[t].append(_round(m))
@@ -648,10 +846,22 @@ def _bench_main(a: argparse.Namespace) -> int:
         peak = max(peak, matmul_peak_gflops(a.device))  # re-measured between runs; the best is the peak
         rlc = res.get("rlcompare")
         if rlc and rlc.get("profile_table"):
-            print(f"\n[bench] {size}: rlcompare profile (measured steps, top operators by self time)\n{rlc['profile_table']}")
+            print(
+                f"\n[bench] {size}: rlcompare profile (measured steps, top operators by self time)\n{rlc['profile_table']}"
+            )
             print(f"[bench] trace: {rlc.get('profile_trace')}")
-        row = result_row(size, info["params"], steps=a.steps, warmup=a.warmup, threads=threads, device=a.device,
-                         peak_gflops=peak, rlc=rlc, trl_res=res.get("trl"), weights=str(weights.resolve()))
+        row = result_row(
+            size,
+            info["params"],
+            steps=a.steps,
+            warmup=a.warmup,
+            threads=threads,
+            device=a.device,
+            peak_gflops=peak,
+            rlc=rlc,
+            trl_res=res.get("trl"),
+            weights=str(weights.resolve()),
+        )
         if a.repeats > 1:
             row.update({f"{t}_repeat_s_per_step": medians[t] for t in tools})
         if a.rlcompare_set:

@@ -34,13 +34,19 @@ budget=smoke, logger=wandb); each preset in `conf/algorithm/` writes every `algo
 def _field_comments() -> dict[str, dict[str, str]]:
     """class name -> field name -> the comment after the field (without '# '), from config.py's source."""
     src = Path(config.__file__).read_text()
-    comments = {tok.start[0]: tok.string.lstrip("#").strip()
-                for tok in tokenize.generate_tokens(io.StringIO(src).readline) if tok.type == tokenize.COMMENT}
+    comments = {
+        tok.start[0]: tok.string.lstrip("#").strip()
+        for tok in tokenize.generate_tokens(io.StringIO(src).readline)
+        if tok.type == tokenize.COMMENT
+    }
     out: dict[str, dict[str, str]] = {}
     for node in ast.parse(src).body:
         if isinstance(node, ast.ClassDef):
-            out[node.name] = {st.target.id: comments.get(st.end_lineno, "") for st in node.body
-                              if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)}
+            out[node.name] = {
+                st.target.id: comments.get(st.end_lineno, "")
+                for st in node.body
+                if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+            }
     return out
 
 

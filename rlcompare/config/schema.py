@@ -44,24 +44,44 @@ class ClipConfig:
     seq_eps_high: Optional[float] = None  # hybrid (DHPO) ratio: the sequence branch's clip range above 1
     mix: str = "mean"  # hybrid ratio: how token and sequence branches combine: mean | entropy
     # the other surrogates' knobs (algorithm.surrogate; losses.policy_loss keywords, defaults from there)
-    cispo_w_min: Optional[float] = accepted.SURROGATE_DEFAULTS["cispo_w_min"]  # CISPO: lower bound of the clipped IS weight; null: none
-    cispo_w_max: Optional[float] = accepted.SURROGATE_DEFAULTS["cispo_w_max"]  # CISPO: upper bound of the clipped IS weight (stop-gradient); null: none
-    sapo_tau_pos: float = accepted.SURROGATE_DEFAULTS["sapo_tau_pos"]  # SAPO: soft-gate temperature for positive advantages
-    sapo_tau_neg: float = accepted.SURROGATE_DEFAULTS["sapo_tau_neg"]  # SAPO: soft-gate temperature for negative advantages
+    cispo_w_min: Optional[float] = accepted.SURROGATE_DEFAULTS[
+        "cispo_w_min"
+    ]  # CISPO: lower bound of the clipped IS weight; null: none
+    cispo_w_max: Optional[float] = accepted.SURROGATE_DEFAULTS[
+        "cispo_w_max"
+    ]  # CISPO: upper bound of the clipped IS weight (stop-gradient); null: none
+    sapo_tau_pos: float = accepted.SURROGATE_DEFAULTS[
+        "sapo_tau_pos"
+    ]  # SAPO: soft-gate temperature for positive advantages
+    sapo_tau_neg: float = accepted.SURROGATE_DEFAULTS[
+        "sapo_tau_neg"
+    ]  # SAPO: soft-gate temperature for negative advantages
     gmpo_eps_low: float = accepted.SURROGATE_DEFAULTS["gmpo_eps_low"]  # GMPO: clip range below 0 of the log-ratio
     gmpo_eps_high: float = accepted.SURROGATE_DEFAULTS["gmpo_eps_high"]  # GMPO: clip range above 0 of the log-ratio
-    dppo_delta_low: float = accepted.SURROGATE_DEFAULTS["dppo_delta_low"]  # DPPO: divergence bound for tokens whose probability falls
-    dppo_delta_high: float = accepted.SURROGATE_DEFAULTS["dppo_delta_high"]  # DPPO: divergence bound for tokens whose probability rises
+    dppo_delta_low: float = accepted.SURROGATE_DEFAULTS[
+        "dppo_delta_low"
+    ]  # DPPO: divergence bound for tokens whose probability falls
+    dppo_delta_high: float = accepted.SURROGATE_DEFAULTS[
+        "dppo_delta_high"
+    ]  # DPPO: divergence bound for tokens whose probability rises
     dppo_cap: float = accepted.SURROGATE_DEFAULTS["dppo_cap"]  # DPPO: cap on the importance weight
-    cov_ratio: Optional[float] = accepted.SURROGATE_DEFAULTS["cov_ratio"]  # Clip-Cov / KL-Cov: share of tokens restricted; null: 2e-4 (clip-cov), 2e-3 (kl-cov)
-    cov_lb: float = accepted.SURROGATE_DEFAULTS["cov_lb"]  # Clip-Cov: lower end of the covariance window of tokens that may be clipped
+    cov_ratio: Optional[float] = accepted.SURROGATE_DEFAULTS[
+        "cov_ratio"
+    ]  # Clip-Cov / KL-Cov: share of tokens restricted; null: 2e-4 (clip-cov), 2e-3 (kl-cov)
+    cov_lb: float = accepted.SURROGATE_DEFAULTS[
+        "cov_lb"
+    ]  # Clip-Cov: lower end of the covariance window of tokens that may be clipped
     cov_ub: float = accepted.SURROGATE_DEFAULTS["cov_ub"]  # Clip-Cov: upper end of the covariance window
-    kl_cov_coef: float = accepted.SURROGATE_DEFAULTS["kl_cov_coef"]  # KL-Cov: coefficient of the KL penalty on the selected tokens
+    kl_cov_coef: float = accepted.SURROGATE_DEFAULTS[
+        "kl_cov_coef"
+    ]  # KL-Cov: coefficient of the KL penalty on the selected tokens
 
 
 @dataclass
 class MismatchConfig:
-    mode: Optional[str] = None  # rollout/trainer mismatch correction: null (off) | token-truncate | token-mask | sequence-truncate | sequence-mask | icepop
+    mode: Optional[str] = (
+        None  # rollout/trainer mismatch correction: null (off) | token-truncate | token-mask | sequence-truncate | sequence-mask | icepop
+    )
     c_min: Optional[float] = None  # lower bound of the mismatch weight; null: the mode's default (none; icepop 0.5)
     c_max: Optional[float] = None  # upper bound of the mismatch weight; null: the mode's default (2.0; icepop 5.0)
 
@@ -102,7 +122,9 @@ class AlgorithmConfig:
     paper: str = "DeepSeekMath (arXiv 2402.03300)"  # the paper the preset follows (shown in reports)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     ratio: str = "token"  # importance-ratio level: token | sequence | sequence-token | hybrid
-    surrogate: str = "clip"  # per-token policy surrogate: clip | cispo | sapo | gmpo | dppo-tv | dppo-kl | clip-cov | kl-cov
+    surrogate: str = (
+        "clip"  # per-token policy surrogate: clip | cispo | sapo | gmpo | dppo-tv | dppo-kl | clip-cov | kl-cov
+    )
     clip: ClipConfig = field(default_factory=ClipConfig)
     aggregation: str = "seq-mean-token-mean"  # how token losses reduce to one number: token-mean | token-sum | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm | prompt-mean-token-mean
     horizon: Optional[int] = None  # H for seq-mean-token-sum-norm (Dr. GRPO: budget.max_new_tokens)
@@ -149,7 +171,9 @@ class ModelConfig:
     # hf: any causal LM, hub id or local folder
     name_or_path: Optional[str] = None  # hf: a hub id or a local folder (save_pretrained output)
     dtype: str = "auto"  # hf: weights dtype: auto | bfloat16 | float32 | float16
-    attn_implementation: Optional[str] = None  # hf: transformers' attn_implementation (e.g. sdpa, flash_attention_2); null: its default
+    attn_implementation: Optional[str] = (
+        None  # hf: transformers' attn_implementation (e.g. sdpa, flash_attention_2); null: its default
+    )
     gradient_checkpointing: bool = False  # hf: recompute activations in the backward (less memory, slower)
     trust_remote_code: bool = False  # hf: run the model repository's own code (only for repositories you trust)
     disable_dropout: bool = True  # zero every dropout probability of the loaded model (LoRA's own dropout kept)
@@ -171,8 +195,12 @@ class PromptsConfig:
     train_split: str = "train"  # hf: the split trained on
     eval_split: Optional[str] = "test"  # hf: the split evaluated; null: hold out eval_fraction of train_split
     eval_fraction: float = 0.1  # share held out for eval when there is no separate eval file/split
-    fields: Any = field(default_factory=lambda: {"question": "question", "answer": "answer"})  # the dataset's column names for question and answer
-    answer_extractor: Optional[str] = None  # how the reference answer is read from the answer column: gsm8k | boxed | none
+    fields: Any = field(
+        default_factory=lambda: {"question": "question", "answer": "answer"}
+    )  # the dataset's column names for question and answer
+    answer_extractor: Optional[str] = (
+        None  # how the reference answer is read from the answer column: gsm8k | boxed | none
+    )
     template: str = "{question}"  # a literal with {question}, or a named template: plain | boxed | r1 | r1_chat
     chat: bool = False  # wrap prompts in the tokenizer's chat template
     system_prompt: Optional[str] = None  # chat: a system message; null: none
@@ -194,7 +222,9 @@ class VerifierConfig:
     max_chars: int = 10000  # completions are cut to their last max_chars characters before parsing
     number: str = "first"  # exact_match without <answer>/\boxed{}/#### markers: first | last number
     require_all: bool = False  # countdown: every given number must be used (TinyZero); false = each at most once
-    pattern: Optional[str] = None  # format: regex searched in the completion; null = R1 <think>..</think><answer>..</answer>
+    pattern: Optional[str] = (
+        None  # format: regex searched in the completion; null = R1 <think>..</think><answer>..</answer>
+    )
     components: Any = None  # weighted: list of {name, weight, ...}; the first one's `correct` is reported
     isolation: str = "auto"  # auto | process | inline: auto runs math_verify / custom patterns in worker processes
     workers: Optional[int] = None  # worker processes for isolated verifiers; null = min(4, usable CPU cores)
@@ -230,15 +260,23 @@ class TrainerConfig:
     betas: Any = field(default_factory=lambda: [0.9, 0.99])  # AdamW betas
     warmup_steps: int = 0  # linear learning-rate warmup steps; 0: none
     max_grad_norm: Optional[float] = 1.0  # gradient-norm clip; null: off
-    updates_per_rollout: int = 2  # optimizer steps per rollout batch (mini-batches); > 1 makes ratio and clipping matter
-    micro_batch_size: Optional[int] = None  # sequences per forward inside a mini-batch (gradient accumulation); null: whole mini-batch
+    updates_per_rollout: int = (
+        2  # optimizer steps per rollout batch (mini-batches); > 1 makes ratio and clipping matter
+    )
+    micro_batch_size: Optional[int] = (
+        None  # sequences per forward inside a mini-batch (gradient accumulation); null: whole mini-batch
+    )
     eval_every: int = 5  # steps between evaluations
     eval_batch_size: int = 256  # prompts per evaluation forward
     n_samples_logged: int = 4  # sample completions written per step to samples.jsonl
     sample_max_chars: int = 400  # characters kept of each logged sample
-    recompute_old_logp: bool = False  # false: reuse the sampler's log-probs (same weights) as old_logp; true: recompute them
+    recompute_old_logp: bool = (
+        False  # false: reuse the sampler's log-probs (same weights) as old_logp; true: recompute them
+    )
     skip_zero_advantage: bool = False  # true: no forward/backward for groups whose advantages are all 0 (when exact)
-    update_from_rollout: bool = True  # the first update on a batch reuses the sampler's projections (rlcompare.fast.recorded_update)
+    update_from_rollout: bool = (
+        True  # the first update on a batch reuses the sampler's projections (rlcompare.fast.recorded_update)
+    )
     checkpoint_every: int = 0  # steps between checkpoints; 0: off
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     max_bad_steps: int = 5  # non-finite steps (skipped) in a row before the run fails
@@ -253,7 +291,9 @@ class TrainerConfig:
 class RolloutConfig:
     temperature: float = 1.0  # sampling temperature (>= 1e-6)
     top_p: float = 1.0  # nucleus sampling: keep the smallest token set with this probability; 1: off
-    kv_cache: str = "auto"  # auto: preallocated cache for Llama/Qwen2/Qwen3/Mistral (same tokens) | dynamic: transformers' cache
+    kv_cache: str = (
+        "auto"  # auto: preallocated cache for Llama/Qwen2/Qwen3/Mistral (same tokens) | dynamic: transformers' cache
+    )
     streams: str = "batch"  # batch: one random stream per batch | group: one per prompt group (torchrun needs it)
 
 
@@ -331,7 +371,9 @@ def to_schema(cfg: DictConfig | dict) -> DictConfig:
         raise ConfigError(f"unknown config key '{key}'; accepted keys here: {accepted}") from None
     except OmegaValidationError as e:
         first = str(e.msg).strip().splitlines()[0] if str(e.msg).strip() else str(e)
-        raise ConfigError(f"{e.full_key}={getattr(e, 'value', None)!r} is not accepted (bad value for '{e.full_key}'): {first}") from None
+        raise ConfigError(
+            f"{e.full_key}={getattr(e, 'value', None)!r} is not accepted (bad value for '{e.full_key}'): {first}"
+        ) from None
     return merged
 
 
@@ -358,7 +400,11 @@ def _check_algorithm(c: DictConfig) -> None:
     _one_of("algorithm.ratio", a.ratio, RATIOS)
     _one_of("algorithm.aggregation", a.aggregation, AGGREGATIONS)
     _one_of("algorithm.advantage.estimator", a.advantage.estimator, ESTIMATORS)
-    _one_of(f"algorithm.advantage.scale (estimator={a.advantage.estimator})", a.advantage.scale, SCALES[a.advantage.estimator])
+    _one_of(
+        f"algorithm.advantage.scale (estimator={a.advantage.estimator})",
+        a.advantage.scale,
+        SCALES[a.advantage.estimator],
+    )
     _one_of("algorithm.advantage.std_ddof", a.advantage.std_ddof, (0, 1))
     if a.advantage.eps < 0:
         raise ConfigError(f"algorithm.advantage.eps={a.advantage.eps} must be >= 0 (it keeps the std division finite)")
@@ -368,16 +414,24 @@ def _check_algorithm(c: DictConfig) -> None:
     for k in ("eps_low", "eps_high"):
         _at_least(f"algorithm.clip.{k}", a.clip[k], 0, "a clipping range cannot be negative")
     if a.clip.dual_clip is not None and a.clip.dual_clip <= 1:
-        raise ConfigError(f"algorithm.clip.dual_clip={a.clip.dual_clip} must be > 1 (verl uses 3, DAPO scripts 10), or null to turn it off")
+        raise ConfigError(
+            f"algorithm.clip.dual_clip={a.clip.dual_clip} must be > 1 (verl uses 3, DAPO scripts 10), or null to turn it off"
+        )
     if a.ratio == "hybrid":
         for k in ("seq_eps_low", "seq_eps_high"):
             if a.clip[k] is None:
-                raise ConfigError(f"algorithm.clip.{k} is required with algorithm.ratio=hybrid (the sequence branch's range, e.g. 3e-4 / 4e-4)")
+                raise ConfigError(
+                    f"algorithm.clip.{k} is required with algorithm.ratio=hybrid (the sequence branch's range, e.g. 3e-4 / 4e-4)"
+                )
             _at_least(f"algorithm.clip.{k}", a.clip[k], 0, "a clipping range cannot be negative")
     elif a.clip.mix == "entropy":
-        raise ConfigError("algorithm.clip.mix=entropy only applies to algorithm.ratio=hybrid, where it weighs token vs sequence ratios; set algorithm.clip.mix=mean")
+        raise ConfigError(
+            "algorithm.clip.mix=entropy only applies to algorithm.ratio=hybrid, where it weighs token vs sequence ratios; set algorithm.clip.mix=mean"
+        )
     if a.aggregation == "seq-mean-token-sum-norm" and (a.horizon is None or a.horizon <= 0):
-        raise ConfigError("algorithm.aggregation=seq-mean-token-sum-norm needs algorithm.horizon > 0 (Dr. GRPO's constant H, usually budget.max_new_tokens); set algorithm.horizon=${budget.max_new_tokens}")
+        raise ConfigError(
+            "algorithm.aggregation=seq-mean-token-sum-norm needs algorithm.horizon > 0 (Dr. GRPO's constant H, usually budget.max_new_tokens); set algorithm.horizon=${budget.max_new_tokens}"
+        )
     if a.kl.coef < 0:
         raise ConfigError(f"algorithm.kl.coef={a.kl.coef} must be >= 0 (0 turns KL off and loads no reference model)")
     _at_least("algorithm.dynamic_sampling.max_rounds", a.dynamic_sampling.max_rounds, 0)
@@ -389,12 +443,16 @@ def _check_algorithm(c: DictConfig) -> None:
             raise ConfigError(f"algorithm.critic.lr={a.critic.lr} must be > 0")
         _at_least("algorithm.critic.coef", a.critic.coef, 0)
         if a.critic.value_clip is not None and a.critic.value_clip <= 0:
-            raise ConfigError(f"algorithm.critic.value_clip={a.critic.value_clip} must be > 0, or null to turn value clipping off")
+            raise ConfigError(
+                f"algorithm.critic.value_clip={a.critic.value_clip} must be > 0, or null to turn value clipping off"
+            )
     _check_variants(a, t)
     if a.overlong.soft_punishment:
         _at_least("algorithm.overlong.cache_len", a.overlong.cache_len, 1)
         if a.overlong.cache_len >= b.max_new_tokens:
-            raise ConfigError(f"algorithm.overlong.cache_len={a.overlong.cache_len} must be < budget.max_new_tokens={b.max_new_tokens}")
+            raise ConfigError(
+                f"algorithm.overlong.cache_len={a.overlong.cache_len} must be < budget.max_new_tokens={b.max_new_tokens}"
+            )
 
 
 def _check_trainer(c: DictConfig) -> None:
@@ -403,11 +461,15 @@ def _check_trainer(c: DictConfig) -> None:
     _at_least("trainer.prompts_per_step", t.prompts_per_step, 1)
     _at_least("trainer.group_size", t.group_size, 1)
     if t.group_size < 2 and a.advantage.estimator in ("group", "rloo"):
-        raise ConfigError(f"trainer.group_size={t.group_size} with algorithm.advantage.estimator={a.advantage.estimator}: group advantages compare completions of one prompt, so they need trainer.group_size >= 2 (or use algorithm=ppo)")
+        raise ConfigError(
+            f"trainer.group_size={t.group_size} with algorithm.advantage.estimator={a.advantage.estimator}: group advantages compare completions of one prompt, so they need trainer.group_size >= 2 (or use algorithm=ppo)"
+        )
     _at_least("trainer.updates_per_rollout", t.updates_per_rollout, 1)
     n_seqs = t.prompts_per_step * t.group_size
     if t.updates_per_rollout > n_seqs:
-        raise ConfigError(f"trainer.updates_per_rollout={t.updates_per_rollout} exceeds the rollout batch of {n_seqs} completions; each update needs at least one")
+        raise ConfigError(
+            f"trainer.updates_per_rollout={t.updates_per_rollout} exceeds the rollout batch of {n_seqs} completions; each update needs at least one"
+        )
     if t.lr <= 0:
         raise ConfigError(f"trainer.lr={t.lr} must be > 0")
     if t.micro_batch_size is not None:
@@ -431,18 +493,26 @@ def _check_trainer(c: DictConfig) -> None:
     if t.inject_nan_at_step is not None:
         _at_least("trainer.inject_nan_at_step", t.inject_nan_at_step, 1, "a testing hook: null turns it off")
     if c.rollout.temperature <= 0:
-        raise ConfigError(f"rollout.temperature={c.rollout.temperature} must be > 0 (sampling needs a positive temperature)")
+        raise ConfigError(
+            f"rollout.temperature={c.rollout.temperature} must be > 0 (sampling needs a positive temperature)"
+        )
     if not 0 < c.rollout.top_p <= 1:
         raise ConfigError(f"rollout.top_p={c.rollout.top_p} must be in (0, 1]")
     if t.parallel not in PARALLEL_MODES:
-        raise ConfigError(f"trainer.parallel={t.parallel!r} must be auto (ddp when launched by torchrun), none or "
-                          f"ddp; fsdp is not built yet (docs/scaling.md)")
+        raise ConfigError(
+            f"trainer.parallel={t.parallel!r} must be auto (ddp when launched by torchrun), none or "
+            f"ddp; fsdp is not built yet (docs/scaling.md)"
+        )
     if c.rollout.streams not in STREAMS:
-        raise ConfigError(f"rollout.streams={c.rollout.streams!r} must be batch (one random stream for the batch) or "
-                          f"group (one per prompt group, as data-parallel runs need)")
+        raise ConfigError(
+            f"rollout.streams={c.rollout.streams!r} must be batch (one random stream for the batch) or "
+            f"group (one per prompt group, as data-parallel runs need)"
+        )
     if c.rollout.kv_cache not in KV_CACHES:
-        raise ConfigError(f"rollout.kv_cache={c.rollout.kv_cache!r} must be auto (a preallocated cache where the "
-                          f"architecture allows) or dynamic (transformers' cache)")
+        raise ConfigError(
+            f"rollout.kv_cache={c.rollout.kv_cache!r} must be auto (a preallocated cache where the "
+            f"architecture allows) or dynamic (transformers' cache)"
+        )
 
 
 def _check_budget(c: DictConfig) -> None:
@@ -458,7 +528,9 @@ def _check_budget(c: DictConfig) -> None:
     if b.total_tokens is not None:
         one_step = n_seqs  # every completion generates at least one token
         if b.total_tokens < one_step:
-            raise ConfigError(f"budget.total_tokens={b.total_tokens} is smaller than one step ({t.prompts_per_step} prompts x {t.group_size} completions = at least {one_step} tokens); raise budget.total_tokens or lower trainer.prompts_per_step")
+            raise ConfigError(
+                f"budget.total_tokens={b.total_tokens} is smaller than one step ({t.prompts_per_step} prompts x {t.group_size} completions = at least {one_step} tokens); raise budget.total_tokens or lower trainer.prompts_per_step"
+            )
 
 
 def _check_model(c: DictConfig) -> None:
@@ -470,15 +542,22 @@ def _check_model(c: DictConfig) -> None:
     if c.model.kind == "hf" and not c.model.name_or_path:
         raise ConfigError("model.kind=hf needs model.name_or_path (a hub id or a local folder)")
     if c.model.kind == "tiny":
-        check_fits_context(b, c.model.max_position_embeddings,
-                           f"model.max_position_embeddings={c.model.max_position_embeddings}",
-                           "lower the budget or raise the context")
+        check_fits_context(
+            b,
+            c.model.max_position_embeddings,
+            f"model.max_position_embeddings={c.model.max_position_embeddings}",
+            "lower the budget or raise the context",
+        )
         if c.model.hidden_size % c.model.num_heads:
-            raise ConfigError(f"model.hidden_size={c.model.hidden_size} must be divisible by model.num_heads={c.model.num_heads}")
+            raise ConfigError(
+                f"model.hidden_size={c.model.hidden_size} must be divisible by model.num_heads={c.model.num_heads}"
+            )
         if (c.model.hidden_size // c.model.num_heads) % 2:  # RoPE rotates pairs of dimensions of every head
-            raise ConfigError(f"model.hidden_size={c.model.hidden_size} / model.num_heads={c.model.num_heads} = "
-                              f"{c.model.hidden_size // c.model.num_heads} dimensions per head must be even (rotary "
-                              f"embeddings rotate pairs); e.g. model.hidden_size=128 model.num_heads=4")
+            raise ConfigError(
+                f"model.hidden_size={c.model.hidden_size} / model.num_heads={c.model.num_heads} = "
+                f"{c.model.hidden_size // c.model.num_heads} dimensions per head must be even (rotary "
+                f"embeddings rotate pairs); e.g. model.hidden_size=128 model.num_heads=4"
+            )
         _check_warm_start(c.model.warm_start)
         _at_least("model.num_layers", c.model.num_layers, 1)
 
@@ -496,9 +575,13 @@ def _check_inputs_and_places(c: DictConfig) -> None:
     if c.verifier.timeout_s is None or c.verifier.timeout_s <= 0:
         raise ConfigError(f"verifier.timeout_s={c.verifier.timeout_s} must be > 0 (seconds per completion)")
     if c.verifier.timeout_s > MAX_TIMEOUT_S:  # 1e300 overflowed the workers' timers: score_batch raised
-        raise ConfigError(f"verifier.timeout_s={c.verifier.timeout_s} must be <= {MAX_TIMEOUT_S:g} (seconds per completion)")
+        raise ConfigError(
+            f"verifier.timeout_s={c.verifier.timeout_s} must be <= {MAX_TIMEOUT_S:g} (seconds per completion)"
+        )
     if not (isinstance(c.resume, (bool, str)) and c.resume != ""):
-        raise ConfigError(f"resume={c.resume!r} is not accepted; use false, true (same overrides) or the path of a run folder")
+        raise ConfigError(
+            f"resume={c.resume!r} is not accepted; use false, true (same overrides) or the path of a run folder"
+        )
     _one_of("logger.name", c.logger.name, LOGGERS)
     _one_of("logger.mode", c.logger.mode, LOGGER_MODES)
     if c.prompts.kind == "arithmetic":
@@ -535,8 +618,9 @@ def check_fits_context(budget, ctx: int | None, where: str, fix: str = "lower th
     fit in the model's `ctx` positions (None: unknown, not checked). `where` says where ctx came from."""
     need = budget.max_prompt_tokens + budget.max_new_tokens
     if ctx is not None and need > ctx:
-        raise ConfigError(f"budget.max_prompt_tokens + budget.max_new_tokens = {need} exceeds the model's context "
-                          f"{where}; {fix}")
+        raise ConfigError(
+            f"budget.max_prompt_tokens + budget.max_new_tokens = {need} exceeds the model's context {where}; {fix}"
+        )
 
 
 def _check_results_dir(path: str) -> None:
@@ -547,8 +631,10 @@ def check_creatable(key: str, path: str) -> None:
     """`path` is a folder, or can be made one (by Hydra, or the run) with its parents; else ConfigError naming `key`."""
     why = why_not_creatable(str(path))
     if why is not None:
-        raise ConfigError(f"{key}={str(path)!r} is not writable ({why}); choose a folder you can write"
-                          + (", e.g. results_dir=./results" if key == "results_dir" else ""))
+        raise ConfigError(
+            f"{key}={str(path)!r} is not writable ({why}); choose a folder you can write"
+            + (", e.g. results_dir=./results" if key == "results_dir" else "")
+        )
 
 
 def why_not_creatable(path: str) -> str | None:
@@ -579,11 +665,17 @@ _NAME_MAX = 255  # bytes in one folder name on Linux and macOS file systems
 def _check_folder_name(key: str, value: Any) -> None:
     """`experiment` and `run_name` name one folder under results_dir: no separators, no `..`, nothing absolute."""
     name = str(value)
-    bad = (not name.strip() or name in (".", "..") or any(ch in name for ch in "/\\\0")
-           or len(os.fsencode(name)) > _NAME_MAX)
+    bad = (
+        not name.strip()
+        or name in (".", "..")
+        or any(ch in name for ch in "/\\\0")
+        or len(os.fsencode(name)) > _NAME_MAX
+    )
     if bad:
-        raise ConfigError(f"{key}={value!r} must be one folder name inside results_dir: not empty, not '.' or '..', no "
-                          f"'/' or '\\', at most {_NAME_MAX} bytes; e.g. {key}=my_{key}")
+        raise ConfigError(
+            f"{key}={value!r} must be one folder name inside results_dir: not empty, not '.' or '..', no "
+            f"'/' or '\\', at most {_NAME_MAX} bytes; e.g. {key}=my_{key}"
+        )
 
 
 def _check_arithmetic_template(template: str) -> None:
@@ -593,9 +685,11 @@ def _check_arithmetic_template(template: str) -> None:
     except (KeyError, IndexError, ValueError):
         ok = False
     if not ok:
-        raise ConfigError(f"prompts.template={template!r} does not work with prompts.kind=arithmetic: it needs a string "
-                          f"holding {{question}} and no other {{...}} field (doubled braces {{{{ }}}} stay literal); "
-                          f"e.g. prompts.template='{{question}}'")
+        raise ConfigError(
+            f"prompts.template={template!r} does not work with prompts.kind=arithmetic: it needs a string "
+            f"holding {{question}} and no other {{...}} field (doubled braces {{{{ }}}} stay literal); "
+            f"e.g. prompts.template='{{question}}'"
+        )
 
 
 # Examples a generated prompt set may hold, each side: a few seconds to build on 2 cores (10^8 arithmetic examples
@@ -611,11 +705,15 @@ def _check_generated_size(p) -> None:
         return
     for key in ("n_train", "n_eval"):
         if (p[key] or 0) > MAX_GENERATED[p.kind]:
-            raise ConfigError(f"prompts.{key}={p[key]} must be <= {MAX_GENERATED[p.kind]} for a generated prompt set "
-                              f"(prompts.kind={p.kind}); the set is built in memory before training")
+            raise ConfigError(
+                f"prompts.{key}={p[key]} must be <= {MAX_GENERATED[p.kind]} for a generated prompt set "
+                f"(prompts.kind={p.kind}); the set is built in memory before training"
+            )
     if p.kind == "arithmetic" and p.max_operand > MAX_OPERAND:
-        raise ConfigError(f"prompts.max_operand={p.max_operand} must be <= {MAX_OPERAND}: every pair a+b is built in "
-                          f"memory ({MAX_OPERAND + 1}^2 = {(MAX_OPERAND + 1) ** 2} pairs at most)")
+        raise ConfigError(
+            f"prompts.max_operand={p.max_operand} must be <= {MAX_OPERAND}: every pair a+b is built in "
+            f"memory ({MAX_OPERAND + 1}^2 = {(MAX_OPERAND + 1) ** 2} pairs at most)"
+        )
 
 
 def _check_warm_start(ws) -> None:
@@ -624,8 +722,10 @@ def _check_warm_start(ws) -> None:
     seq = None if isinstance(offsets, (str, bytes, int, float)) else list(offsets)
     ints = seq is not None and all(isinstance(x, int) and not isinstance(x, bool) for x in seq)
     if not ints or (ws.noisy_label_frac > 0 and not seq):
-        raise ConfigError(f"model.warm_start.noise_offsets={offsets!r} must be a list of integers (how far noisy labels "
-                          f"are off), non-empty while model.warm_start.noisy_label_frac > 0; e.g. [1, 2]")
+        raise ConfigError(
+            f"model.warm_start.noise_offsets={offsets!r} must be a list of integers (how far noisy labels "
+            f"are off), non-empty while model.warm_start.noisy_label_frac > 0; e.g. [1, 2]"
+        )
 
 
 # ----------------------------------------------------------------------------- numbers: finite, within range
@@ -759,11 +859,15 @@ def _check_variants(a: DictConfig, t: DictConfig) -> None:
     _one_of("algorithm.surrogate", a.surrogate, accepted.SURROGATES)
     ratios = accepted.SURROGATE_RATIOS[a.surrogate]
     if a.ratio not in ratios:
-        raise ConfigError(f"algorithm.ratio={a.ratio} does not go with algorithm.surrogate={a.surrogate}; "
-                          f"use one of: {', '.join(ratios)} (or algorithm.surrogate=clip)")
+        raise ConfigError(
+            f"algorithm.ratio={a.ratio} does not go with algorithm.surrogate={a.surrogate}; "
+            f"use one of: {', '.join(ratios)} (or algorithm.surrogate=clip)"
+        )
     if a.clip.dual_clip is not None and a.surrogate != "clip":
-        raise ConfigError(f"algorithm.clip.dual_clip={a.clip.dual_clip} applies to algorithm.surrogate=clip only; "
-                          f"set algorithm.clip.dual_clip=null with algorithm.surrogate={a.surrogate}")
+        raise ConfigError(
+            f"algorithm.clip.dual_clip={a.clip.dual_clip} applies to algorithm.surrogate=clip only; "
+            f"set algorithm.clip.dual_clip=null with algorithm.surrogate={a.surrogate}"
+        )
     try:  # the messages start with the knob's name: algorithm.clip.<knob>
         accepted.check_surrogate_knobs(a.surrogate, {k: a.clip[k] for k in accepted.SURROGATE_KNOBS})
     except ValueError as e:
@@ -775,24 +879,34 @@ def _check_variants(a: DictConfig, t: DictConfig) -> None:
             raise ConfigError(f"algorithm.advantage.gamma={adv.gamma} must be in [0, 1]")
         if adv.baseline == "group":
             if adv.gamma != 1:
-                raise ConfigError(f"algorithm.advantage.gamma={adv.gamma} must be 1 with algorithm.advantage.baseline=group "
-                                  "(every token carries the centred sequence reward, as OpenRLHF)")
+                raise ConfigError(
+                    f"algorithm.advantage.gamma={adv.gamma} must be 1 with algorithm.advantage.baseline=group "
+                    "(every token carries the centred sequence reward, as OpenRLHF)"
+                )
             if t.group_size < 2:
-                raise ConfigError(f"trainer.group_size={t.group_size} with algorithm.advantage.baseline=group: the group "
-                                  "baseline needs trainer.group_size >= 2 (or algorithm.advantage.baseline=none)")
+                raise ConfigError(
+                    f"trainer.group_size={t.group_size} with algorithm.advantage.baseline=group: the group "
+                    "baseline needs trainer.group_size >= 2 (or algorithm.advantage.baseline=none)"
+                )
     mm = a.mismatch
     if mm.mode is not None:
         if mm.mode not in accepted.MISMATCH_MODES:
-            raise ConfigError(f"algorithm.mismatch.mode={mm.mode!r} is not accepted; use one of: "
-                              f"{', '.join(accepted.MISMATCH_MODES)}, or null (off)")
+            raise ConfigError(
+                f"algorithm.mismatch.mode={mm.mode!r} is not accepted; use one of: "
+                f"{', '.join(accepted.MISMATCH_MODES)}, or null (off)"
+            )
         if not t.recompute_old_logp:
-            raise ConfigError(f"algorithm.mismatch.mode={mm.mode} corrects recomputed old log-probs against the "
-                              "sampler's; set trainer.recompute_old_logp=true (or algorithm.mismatch.mode=null)")
+            raise ConfigError(
+                f"algorithm.mismatch.mode={mm.mode} corrects recomputed old log-probs against the "
+                "sampler's; set trainer.recompute_old_logp=true (or algorithm.mismatch.mode=null)"
+            )
         try:
             accepted.check_mismatch_bounds(mm.mode, mm.c_min, mm.c_max)
         except ValueError as e:
             raise ConfigError(f"algorithm.mismatch.{e} (algorithm.mismatch.mode={mm.mode})") from None
     q = a.top_entropy_quantile
     if q is not None and not 0 <= q <= 1:
-        raise ConfigError(f"algorithm.top_entropy_quantile={q} must be in [0, 1] (the share of highest-entropy "
-                          "tokens trained on; 0.2 in arXiv 2506.01939), or null to turn it off")
+        raise ConfigError(
+            f"algorithm.top_entropy_quantile={q} must be in [0, 1] (the share of highest-entropy "
+            "tokens trained on; 0.2 in arXiv 2506.01939), or null to turn it off"
+        )

@@ -55,8 +55,13 @@ def write_form(terms: list[int], form: str, slip: tuple[int, int] | None = None)
     raise ValueError(f"unknown chain form {form!r}; use one of: {', '.join(FORMS)}")
 
 
-def sft_target(terms: list[int], rng: random.Random, form_weights: dict[str, float], slip_frac: float,
-               slip_offsets: tuple[int, ...]) -> str:
+def sft_target(
+    terms: list[int],
+    rng: random.Random,
+    form_weights: dict[str, float],
+    slip_frac: float,
+    slip_offsets: tuple[int, ...],
+) -> str:
     """The warm start's target for one prompt: a form drawn by weight; with probability `slip_frac` one step is
     off by one of `slip_offsets` (upward, like the default task's noisy labels: a shared bias RL can undo)."""
     forms = [f for f in FORMS if form_weights.get(f, 0) > 0]
@@ -71,13 +76,15 @@ def _terms(rng: random.Random, k: int, max_term: int) -> tuple[int, ...]:
     return tuple(rng.randint(1, max_term) for _ in range(k))
 
 
-def chain_lists(*, data_seed: int, n_train: int, n_eval: int, min_terms: int, max_terms: int,
-                max_term: int) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+def chain_lists(
+    *, data_seed: int, n_train: int, n_eval: int, min_terms: int, max_terms: int, max_term: int
+) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
     """(train, eval) term lists. Eval is drawn first, an equal share per number of terms, without repeats; train
     lists (repeats allowed: two terms have only max_term^2 lists) never equal an eval list."""
     if not 2 <= min_terms <= max_terms <= 9:
-        raise ValueError(f"prompts.min_terms={min_terms} / prompts.max_terms={max_terms}: need 2 <= min_terms <= "
-                         f"max_terms <= 9")
+        raise ValueError(
+            f"prompts.min_terms={min_terms} / prompts.max_terms={max_terms}: need 2 <= min_terms <= max_terms <= 9"
+        )
     if not 1 <= max_term <= 9:
         raise ValueError(f"prompts.max_term={max_term} must be in 1..9 (terms are single digits)")
     rng = random.Random(f"chain/{data_seed}")
@@ -87,9 +94,11 @@ def chain_lists(*, data_seed: int, n_train: int, n_eval: int, min_terms: int, ma
     held_out = dict.fromkeys(ks, 0)  # eval lists drawn so far, per number of terms
     for j in range(n_eval):
         k = ks[j % len(ks)]
-        if max_term ** k <= 2 * held_out[k]:
-            raise ValueError(f"prompts.n_eval={n_eval} holds out more than half of the {max_term ** k} lists of "
-                             f"{k} terms; lower prompts.n_eval or raise prompts.min_terms")
+        if max_term**k <= 2 * held_out[k]:
+            raise ValueError(
+                f"prompts.n_eval={n_eval} holds out more than half of the {max_term**k} lists of "
+                f"{k} terms; lower prompts.n_eval or raise prompts.min_terms"
+            )
         terms = _terms(rng, k, max_term)
         while terms in seen:
             terms = _terms(rng, k, max_term)
@@ -106,10 +115,17 @@ def chain_lists(*, data_seed: int, n_train: int, n_eval: int, min_terms: int, ma
 
 def chain_examples(cfg: Any, make_example) -> tuple[list, list]:
     """`make_example(prompt, answer, meta)` -> Example, for both splits of the `prompts` config."""
-    train, eval_ = chain_lists(data_seed=cfg.data_seed, n_train=cfg.n_train, n_eval=cfg.n_eval,
-                               min_terms=cfg.min_terms, max_terms=cfg.max_terms, max_term=cfg.max_term)
-    make = lambda t: make_example(cfg.template.replace("{question}", chain_prompt(list(t))), str(sum(t)),
-                                  {"terms": list(t)})
+    train, eval_ = chain_lists(
+        data_seed=cfg.data_seed,
+        n_train=cfg.n_train,
+        n_eval=cfg.n_eval,
+        min_terms=cfg.min_terms,
+        max_terms=cfg.max_terms,
+        max_term=cfg.max_term,
+    )
+    make = lambda t: make_example(
+        cfg.template.replace("{question}", chain_prompt(list(t))), str(sum(t)), {"terms": list(t)}
+    )
     return [make(t) for t in train], [make(t) for t in eval_]
 
 

@@ -31,15 +31,19 @@ TEMPLATES = {
     "plain": "{question}",
     "boxed": "{question}\nPlease reason step by step, and put your final answer within \\boxed{}.",
     # DeepSeek-R1-Zero's template for base models (chat: false); the completion continues after "<think>".
-    "r1": ("A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
-           "The assistant first thinks about the reasoning process in the mind and then provides the user with the answer. "
-           "The reasoning process and answer are enclosed within <think> </think> and <answer> </answer> tags, "
-           "respectively, i.e., <think> reasoning process here </think> <answer> answer here </answer>.\n"
-           "User: {question}\nAssistant: <think>"),
+    "r1": (
+        "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
+        "The assistant first thinks about the reasoning process in the mind and then provides the user with the answer. "
+        "The reasoning process and answer are enclosed within <think> </think> and <answer> </answer> tags, "
+        "respectively, i.e., <think> reasoning process here </think> <answer> answer here </answer>.\n"
+        "User: {question}\nAssistant: <think>"
+    ),
     # The same instructions for chat models (chat: true; the tokenizer's chat template adds the roles).
-    "r1_chat": ("{question}\nThink about the reasoning process first, then give the answer. Enclose the reasoning in "
-                "<think> </think> tags and the final answer in <answer> </answer> tags, i.e., "
-                "<think> reasoning process here </think> <answer> answer here </answer>."),
+    "r1_chat": (
+        "{question}\nThink about the reasoning process first, then give the answer. Enclose the reasoning in "
+        "<think> </think> tags and the final answer in <answer> </answer> tags, i.e., "
+        "<think> reasoning process here </think> <answer> answer here </answer>."
+    ),
 }
 EXTRACTORS = ("gsm8k", "boxed", "none")
 FILE_TYPES = (".jsonl", ".json", ".csv", ".parquet")
@@ -72,8 +76,10 @@ def resolve_template(template: str | None) -> str:
         return t
     if t in TEMPLATES:
         return TEMPLATES[t]
-    raise ValueError(f"prompts.template={t!r} is neither a named template ({', '.join(TEMPLATES)}) "
-                     "nor a string containing {question}")
+    raise ValueError(
+        f"prompts.template={t!r} is neither a named template ({', '.join(TEMPLATES)}) "
+        "nor a string containing {question}"
+    )
 
 
 def apply_template(template: str, question: str) -> str:
@@ -141,7 +147,7 @@ def load_rows(path: str, key: str = "prompts.path") -> list[dict]:
         if isinstance(data, dict) and isinstance(data.get("data"), list):
             data = data["data"]
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-            raise ValueError(f"{where}: expected a JSON list of objects (or {{\"data\": [...]}})")
+            raise ValueError(f'{where}: expected a JSON list of objects (or {{"data": [...]}})')
         return data
     import pandas as pd
 
@@ -164,8 +170,11 @@ def _columns(rows: list[dict]) -> str:
 
 def _field(row: dict, name: str, role: str, where: str, rows: list[dict], index: int) -> Any:
     if name not in row:
-        raise ValueError(f"{where}: field {name!r} (prompts.fields.{role}) not found"
-                         + (f" in row {index}" if index else "") + f"; columns are: {_columns(rows)}")
+        raise ValueError(
+            f"{where}: field {name!r} (prompts.fields.{role}) not found"
+            + (f" in row {index}" if index else "")
+            + f"; columns are: {_columns(rows)}"
+        )
     v = row[name]
     if v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip()):
         raise ValueError(f"{where}: row {index}: field {name!r} (prompts.fields.{role}) is empty")
@@ -184,8 +193,10 @@ def rows_to_examples(rows: list[dict], cfg: Any, where: str) -> list[Example]:
         raw = _field(row, af, "answer", where, rows, i)
         ans = extract_answer(raw, extractor)
         if ans is None:
-            raise ValueError(f"{where}: row {i}: prompts.answer_extractor={extractor} found no "
-                             f"{'####' if extractor == 'gsm8k' else chr(92) + 'boxed{}'} in field {af!r}: {_to_text(raw)[:120]!r}")
+            raise ValueError(
+                f"{where}: row {i}: prompts.answer_extractor={extractor} found no "
+                f"{'####' if extractor == 'gsm8k' else chr(92) + 'boxed{}'} in field {af!r}: {_to_text(raw)[:120]!r}"
+            )
         out.append(Example(apply_template(template, q), ans, {"index": i}))
     return out
 
@@ -206,7 +217,9 @@ def countdown_rows_to_examples(rows: list[dict], cfg: Any, where: str) -> list[E
             nums = [int(n) for n in list(nums)]
             target = int(_to_text(target))
         except (TypeError, ValueError):
-            raise ValueError(f"{where}: row {i}: fields {nf!r}/{tf!r} must hold a list of integers and an integer") from None
+            raise ValueError(
+                f"{where}: row {i}: fields {nf!r}/{tf!r} must hold a list of integers and an integer"
+            ) from None
         out.append(countdown_example(nums, target, template, {"index": i}))
     return out
 
@@ -216,8 +229,9 @@ def _cap(xs: list, n: Any) -> list:
     return xs[:n] if n else xs
 
 
-def _split(train: list[Example], eval_: list[Example] | None, cfg: Any, where: str,
-           where_eval: str | None = None) -> tuple[list, list]:
+def _split(
+    train: list[Example], eval_: list[Example] | None, cfg: Any, where: str, where_eval: str | None = None
+) -> tuple[list, list]:
     seed = _get(cfg, "data_seed", 0)
     rng = random.Random(seed)
     if eval_ is None:
@@ -237,24 +251,38 @@ def _split(train: list[Example], eval_: list[Example] | None, cfg: Any, where: s
     train, eval_ = _cap(train, _get(cfg, "n_train", 0)), _cap(eval_, _get(cfg, "n_eval", 0))
     for name, xs, w in (("train", train, where), ("eval", eval_, where_eval or where)):
         if not xs:
-            raise ValueError(f"{w}: the {name} split is empty ({len(train)} train / {len(eval_)} eval examples); "
-                             "check the file/split, prompts.eval_fraction and prompts.n_train / prompts.n_eval")
+            raise ValueError(
+                f"{w}: the {name} split is empty ({len(train)} train / {len(eval_)} eval examples); "
+                "check the file/split, prompts.eval_fraction and prompts.n_train / prompts.n_eval"
+            )
     return train, eval_
 
 
 # ----------------------------------------------------------------------------- countdown generator
 def countdown_question(nums: list[int], target: int) -> str:
-    return (f"Using the numbers {list(nums)}, create an equation that equals {target}. You can use basic arithmetic "
-            "operations (+, -, *, /) and each number can only be used once.")
+    return (
+        f"Using the numbers {list(nums)}, create an equation that equals {target}. You can use basic arithmetic "
+        "operations (+, -, *, /) and each number can only be used once."
+    )
 
 
 def countdown_example(nums: list[int], target: int, template: str, meta: dict | None = None) -> Example:
-    return Example(apply_template(template, countdown_question(nums, target)), encode_countdown(nums, target),
-                   {"nums": list(nums), "target": target, **(meta or {})})
+    return Example(
+        apply_template(template, countdown_question(nums, target)),
+        encode_countdown(nums, target),
+        {"nums": list(nums), "target": target, **(meta or {})},
+    )
 
 
-def countdown_puzzle(rng: random.Random, *, min_numbers: int = 3, max_numbers: int = 4, max_number: int = 99,
-                     max_target: int = 100, tries: int = 1000) -> tuple[list[int], int, str]:
+def countdown_puzzle(
+    rng: random.Random,
+    *,
+    min_numbers: int = 3,
+    max_numbers: int = 4,
+    max_number: int = 99,
+    max_target: int = 100,
+    tries: int = 1000,
+) -> tuple[list[int], int, str]:
     """Numbers in 1..max_number and a target in 1..max_target reachable with each number exactly once.
 
     The target is built by a random expression: numbers are combined in a random order with random
@@ -281,12 +309,16 @@ def countdown_puzzle(rng: random.Random, *, min_numbers: int = 3, max_numbers: i
 def countdown_splits(cfg: Any) -> tuple[list[Example], list[Example]]:
     n_train, n_eval = int(_get(cfg, "n_train", 0)), int(_get(cfg, "n_eval", 0))
     if n_train <= 0 or n_eval <= 0:
-        raise ValueError(f"prompts.kind=countdown without prompts.path generates puzzles: set prompts.n_train > 0 and "
-                         f"prompts.n_eval > 0 (got {n_train} / {n_eval})")
+        raise ValueError(
+            f"prompts.kind=countdown without prompts.path generates puzzles: set prompts.n_train > 0 and "
+            f"prompts.n_eval > 0 (got {n_train} / {n_eval})"
+        )
     lo, hi = int(_get(cfg, "min_numbers", 3)), int(_get(cfg, "max_numbers", 4))
     max_number, max_target = int(_get(cfg, "max_number", 99)), int(_get(cfg, "max_target", 100))
     if not 2 <= lo <= hi <= 8:
-        raise ValueError(f"prompts.min_numbers={lo} / prompts.max_numbers={hi}: need 2 <= min_numbers <= max_numbers <= 8")
+        raise ValueError(
+            f"prompts.min_numbers={lo} / prompts.max_numbers={hi}: need 2 <= min_numbers <= max_numbers <= 8"
+        )
     if max_number < 1 or max_target < 1:
         raise ValueError("prompts.max_number and prompts.max_target must be >= 1")
     template = resolve_template(_get(cfg, "template"))
@@ -296,13 +328,17 @@ def countdown_splits(cfg: Any) -> tuple[list[Example], list[Example]]:
     for split, n in ((1, n_eval), (0, n_train)):  # eval first: its puzzles never repeat in train
         misses = 0
         while len(out[split]) < n:
-            nums, target, sol = countdown_puzzle(rng, min_numbers=lo, max_numbers=hi, max_number=max_number, max_target=max_target)
+            nums, target, sol = countdown_puzzle(
+                rng, min_numbers=lo, max_numbers=hi, max_number=max_number, max_target=max_target
+            )
             key = (tuple(sorted(nums)), target)
             if key in seen:
                 misses += 1
                 if misses > 100 * n + 1000:
-                    raise ValueError(f"prompts.kind=countdown: fewer than {n_train + n_eval} distinct puzzles with "
-                                     f"max_number={max_number}, max_target={max_target}; lower n_train/n_eval")
+                    raise ValueError(
+                        f"prompts.kind=countdown: fewer than {n_train + n_eval} distinct puzzles with "
+                        f"max_number={max_number}, max_target={max_target}; lower n_train/n_eval"
+                    )
                 continue
             seen.add(key)
             out[split].append(countdown_example(nums, target, template, {"solution": sol}))
@@ -317,13 +353,17 @@ def load_hf(cfg: Any, split: str) -> list[dict]:
     try:
         import datasets
     except ImportError:
-        raise ValueError("prompts.kind=hf needs the Hugging Face `datasets` package: pip install datasets "
-                         "(or use a local copy: prompts.kind=file prompts.path=... [prompts.eval_path=...])") from None
+        raise ValueError(
+            "prompts.kind=hf needs the Hugging Face `datasets` package: pip install datasets "
+            "(or use a local copy: prompts.kind=file prompts.path=... [prompts.eval_path=...])"
+        ) from None
     try:
         ds = datasets.load_dataset(hf_id, _get(cfg, "hf_config"), split=split)
     except Exception as e:
-        raise ValueError(f"prompts.hf_id={hf_id!r} (config {_get(cfg, 'hf_config')!r}, split {split!r}) could not be "
-                         f"loaded: {type(e).__name__}: {e}") from None
+        raise ValueError(
+            f"prompts.hf_id={hf_id!r} (config {_get(cfg, 'hf_config')!r}, split {split!r}) could not be "
+            f"loaded: {type(e).__name__}: {e}"
+        ) from None
     return ds.to_list() if hasattr(ds, "to_list") else [dict(r) for r in ds]
 
 
@@ -348,4 +388,6 @@ def build(cfg: Any) -> PromptSplits:
         train, ev = _split(train, ev, cfg, where, where_eval if ev_split else None)
     else:
         raise ValueError(f"prompts.kind={kind!r} is not accepted; use one of: arithmetic, countdown, file, hf")
-    return PromptSplits(train=train, eval=ev, chat=bool(_get(cfg, "chat", False)), system_prompt=_get(cfg, "system_prompt"))
+    return PromptSplits(
+        train=train, eval=ev, chat=bool(_get(cfg, "chat", False)), system_prompt=_get(cfg, "system_prompt")
+    )

@@ -16,7 +16,9 @@ def arithmetic_pairs(max_operand: int) -> list[tuple[int, int]]:
     return [(a, b) for a in range(max_operand + 1) for b in range(max_operand + 1)]
 
 
-def arithmetic_splits(*, data_seed: int, n_train: int, n_eval: int, max_operand: int, template: str = "{question}") -> PromptSplits:
+def arithmetic_splits(
+    *, data_seed: int, n_train: int, n_eval: int, max_operand: int, template: str = "{question}"
+) -> PromptSplits:
     """`a+b=` prompts. Eval pairs are held out: no eval pair appears in train (or in the warm start).
 
     Train examples are the remaining pairs, repeated in a seeded order up to `n_train`.
@@ -25,7 +27,9 @@ def arithmetic_splits(*, data_seed: int, n_train: int, n_eval: int, max_operand:
     rng = random.Random(data_seed)
     rng.shuffle(pairs)
     if n_eval >= len(pairs):
-        raise ValueError(f"prompts.n_eval={n_eval} leaves no training pairs: a+b with operands 0..{max_operand} has only {len(pairs)} pairs; lower prompts.n_eval or raise prompts.max_operand")
+        raise ValueError(
+            f"prompts.n_eval={n_eval} leaves no training pairs: a+b with operands 0..{max_operand} has only {len(pairs)} pairs; lower prompts.n_eval or raise prompts.max_operand"
+        )
     eval_pairs, train_pairs = pairs[:n_eval], pairs[n_eval:]
     make = lambda a, b: Example(template.format(question=f"{a}+{b}="), str(a + b), {"a": a, "b": b})
     train = [make(*train_pairs[i % len(train_pairs)]) for i in range(max(n_train, len(train_pairs)))]
@@ -36,8 +40,13 @@ def build_prompts(cfg: Any) -> PromptSplits:
     """Build the train/eval splits named by the `prompts` config group."""
     kind = cfg.kind
     if kind == "arithmetic":
-        return arithmetic_splits(data_seed=cfg.data_seed, n_train=cfg.n_train, n_eval=cfg.n_eval,
-                                 max_operand=cfg.max_operand, template=cfg.template)
+        return arithmetic_splits(
+            data_seed=cfg.data_seed,
+            n_train=cfg.n_train,
+            n_eval=cfg.n_eval,
+            max_operand=cfg.max_operand,
+            template=cfg.template,
+        )
     if kind == "chain":  # the lab task (docs/claims.md)
         from rlcompare.data.chain_task import chain_examples
 

@@ -207,15 +207,25 @@ def check_verifier_reads_prompts(cfg: Any, splits, verifier) -> str | None:
 
 def _message(cfg: Any, v: Verdict, n_failed: int, n: int, refused: bool = True) -> str:
     kind = "correct" if v.probe.correct else "surely wrong"
-    how = ("the verifier raised or timed out" if v.error
-           else f"reward {v.reward:g}, {'not ' if v.probe.correct else ''}counted correct")
+    how = (
+        "the verifier raised or timed out"
+        if v.error
+        else f"reward {v.reward:g}, {'not ' if v.probe.correct else ''}counted correct"
+    )
     head = f"prompts={cfg.prompts.name} verifier={cfg.verifier.name}: "
-    what = (f"{n_failed} of {n} {kind} answers to the set's own references, written as completions in its "
-            f"template's form, were scored {'wrong' if v.probe.correct else 'correct'} (e.g. completion "
-            f"{v.probe.completions[0][-120:]!r} for the reference {v.probe.reference[:120]!r}: {how})")
+    what = (
+        f"{n_failed} of {n} {kind} answers to the set's own references, written as completions in its "
+        f"template's form, were scored {'wrong' if v.probe.correct else 'correct'} (e.g. completion "
+        f"{v.probe.completions[0][-120:]!r} for the reference {v.probe.reference[:120]!r}: {how})"
+    )
     if not refused:
         return head + "warning: " + what + "; those prompts can never be rewarded"
-    suggest = ("verifier=countdown or verifier=weighted" if cfg.prompts.kind == "countdown"
-               else "verifier=exact_match or verifier=math_verify")
-    return (head + "the verifier cannot score this prompt set: " + what + f"; pick a verifier that reads these "
-            f"answers (e.g. {suggest}), or set verifier.probe=false if the completions will take another form")
+    suggest = (
+        "verifier=countdown or verifier=weighted"
+        if cfg.prompts.kind == "countdown"
+        else "verifier=exact_match or verifier=math_verify"
+    )
+    return (
+        head + "the verifier cannot score this prompt set: " + what + f"; pick a verifier that reads these "
+        f"answers (e.g. {suggest}), or set verifier.probe=false if the completions will take another form"
+    )

@@ -17,5 +17,4 @@ from rlcompare.fast.malloc_tuning import keep_freed_memory
 from rlcompare.fast.speed import FlopObserver, Recording, decoder_for, recorded_update_forward
 from rlcompare.fast.unwrap import base_model_of
 
-__all__ = ["decoder_for", "recorded_update_forward", "Recording", "FlopObserver", "keep_freed_memory",
-           "base_model_of"]
+__all__ = ["decoder_for", "recorded_update_forward", "Recording", "FlopObserver", "keep_freed_memory", "base_model_of"]

@@ -46,8 +46,7 @@ MIN_SIZE = 2**17
 def usable(weight: torch.Tensor) -> bool:
     """oneDNN applies to this [out, in] weight: float32 on the CPU, at least `MIN_SIZE` elements, and the ops
     work in this torch build."""
-    return (weight.device.type == "cpu" and weight.dtype == torch.float32 and weight.numel() >= MIN_SIZE
-            and available())
+    return weight.device.type == "cpu" and weight.dtype == torch.float32 and weight.numel() >= MIN_SIZE and available()
 
 
 def pack(weight: torch.Tensor, rows: int) -> torch.Tensor:

@@ -32,6 +32,7 @@ from torch import nn
 from rlcompare.fast import static_decode
 from rlcompare.fast.unwrap import base_model_of
 
+
 def can_rebuild(model, capacity: int, *, autocast_dtype=None, gradient_checkpointing: bool = False) -> str | None:
     """None when the update can be rebuilt from the sampler's projections, else why not."""
     why = static_decode.supports(model, capacity)
@@ -91,7 +92,7 @@ class SavedProjection(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, live: _LiveRows, n_mods: int, has_bias: bool, rope, *params_and_ys):
         weights = params_and_ys[:n_mods]
-        ys = params_and_ys[(2 if has_bias else 1) * n_mods:]
+        ys = params_and_ys[(2 if has_bias else 1) * n_mods :]
         ctx.live, ctx.has_bias, ctx.roped = live, has_bias, rope is not None
         ctx.save_for_backward(x, *weights, *(rope or ()))
         return ys
@@ -102,8 +103,10 @@ class SavedProjection(torch.autograd.Function):
         if ctx.roped:
             *weights, cos, sin = weights
             hd = cos.shape[-1]
-            dys = tuple(static_decode.rope_backward(d.view(len(d), -1, hd), cos, sin).view(d.shape) if i < 2 else d
-                        for i, d in enumerate(dys))
+            dys = tuple(
+                static_decode.rope_backward(d.view(len(d), -1, hd), cos, sin).view(d.shape) if i < 2 else d
+                for i, d in enumerate(dys)
+            )
         d_out = sum(w.shape[0] for w in weights)
         at = ctx.live.pick(x.shape[-1], d_out, _FLOP_PER_BYTE.get(x.device.type, 15.0))
         x2 = x.reshape(-1, x.shape[-1])
@@ -167,9 +170,17 @@ class SavedMLP(torch.autograd.Function):
 def _saved_mlp(layer, h, rows_of, live: _LiveRows):
     """`SavedMLP` of `layer` for its MLP input `h`; `rows_of(slot)` gives the record's rows of `h` in a slot."""
     mlp = layer.mlp
-    return SavedMLP.apply(h, live, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight,
-                          *(rows_of(slot) for slot in (static_decode.ACT, static_decode.GATED, static_decode.GATE_GRAD,
-                                                       static_decode.DOWN)))
+    return SavedMLP.apply(
+        h,
+        live,
+        mlp.gate_proj.weight,
+        mlp.up_proj.weight,
+        mlp.down_proj.weight,
+        *(
+            rows_of(slot)
+            for slot in (static_decode.ACT, static_decode.GATED, static_decode.GATE_GRAD, static_decode.DOWN)
+        ),
+    )
 
 
 def _saved_projection(mods, x, y, live: _LiveRows, rope=None):
@@ -199,8 +210,9 @@ def _attention(q, k, v, mask, scale):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=kvh != nh)
     if kvh != nh:  # query head i reads key/value head i // (nh // kvh), as transformers' repeat_kv
         k, v = k.repeat_interleave(nh // kvh, 1), v.repeat_interleave(nh // kvh, 1)
-    scores = torch.baddbmm(mask.reshape(B * nh, T, S), q.reshape(B * nh, T, hd), k.reshape(B * nh, S, hd).transpose(1, 2),
-                           alpha=scale)
+    scores = torch.baddbmm(
+        mask.reshape(B * nh, T, S), q.reshape(B * nh, T, hd), k.reshape(B * nh, S, hd).transpose(1, 2), alpha=scale
+    )
     return torch.bmm(scores.softmax(-1), v.reshape(B * nh, S, hd)).view(B, nh, T, hd)
 
 
@@ -213,9 +225,17 @@ def _attention_mask(allowed: torch.Tensor, heads: int, dtype) -> torch.Tensor:
     return static_decode.additive_mask(allowed.expand(B, heads, T, S), dtype)
 
 
-def rebuilt_logits(model, record: static_decode.ProjectionRecord, record_rows: torch.Tensor, prompt_ids: torch.Tensor,
-                  prompt_mask: torch.Tensor, comp_ids: torch.Tensor, *, group_size: int,
-                  flop_observer=None) -> torch.Tensor:
+def rebuilt_logits(
+    model,
+    record: static_decode.ProjectionRecord,
+    record_rows: torch.Tensor,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    comp_ids: torch.Tensor,
+    *,
+    group_size: int,
+    flop_observer=None,
+) -> torch.Tensor:
     """The completion logits `[b, T, V]` of `grouped_sequence_logits`, under autograd, from the sampler's record.
 
     The `b` rows come in whole groups of `group_size` (one prompt each, `prompt_ids`/`prompt_mask` repeated per
@@ -238,8 +258,16 @@ def rebuilt_logits(model, record: static_decode.ProjectionRecord, record_rows: t
         # every recorded row, shuffled (one mini-batch): rebuild in the record's order, which reads the record in
         # place instead of copying all of it, and put the logits in the batch's order
         at = record_rows.argsort()
-        logits = rebuilt_logits(model, record, every_row, prompt_ids[at], prompt_mask[at], comp_ids[at], group_size=G,
-                               flop_observer=flop_observer)
+        logits = rebuilt_logits(
+            model,
+            record,
+            every_row,
+            prompt_ids[at],
+            prompt_mask[at],
+            comp_ids[at],
+            group_size=G,
+            flop_observer=flop_observer,
+        )
         return logits.index_select(0, record_rows)
     Tc = T - 1  # tokens fed to the model: all but the last
     pu, pmu = prompt_ids[::G], prompt_mask[::G].bool()
@@ -255,12 +283,19 @@ def rebuilt_logits(model, record: static_decode.ProjectionRecord, record_rows: t
     cos, sin = static_decode.rope(body, x, torch.cat([pos_p.reshape(-1), pos_c.t().reshape(-1)])[None])
     cos, sin = cos[0].transpose(0, 1), sin[0].transpose(0, 1)  # [rows, 1, hd], broadcast over heads
     ar_p = torch.arange(P, device=dev)
-    allowed_p = (pmu[:, None, :] & (ar_p[None, :] <= ar_p[:, None])[None]) | torch.eye(P, dtype=torch.bool, device=dev)[None]
+    allowed_p = (pmu[:, None, :] & (ar_p[None, :] <= ar_p[:, None])[None]) | torch.eye(P, dtype=torch.bool, device=dev)[
+        None
+    ]
     mask_p = _attention_mask(allowed_p[:, None], nh, x.dtype)
     if Tc > 0:
         ar_c = torch.arange(Tc, device=dev)
-        allowed_c = torch.cat([pmu.repeat_interleave(G, 0)[:, None, :].expand(b, Tc, P),
-                               (ar_c[None, :] <= ar_c[:, None])[None].expand(b, Tc, Tc)], -1)
+        allowed_c = torch.cat(
+            [
+                pmu.repeat_interleave(G, 0)[:, None, :].expand(b, Tc, P),
+                (ar_c[None, :] <= ar_c[:, None])[None].expand(b, Tc, Tc),
+            ],
+            -1,
+        )
         mask_c = _attention_mask(allowed_c[:, None], nh, x.dtype)
 
     live = _LiveRows(flop_observer)
@@ -304,7 +339,7 @@ def rebuilt_logits(model, record: static_decode.ProjectionRecord, record_rows: t
             a = torch.cat([a, a_c.permute(2, 0, 1, 3).reshape(-1, nh * hd)])  # completion rows time-major
             attn_pairs += b * (Tc * P + Tc * (Tc + 1) / 2)
         x = static_decode.layer_output(layer, x, a, project, lambda h: _saved_mlp(layer, h, layer_rows, live))
-    h = static_decode.rms_norm(body.norm, torch.cat([x[P - 1:n_p:P], x[n_p:]]))  # each prompt's last; completions
+    h = static_decode.rms_norm(body.norm, torch.cat([x[P - 1 : n_p : P], x[n_p:]]))  # each prompt's last; completions
     logits = base.lm_head(h)
     if flop_observer is not None:  # attention forward + backward (3x), LM head forward + backward (3x)
         H, V_ = base.config.hidden_size, base.lm_head.out_features
@@ -312,11 +347,13 @@ def rebuilt_logits(model, record: static_decode.ProjectionRecord, record_rows: t
     first = logits[:g].repeat_interleave(G, 0)[:, None]
     logits = first if Tc == 0 else torch.cat([first, logits[g:].view(Tc, b, -1).transpose(0, 1)], 1)
     if logits.requires_grad:
+
         def find_live(grad):
             nz = (grad != 0).any(-1)  # [b, T]: logits index t has a gradient
             prompt = nz.reshape(g, -1).any(1)[:, None] & pmu  # a group with any gradient; real tokens
             # fed position j reaches logits j+1 .. T-1 of its row
             comp = nz.flip(1).cummax(1).values.flip(1)[:, 1:] if Tc > 0 else nz[:, :0]
             live.set(torch.cat([prompt.reshape(-1), comp.t().reshape(-1)]))  # rows in the rebuild's order
+
         logits.register_hook(find_live)
     return logits

@@ -56,8 +56,15 @@ class Recording:
         return Recording(self.projections, self.rows[keep.cpu()])
 
 
-def decoder_for(model, capacity: int, *, kv_cache: str = "auto", record: bool | Recording | None = False,
-                autocast_dtype=None, flop_observer: FlopObserver | None = None):
+def decoder_for(
+    model,
+    capacity: int,
+    *,
+    kv_cache: str = "auto",
+    record: bool | Recording | None = False,
+    autocast_dtype=None,
+    flop_observer: FlopObserver | None = None,
+):
     """The preallocated-cache decoder (`static_decode.StaticDecoder`) for `model` with `capacity` positions, or
     None when it does not apply (`kv_cache="dynamic"`, or `static_decode.supports` refuses: the transformers
     version first, then the architecture): the rollout then decodes with transformers' cache.
@@ -69,8 +76,13 @@ def decoder_for(model, capacity: int, *, kv_cache: str = "auto", record: bool | 
     if kv_cache != "auto" or static_decode.supports(model, capacity) is not None:
         return None
     dec = static_decode.StaticDecoder(model, capacity, flop_observer=flop_observer)
-    if record and recorded_update.can_rebuild(model, capacity, autocast_dtype=autocast_dtype,
-                                    gradient_checkpointing=_checkpointing(model)) is None:
+    if (
+        record
+        and recorded_update.can_rebuild(
+            model, capacity, autocast_dtype=autocast_dtype, gradient_checkpointing=_checkpointing(model)
+        )
+        is None
+    ):
         old = record.projections if isinstance(record, Recording) else None
 
         def recording(n: int, P: int, repeats: int, device, dtype) -> Recording:
@@ -81,9 +93,17 @@ def decoder_for(model, capacity: int, *, kv_cache: str = "auto", record: bool | 
     return dec
 
 
-def recorded_update_forward(model, recording: Recording | None, rows: torch.Tensor, prompt_ids: torch.Tensor,
-                            prompt_mask: torch.Tensor, comp_ids: torch.Tensor, *, group_size: int,
-                            flop_observer: FlopObserver | None = None) -> torch.Tensor | None:
+def recorded_update_forward(
+    model,
+    recording: Recording | None,
+    rows: torch.Tensor,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    comp_ids: torch.Tensor,
+    *,
+    group_size: int,
+    flop_observer: FlopObserver | None = None,
+) -> torch.Tensor | None:
     """The completion logits `[b, T, V]` of the batch rows `rows` (whole groups of `group_size`, in order), under
     autograd, rebuilt from the sampler's projections (`recorded_update.rebuilt_logits`): the same values and gradients as
     the plain forward while the weights are the ones that sampled (the first optimizer step on a batch: the
@@ -92,8 +112,16 @@ def recorded_update_forward(model, recording: Recording | None, rows: torch.Tens
     if recording is None or static_decode.transformers_version_refusal() is not None:
         return None
     record_rows = recording.rows[rows.cpu()].to(comp_ids.device)
-    return recorded_update.rebuilt_logits(model, recording.projections, record_rows, prompt_ids, prompt_mask, comp_ids,
-                                group_size=group_size, flop_observer=flop_observer)
+    return recorded_update.rebuilt_logits(
+        model,
+        recording.projections,
+        record_rows,
+        prompt_ids,
+        prompt_mask,
+        comp_ids,
+        group_size=group_size,
+        flop_observer=flop_observer,
+    )
 
 
 def _checkpointing(model) -> bool:

@@ -215,8 +215,9 @@ class StaticDecoder:
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, start: int, repeats: int = 1) -> torch.Tensor:
         """The prompts (`start` 0) or one new token per row at position `start`, through every layer."""
         if self.flop_observer is not None:
-            self.flop_observer.record(int(ids.shape[0]), int(ids.shape[1]), start + int(ids.shape[1]),
-                                      torch.is_grad_enabled())
+            self.flop_observer.record(
+                int(ids.shape[0]), int(ids.shape[1]), start + int(ids.shape[1]), torch.is_grad_enabled()
+            )
         return self._step_forward(ids, pos, start) if start else self._prefill_forward(ids, pos, repeats)
 
     def _prefill_forward(self, ids: torch.Tensor, pos: torch.Tensor, repeats: int) -> torch.Tensor:
@@ -231,8 +232,7 @@ class StaticDecoder:
         # key j visible from query i: real and not in the future (a query always sees itself, so a padding row
         # never takes a softmax over nothing)
         at = torch.arange(T, device=ids.device)
-        allowed = ((self.key_mask[:, None, :T] & (at[None, :] <= at[:, None])[None])
-                   | (at[None, :] == at[:, None])[None])
+        allowed = (self.key_mask[:, None, :T] & (at[None, :] <= at[:, None])[None]) | (at[None, :] == at[:, None])[None]
         for li, (layer, projections) in enumerate(self.layers):
             attn = layer.self_attn
             project = _per_module(projections, self._recorded(li, projections, 0))
@@ -241,11 +241,13 @@ class StaticDecoder:
                 full = torch.empty((n * repeats, kvh, self.capacity, hd), dtype=t.dtype, device=t.device)
                 full.view(n, repeats, kvh, self.capacity, hd)[:, :, :, :T] = t[:, None]
                 cache.append(full)
-            a = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None], scale=attn.scaling,
-                                               enable_gqa=kvh != nh)
+            a = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=allowed[:, None], scale=attn.scaling, enable_gqa=kvh != nh
+            )
             keep = self._keep(li, 0)
-            x = layer_output(layer, x, a.transpose(1, 2).reshape(n, T, nh * hd), project,
-                             lambda h: gated_mlp(h, project, keep))
+            x = layer_output(
+                layer, x, a.transpose(1, 2).reshape(n, T, nh * hd), project, lambda h: gated_mlp(h, project, keep)
+            )
         return self.base.lm_head(rms_norm(self.body.norm, x[:, -1]))
 
     def _recorded(self, li: int, projections, start: int):
@@ -279,8 +281,13 @@ class StaticDecoder:
         nqk, hd = self.nh + self.kvh, self.hd
         h = rms_norm(layer.input_layernorm, x)
         cos, sin = cos.transpose(1, 2), sin.transpose(1, 2)  # broadcast over [B, T, heads, hd]
-        y = self._kept(li, QKV, start, lambda out: projections[QKV].into(h, out),
-                       then=lambda y: rope_in_place(y[..., :nqk * hd].view(B, T, nqk, hd), cos, sin))
+        y = self._kept(
+            li,
+            QKV,
+            start,
+            lambda out: projections[QKV].into(h, out),
+            then=lambda y: rope_in_place(y[..., : nqk * hd].view(B, T, nqk, hd), cos, sin),
+        )
         return tuple(t.view(B, T, -1, hd).transpose(1, 2) for t in projections[QKV].pieces(y))
 
     def _keep(self, li: int, start: int):
@@ -301,8 +308,10 @@ class StaticDecoder:
         x = self.body.embed_tokens(ids)
         if self.table_rope:
             if self.rope_table is None:  # [capacity, 1, 1, hd]: a row per position, broadcast over T and heads
-                self.rope_table = tuple(t[0, 0, :, None, None] for t in
-                                        rope(self.body, x, torch.arange(self.capacity, device=ids.device)[None]))
+                self.rope_table = tuple(
+                    t[0, 0, :, None, None]
+                    for t in rope(self.body, x, torch.arange(self.capacity, device=ids.device)[None])
+                )
             at = pos.reshape(-1)
             cos, sin = (t.index_select(0, at) for t in self.rope_table)  # [B,1,1,hd]
         else:
@@ -317,10 +326,14 @@ class StaticDecoder:
             V[:, :, start:n] = v
             if self.add_mask is None or self.add_mask.dtype != q.dtype:
                 self.add_mask = additive_mask(self.key_mask, q.dtype)[:, None, None, :]
-                self.add_mask[..., self.length:] = 0  # completion positions: real once written
-            a = F.scaled_dot_product_attention(q.reshape(B, kvh, nh // kvh, hd), K[:, :, :n].to(q.dtype),
-                                               V[:, :, :n].to(q.dtype), attn_mask=self.add_mask[..., :n],
-                                               scale=attn.scaling)
+                self.add_mask[..., self.length :] = 0  # completion positions: real once written
+            a = F.scaled_dot_product_attention(
+                q.reshape(B, kvh, nh // kvh, hd),
+                K[:, :, :n].to(q.dtype),
+                V[:, :, :n].to(q.dtype),
+                attn_mask=self.add_mask[..., :n],
+                scale=attn.scaling,
+            )
             keep = self._keep(li, start)
             x = layer_output(layer, x, a.reshape(B, 1, nh * hd), per_module, lambda h: gated_mlp(h, per_module, keep))
         return self.base.lm_head(rms_norm(self.body.norm, x[:, -1]))
@@ -483,8 +496,15 @@ def gated_mlp(h, project, keep=None):
     # each computed into its record block (out=None: a new tensor)
     act = keep(ACT, lambda out: F.silu(gate) if out is None else torch.ops.aten.silu.out(gate, out=out), gate)
     gated = keep(GATED, lambda out: torch.mul(act, up, out=out) if out is not None else act * up, gate)
-    keep(GATE_GRAD, lambda out: (torch.ops.aten.silu_backward(up, gate) if out is None  # up * silu'(gate)
-                                 else torch.ops.aten.silu_backward.grad_input(up, gate, grad_input=out)), gate)
+    keep(
+        GATE_GRAD,
+        lambda out: (
+            torch.ops.aten.silu_backward(up, gate)
+            if out is None  # up * silu'(gate)
+            else torch.ops.aten.silu_backward.grad_input(up, gate, grad_input=out)
+        ),
+        gate,
+    )
     return project(DOWN, gated)[0]
 
 
@@ -530,21 +550,31 @@ class ProjectionRecord:
         self.P, self.repeats, self.n_rows, self.n_fed = P, repeats, B, T1
         self.qk_roped = qk_roped_in_place(model)  # QKV rows hold q and k with rope applied
         self.key = (n, P, repeats, max_new_tokens, str(device), dtype)
-        self.flat = [[torch.empty((n * P + B * T1, w), device=device, dtype=dtype) if w else None for w in widths]
-                     for _ in base.model.layers]
-        self.prompt = [[t[:n * P].view(n, P, t.shape[1]) if t is not None else None for t in layer]
-                       for layer in self.flat]
-        self.completion = [[t[n * P:].view(T1, B, t.shape[1]) if t is not None else None for t in layer]
-                           for layer in self.flat]
+        self.flat = [
+            [torch.empty((n * P + B * T1, w), device=device, dtype=dtype) if w else None for w in widths]
+            for _ in base.model.layers
+        ]
+        self.prompt = [
+            [t[: n * P].view(n, P, t.shape[1]) if t is not None else None for t in layer] for layer in self.flat
+        ]
+        self.completion = [
+            [t[n * P :].view(T1, B, t.shape[1]) if t is not None else None for t in layer] for layer in self.flat
+        ]
         self.rows: torch.Tensor | None = None  # batch row of each decoder row; None while they are the identity
         # blocks[layer][slot]: the prompt rows `[n * P, width]`, then each decode step's `[B, width]` (views made
         # once: a step looks them up instead of slicing)
-        self.blocks = [[[t[:n * P]] + list(t[n * P:].view(T1, B, t.shape[1]).unbind(0)) if t is not None else None
-                        for t in layer] for layer in self.flat]
+        self.blocks = [
+            [
+                [t[: n * P]] + list(t[n * P :].view(T1, B, t.shape[1]).unbind(0)) if t is not None else None
+                for t in layer
+            ]
+            for layer in self.flat
+        ]
 
     @classmethod
-    def reuse(cls, old: "ProjectionRecord | None", model, n: int, P: int, repeats: int, max_new_tokens: int, device,
-              dtype) -> "ProjectionRecord":
+    def reuse(
+        cls, old: "ProjectionRecord | None", model, n: int, P: int, repeats: int, max_new_tokens: int, device, dtype
+    ) -> "ProjectionRecord":
         """`old` itself when it has the same shapes (its buffers are overwritten; fresh pages would cost a page
         fault per 4 KiB at every rollout), else a new record."""
         if old is not None and old.key == (n, P, repeats, max_new_tokens, str(device), dtype):

@@ -29,8 +29,9 @@ def build_char_tokenizer():
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.decoder = decoders.Fuse()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>",
-                                   eos_token="<eos>", unk_token="<unk>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", unk_token="<unk>"
+    )
     fast.padding_side = "left"
     return fast
 
@@ -39,11 +40,18 @@ def tiny_model_config(mcfg: Any, tokenizer):
     from transformers import LlamaConfig
 
     return LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=mcfg.hidden_size, num_hidden_layers=mcfg.num_layers,
-        num_attention_heads=mcfg.num_heads, num_key_value_heads=mcfg.num_heads,
-        intermediate_size=mcfg.intermediate_size, max_position_embeddings=mcfg.max_position_embeddings,
-        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        tie_word_embeddings=True, attention_dropout=0.0,
+        vocab_size=len(tokenizer),
+        hidden_size=mcfg.hidden_size,
+        num_hidden_layers=mcfg.num_layers,
+        num_attention_heads=mcfg.num_heads,
+        num_key_value_heads=mcfg.num_heads,
+        intermediate_size=mcfg.intermediate_size,
+        max_position_embeddings=mcfg.max_position_embeddings,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+        attention_dropout=0.0,
     )
 
 
@@ -57,7 +65,11 @@ def weights_hash(model: nn.Module) -> str:
 
 
 def cache_root(mcfg: Any) -> Path:
-    root = mcfg.cache_dir or os.environ.get("RLCOMPARE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "rlcompare")
+    root = (
+        mcfg.cache_dir
+        or os.environ.get("RLCOMPARE_CACHE")
+        or os.path.join(os.path.expanduser("~"), ".cache", "rlcompare")
+    )
     return Path(root)
 
 
@@ -104,10 +116,21 @@ def _warm_start_key(mcfg: Any, table: list[tuple[str, str]], prompts_cfg: Any = 
 
     model = OmegaConf.to_container(mcfg, resolve=True)
     spec = {
-        "model": {k: model[k] for k in
-                  ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings", "warm_start")},
+        "model": {
+            k: model[k]
+            for k in (
+                "hidden_size",
+                "num_layers",
+                "num_heads",
+                "intermediate_size",
+                "max_position_embeddings",
+                "warm_start",
+            )
+        },
         "table": hashlib.sha256(json.dumps(table).encode()).hexdigest(),
-        "chars": "".join(CHARS), "special": SPECIAL, "version": WARM_START_VERSION,
+        "chars": "".join(CHARS),
+        "special": SPECIAL,
+        "version": WARM_START_VERSION,
     }
     if _kind(prompts_cfg) == "chain":  # only here: the default's key (and so its shipped weights) stays as it was
         spec["task"] = {"kind": "chain", "recipe": warm_start_recipe(mcfg, prompts_cfg)}
@@ -141,8 +164,9 @@ class WarmStart:
         self.folder, self.key, self.origin = folder, key, origin
 
 
-def warm_start_tiny(mcfg: Any, prompts_cfg: Any, splits, log=print, device: str = "cpu",
-                    use_shipped: bool = True) -> WarmStart:
+def warm_start_tiny(
+    mcfg: Any, prompts_cfg: Any, splits, log=print, device: str = "cpu", use_shipped: bool = True
+) -> WarmStart:
     """The tiny policy's warm start: the shipped one for this key, else a supervised warm start cached by its key.
 
     A from-scratch model solves nothing, so RL has no signal; half the labels off by one or two, and few steps,
@@ -162,11 +186,15 @@ def warm_start_tiny(mcfg: Any, prompts_cfg: Any, splits, log=print, device: str 
         return WarmStart(str(folder), key, "shipped")
     folder = root / key
     if (folder / "config.json").exists():
-        log(f"[rlcompare] warm start: computed on this machine earlier (no shipped weights for this config; cached as {key})")
+        log(
+            f"[rlcompare] warm start: computed on this machine earlier (no shipped weights for this config; cached as {key})"
+        )
         return WarmStart(str(folder), key, "cached")
     recipe = warm_start_recipe(mcfg, prompts_cfg)
-    log(f"[rlcompare] warm start: {recipe['steps']} supervised steps on {len(table)} prompts, computed on this "
-        f"machine (no shipped weights for this config; cached as {key})")
+    log(
+        f"[rlcompare] warm start: {recipe['steps']} supervised steps on {len(table)} prompts, computed on this "
+        f"machine (no shipped weights for this config; cached as {key})"
+    )
     model = _train_warm_start(mcfg, table, device, recipe, _target_fn(recipe, prompts_cfg))
     _save_atomically(model.to("cpu"), build_char_tokenizer(), folder)
     return WarmStart(str(folder), key, "computed")
@@ -200,7 +228,9 @@ def _train_warm_start(mcfg: Any, table: list[tuple[str, str]], device: str, reci
         labels[enc.attention_mask == 0] = -100
         for i, p in enumerate(plens):
             labels[i, :p] = -100  # loss on the answer only
-        loss = model(input_ids=enc.input_ids.to(device), attention_mask=enc.attention_mask.to(device), labels=labels.to(device)).loss
+        loss = model(
+            input_ids=enc.input_ids.to(device), attention_mask=enc.attention_mask.to(device), labels=labels.to(device)
+        ).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -216,8 +246,10 @@ def _save_atomically(model: nn.Module, tokenizer, folder: Path) -> None:
         import shutil
 
         shutil.rmtree(tmp, ignore_errors=True)
-        raise RuntimeError(f"save_pretrained wrote no model into {tmp}: transformers saves only on rank 0 of an "
-                           f"initialised torch.distributed group; the warm start must be built by rank 0 first")
+        raise RuntimeError(
+            f"save_pretrained wrote no model into {tmp}: transformers saves only on rank 0 of an "
+            f"initialised torch.distributed group; the warm start must be built by rank 0 first"
+        )
     tokenizer.save_pretrained(tmp)
     os.makedirs(folder.parent, exist_ok=True)
     try:
@@ -229,8 +261,10 @@ def _save_atomically(model: nn.Module, tokenizer, folder: Path) -> None:
 
 
 def _shipped_error(folder: Path, problem: str) -> RuntimeError:
-    return RuntimeError(f"shipped warm start {folder}: {problem}; reinstall rlcompare, or regenerate it with "
-                        f"`python scripts/make_warm_start.py` in a source checkout")
+    return RuntimeError(
+        f"shipped warm start {folder}: {problem}; reinstall rlcompare, or regenerate it with "
+        f"`python scripts/make_warm_start.py` in a source checkout"
+    )
 
 
 def load_shipped_warm_start(folder: Path, mcfg: Any) -> tuple[nn.Module, str]:
@@ -244,8 +278,11 @@ def load_shipped_warm_start(folder: Path, mcfg: Any) -> tuple[nn.Module, str]:
 
     pickles = sorted(p.name for p in folder.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES)
     if pickles:
-        raise _shipped_error(folder, f"holds pickle weight files {pickles}, which rlcompare never loads "
-                                     f"(unpickling can run code); only {SHIPPED_WEIGHTS} is read")
+        raise _shipped_error(
+            folder,
+            f"holds pickle weight files {pickles}, which rlcompare never loads "
+            f"(unpickling can run code); only {SHIPPED_WEIGHTS} is read",
+        )
     weights, manifest_path = folder / SHIPPED_WEIGHTS, folder / SHIPPED_MANIFEST
     if not weights.is_file() or not manifest_path.is_file():
         raise _shipped_error(folder, f"{SHIPPED_WEIGHTS} or {SHIPPED_MANIFEST} is missing")
@@ -261,8 +298,11 @@ def load_shipped_warm_start(folder: Path, mcfg: Any) -> tuple[nn.Module, str]:
         raise _shipped_error(folder, f"{SHIPPED_WEIGHTS} does not fit the tiny model ({e})") from None
     tied = {"lm_head.weight"} if model.config.tie_word_embeddings else set()  # save_pretrained drops the tied copy
     if unexpected or set(missing) - tied:
-        raise _shipped_error(folder, f"{SHIPPED_WEIGHTS} does not fit the tiny model (missing {sorted(set(missing) - tied)}, "
-                                     f"unexpected {sorted(unexpected)})")
+        raise _shipped_error(
+            folder,
+            f"{SHIPPED_WEIGHTS} does not fit the tiny model (missing {sorted(set(missing) - tied)}, "
+            f"unexpected {sorted(unexpected)})",
+        )
     model.tie_weights()
     got = weights_hash(model)
     if got != expected:
@@ -274,8 +314,17 @@ def load_shipped_warm_start(folder: Path, mcfg: Any) -> tuple[nn.Module, str]:
 class Policy:
     """What the trainer needs of a language model: the module, its tokenizer and how it was made."""
 
-    def __init__(self, model, tokenizer, *, init_hash: str, source: str, warm_start_key: str | None, lora: bool,
-                 warm_start_origin: str | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        init_hash: str,
+        source: str,
+        warm_start_key: str | None,
+        lora: bool,
+        warm_start_origin: str | None = None,
+    ):
         self.model = model
         self.tokenizer = tokenizer
         self.init_hash = init_hash
@@ -304,7 +353,9 @@ class Policy:
         elif extra:
             ids.update(int(i) for i in extra)
         if not ids:
-            raise ValueError("the tokenizer has no eos_token: completions could never stop; set one in the tokenizer config")
+            raise ValueError(
+                "the tokenizer has no eos_token: completions could never stop; set one in the tokenizer config"
+            )
         return sorted(ids)
 
 
@@ -332,11 +383,15 @@ def _check_source(path: str) -> None:
     looks_local = os.path.isabs(path) or path.startswith(("./", "../", "~")) or os.path.exists(path)
     full = os.path.expanduser(path)
     if looks_local and not os.path.isdir(full):
-        raise _config_error(f"model.name_or_path={path!r} is not a folder; give a local folder holding config.json "
-                            f"(save_pretrained output) or a hub id such as Qwen/Qwen2.5-0.5B-Instruct")
+        raise _config_error(
+            f"model.name_or_path={path!r} is not a folder; give a local folder holding config.json "
+            f"(save_pretrained output) or a hub id such as Qwen/Qwen2.5-0.5B-Instruct"
+        )
     if os.path.isdir(full) and not os.path.exists(os.path.join(full, "config.json")):
-        raise _config_error(f"model.name_or_path={path!r} is a folder without config.json; point it at the folder "
-                            f"written by save_pretrained (model and tokenizer files)")
+        raise _config_error(
+            f"model.name_or_path={path!r} is a folder without config.json; point it at the folder "
+            f"written by save_pretrained (model and tokenizer files)"
+        )
 
 
 def _model_config(path: str, m: Any):
@@ -372,8 +427,10 @@ def enable_gradient_checkpointing(model) -> None:
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     except ValueError as e:
-        raise _config_error(f"model.gradient_checkpointing=true but {type(model).__name__} does not support it ({e}); "
-                            f"set model.gradient_checkpointing=false") from None
+        raise _config_error(
+            f"model.gradient_checkpointing=true but {type(model).__name__} does not support it ({e}); "
+            f"set model.gradient_checkpointing=false"
+        ) from None
     model.config.use_cache = True  # the sampler still uses the KV cache
 
 
@@ -414,8 +471,12 @@ def apply_lora(model, lcfg: Any):
     try:
         with warnings.catch_warnings():  # peft asks transformers 5 for a deprecated flag name
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-            peft_model = get_peft_model(model, PeftLoraConfig(r=lcfg.r, lora_alpha=lcfg.alpha, lora_dropout=lcfg.dropout,
-                                                              target_modules=tm, task_type="CAUSAL_LM"))
+            peft_model = get_peft_model(
+                model,
+                PeftLoraConfig(
+                    r=lcfg.r, lora_alpha=lcfg.alpha, lora_dropout=lcfg.dropout, target_modules=tm, task_type="CAUSAL_LM"
+                ),
+            )
     except ValueError as e:
         raise _config_error(f"model.lora.target_modules={tm!r} does not fit {type(model).__name__}: {e}") from None
     cls = _lora_model_class()
@@ -456,15 +517,20 @@ def load_policy(cfg: Any, splits, device: str, log=print) -> Policy:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except OSError as e:
         if warm is not None:  # a damaged cache folder, or one without model.safetensors (pickles are not read)
-            raise RuntimeError(f"the warm start in {path} could not be loaded ({e}); delete that folder and rerun "
-                               f"to recompute it") from None
-        raise _config_error(f"model.name_or_path={path!r} could not be loaded (not a local folder with config.json, "
-                            f"and not reachable on the hub): {e}") from None
+            raise RuntimeError(
+                f"the warm start in {path} could not be loaded ({e}); delete that folder and rerun to recompute it"
+            ) from None
+        raise _config_error(
+            f"model.name_or_path={path!r} could not be loaded (not a local folder with config.json, "
+            f"and not reachable on the hub): {e}"
+        ) from None
     if getattr(m, "disable_dropout", True):
         disable_dropout(model)
     if tokenizer.pad_token_id is None:
         if tokenizer.eos_token is None:
-            raise _config_error(f"the tokenizer of {path!r} has neither a pad nor an eos token; set one in its tokenizer config")
+            raise _config_error(
+                f"the tokenizer of {path!r} has neither a pad nor an eos token; set one in its tokenizer config"
+            )
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     init_hash = weights_hash(model)
@@ -478,16 +544,26 @@ def load_policy(cfg: Any, splits, device: str, log=print) -> Policy:
         from rlcompare.rollout import check_sampling_support
 
         try:
-            check_sampling_support(model, tokenizer.bos_token_id if tokenizer.bos_token_id is not None
-                                   else tokenizer.pad_token_id)
+            check_sampling_support(
+                model, tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.pad_token_id
+            )
         except ValueError as e:
             raise _config_error(f"model.name_or_path={path!r}: {e}") from None
     if not lora and m.kind == "hf" and dtype in (torch.bfloat16, torch.float16):
-        log(f"[rlcompare] note: full fine-tuning with {str(dtype).removeprefix('torch.')} weights: AdamW updates smaller "
+        log(
+            f"[rlcompare] note: full fine-tuning with {str(dtype).removeprefix('torch.')} weights: AdamW updates smaller "
             f"than the weights' resolution (about |w|/256) are rounded away, so a small trainer.lr may barely move "
-            f"the model; model.dtype=float32 keeps fp32 weights (bf16 autocast on a GPU), or use model.lora.enabled=true")
-    return Policy(model, tokenizer, init_hash=init_hash, source=str(path), lora=lora,
-                  warm_start_key=warm.key if warm else None, warm_start_origin=warm.origin if warm else None)
+            f"the model; model.dtype=float32 keeps fp32 weights (bf16 autocast on a GPU), or use model.lora.enabled=true"
+        )
+    return Policy(
+        model,
+        tokenizer,
+        init_hash=init_hash,
+        source=str(path),
+        lora=lora,
+        warm_start_key=warm.key if warm else None,
+        warm_start_origin=warm.origin if warm else None,
+    )
 
 
 class ReferenceModel:
@@ -548,4 +624,4 @@ class ValueModel(nn.Module):
         mask = torch.cat([prompt_mask, comp_mask.to(prompt_mask.dtype)], 1)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         hidden = self.body(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False).last_hidden_state
-        return self.head(hidden[:, -T - 1:-1].float()).squeeze(-1)
+        return self.head(hidden[:, -T - 1 : -1].float()).squeeze(-1)

@@ -297,6 +297,25 @@ def _looks_like_run(d: Path, config: dict) -> bool:
     return any(k in config for k in ("algorithm", "trainer", "budget", "prompts"))
 
 
+def _run_status(summary: Optional[dict], notes: list[str]) -> str:
+    """completed | failed | partial (with a note saying why) from a run's summary.json (None: missing)."""
+    if summary is None:
+        notes.append("no summary.json (killed before finishing?)")
+        return "partial"
+    raw = summary.get("status")
+    if raw in ("completed", "failed"):
+        return raw
+    if raw == "running":
+        pid = summary.get("pid")
+        if isinstance(pid, int) and _pid_alive(pid):
+            notes.append(f"status 'running' and pid {pid} is alive here: still training?")
+        else:
+            notes.append("status 'running' with no live process: killed midway")
+        return "partial"
+    notes.append(f"unknown status {raw!r}")
+    return "partial"
+
+
 def load_run(d: Path, root: Path) -> Optional[Run]:
     config = _read_yaml(d / "config.yaml")
     if not _looks_like_run(d, config):
@@ -312,7 +331,9 @@ def load_run(d: Path, root: Path) -> Optional[Run]:
     evals, bad_e, last_e = read_jsonl_frame(d / "eval.jsonl")
     for fname, bad, only_last in (("metrics.jsonl", bad_m, last_m), ("eval.jsonl", bad_e, last_e)):
         if bad:
-            notes.append(f"{fname}: dropped {'a torn last line' if only_last and bad == 1 else f'{bad} unreadable line(s)'}")
+            notes.append(
+                f"{fname}: dropped {'a torn last line' if only_last and bad == 1 else f'{bad} unreadable line(s)'}"
+            )
 
     s = summary or {}
     name = str(s.get("run_name") or config.get("run_name") or d.name)
@@ -340,26 +361,8 @@ def load_run(d: Path, root: Path) -> Optional[Run]:
         cs = config.get("sweep")
         sweep = cs if isinstance(cs, dict) else {}
 
-    raw = s.get("status") if summary is not None else None
+    status = _run_status(summary, notes)
     error = s.get("error")
-    if summary is None:
-        status = "partial"
-        notes.append("no summary.json (killed before finishing?)")
-    elif raw == "completed":
-        status = "completed"
-    elif raw == "failed":
-        status = "failed"
-    elif raw == "running":
-        status = "partial"
-        pid = s.get("pid")
-        if isinstance(pid, int) and _pid_alive(pid):
-            notes.append(f"status 'running' and pid {pid} is alive here: still training?")
-        else:
-            notes.append("status 'running' with no live process: killed midway")
-    else:
-        status = "partial"
-        notes.append(f"unknown status {raw!r}")
-
     return Run(
         path=d,
         name=name,
@@ -406,7 +409,7 @@ def _allowed(key: str, components: list[str]) -> bool:
         if comp != head:
             targets += _COMPONENT_ALIASES.get(head, []) if head in ("model", "prompts") else []
         if comp.startswith("rollout."):
-            targets.append("sampling." + comp[len("rollout."):])
+            targets.append("sampling." + comp[len("rollout.") :])
         if comp in ("algorithm", "algorithm.dynamic_sampling"):
             targets.append("sampling.dynamic_sampling")
         for t in targets:
@@ -552,8 +555,15 @@ def _wall_time(run: Run, T: float) -> tuple[float, float]:
 def _summarise(values: list[float], reps: int) -> dict:
     v = np.asarray([x for x in values if not _isnan(x)], dtype=float)
     ci = stats.mean_ci(v, reps=reps, alpha=ALPHA, seed=0)
-    out = {"n": int(v.size), "mean": ci.point, "low": ci.low, "high": ci.high,
-           "iqm": float("nan"), "iqm_low": float("nan"), "iqm_high": float("nan")}
+    out = {
+        "n": int(v.size),
+        "mean": ci.point,
+        "low": ci.low,
+        "high": ci.high,
+        "iqm": float("nan"),
+        "iqm_low": float("nan"),
+        "iqm_high": float("nan"),
+    }
     if v.size >= 4:
         q = stats.iqm_ci(v, reps=reps, alpha=ALPHA, seed=0)
         out.update(iqm=q.point, iqm_low=q.low, iqm_high=q.high)
@@ -562,8 +572,10 @@ def _summarise(values: list[float], reps: int) -> dict:
 
 def _check_min_seeds(min_seeds) -> None:
     if isinstance(min_seeds, bool) or not isinstance(min_seeds, (int, np.integer)) or min_seeds < 2:
-        raise ReportError(f"--min-seeds={min_seeds}: must be an integer >= 2 (the seeds each side of a comparison "
-                          f"needs before it gets a verdict; default {DEFAULT_MIN_SEEDS})")
+        raise ReportError(
+            f"--min-seeds={min_seeds}: must be an integer >= 2 (the seeds each side of a comparison "
+            f"needs before it gets a verdict; default {DEFAULT_MIN_SEEDS})"
+        )
 
 
 def verdict(low: float, high: float, n_variant: int, n_reference: int, min_seeds: int = DEFAULT_MIN_SEEDS) -> str:
@@ -591,13 +603,10 @@ def _with_verdicts(differences: pd.DataFrame, min_seeds: int) -> pd.DataFrame:
     """Add `verdict` (the 95% interval's decision), `p_holm` and `verdict_holm` (Holm-Bonferroni,
     family-wise 5% over the variants compared with the same reference)."""
     d = differences.copy()
-    d["verdict"] = [verdict(r.diff_low, r.diff_high, r.n_variant, r.n_reference, min_seeds)
-                    for r in d.itertuples()]
+    d["verdict"] = [verdict(r.diff_low, r.diff_high, r.n_variant, r.n_reference, min_seeds) for r in d.itertuples()]
     d["p_holm"] = _holm_family_adjusted(d, d["verdict"] != TOO_FEW_SEEDS)
     d["verdict_holm"] = [
-        TOO_FEW_SEEDS if v == TOO_FEW_SEEDS
-        else NO_DIFFERENCE if not ph <= ALPHA
-        else (BETTER if diff > 0 else WORSE)
+        TOO_FEW_SEEDS if v == TOO_FEW_SEEDS else NO_DIFFERENCE if not ph <= ALPHA else (BETTER if diff > 0 else WORSE)
         for v, ph, diff in zip(d["verdict"], d["p_holm"], d["diff"])
     ]
     return d
@@ -643,8 +652,9 @@ def build_report(
 
     variants = _group_variants(included)
     unmatched_variants = _check_within_variants(variants, flags, notes)
-    differences, pair_problems = _differences(runs, variants, unmatched_variants, metric, allow_unmatched,
-                                              min_seeds, flags, notes)
+    differences, pair_problems = _differences(
+        runs, variants, unmatched_variants, metric, allow_unmatched, min_seeds, flags, notes
+    )
     headline, summary = _variant_tables(variants, unmatched_variants, pair_problems, reps)
     runs_df = _runs_table(runs)
     fit_report = _compute_fit(variants, list(headline["variant"]) if not headline.empty else [], differences, compute)
@@ -797,8 +807,10 @@ def _per_run_values(included: list[Run], metric: str, source: str, T: float, not
             before, after = float(st[-2]), float(t[t > T][0])
             interpolated.append((after - before, r.name, before, after))
         if t[-1] < T * (1 - 1e-9):
-            notes.append(f"`{r.name}`: its {source}.jsonl ends at {_fmt_tokens(t[-1])} tokens, before the "
-                         f"comparison point; its last row is used")
+            notes.append(
+                f"`{r.name}`: its {source}.jsonl ends at {_fmt_tokens(t[-1])} tokens, before the "
+                f"comparison point; its last row is used"
+            )
         r.values["initial"] = float(y[0])
         r.values["final"] = float(sy[-1])
         r.values["final_at_tokens"] = float(st[-1])
@@ -881,8 +893,22 @@ def _problems_within(name: str, vr: list[Run], notes: list[str]) -> list[str]:
     return problems
 
 
-DIFFERENCE_COLUMNS = ["variant", "reference", "quantity", "metric", "n_variant", "n_reference",
-                      "diff", "diff_low", "diff_high", "p_value", "poi", "poi_low", "poi_high", "matched"]
+DIFFERENCE_COLUMNS = [
+    "variant",
+    "reference",
+    "quantity",
+    "metric",
+    "n_variant",
+    "n_reference",
+    "diff",
+    "diff_low",
+    "diff_high",
+    "p_value",
+    "poi",
+    "poi_low",
+    "poi_high",
+    "matched",
+]
 
 
 def _differences(runs, variants, unmatched_variants, metric, allow_unmatched, min_seeds, flags, notes):
@@ -904,8 +930,10 @@ def _differences(runs, variants, unmatched_variants, metric, allow_unmatched, mi
         problems, allowed, inferred = _pair_problems(v, ref, a, b, unmatched_variants)
         matched = not problems
         if matched and inferred:
-            notes.append(f"`{v}` vs `{ref}`: no `sweep.component`; algorithm settings in fingerprint.json "
-                         "(e.g. dynamic sampling) were allowed to differ because the algorithms differ")
+            notes.append(
+                f"`{v}` vs `{ref}`: no `sweep.component`; algorithm settings in fingerprint.json "
+                "(e.g. dynamic sampling) were allowed to differ because the algorithms differ"
+            )
         if problems:
             pair_problems[(v, ref)] = problems
             allowed_txt = f" (allowed to differ: {', '.join(allowed)}{inferred})" if allowed else ""
@@ -959,14 +987,24 @@ def _difference_rows(v: str, ref: str, a: list[Run], b: list[Run], metric: str, 
         xb = np.array([r.values[q] for r in b], float)
         d = stats.difference_ci(xa, xb, alpha=ALPHA)
         p = stats.probability_of_improvement(xa, xb, ci=True, alpha=ALPHA)
-        rows.append({
-            "variant": v, "reference": ref, "quantity": q,
-            "metric": metric, "n_variant": len(xa), "n_reference": len(xb),
-            "diff": d.point, "diff_low": d.low, "diff_high": d.high,
-            "p_value": stats.welch_p_value(xa, xb),
-            "poi": p.point, "poi_low": p.low, "poi_high": p.high,
-            "matched": matched,
-        })
+        rows.append(
+            {
+                "variant": v,
+                "reference": ref,
+                "quantity": q,
+                "metric": metric,
+                "n_variant": len(xa),
+                "n_reference": len(xb),
+                "diff": d.point,
+                "diff_low": d.low,
+                "diff_high": d.high,
+                "p_value": stats.welch_p_value(xa, xb),
+                "poi": p.point,
+                "poi_low": p.low,
+                "poi_high": p.high,
+                "matched": matched,
+            }
+        )
     return rows
 
 
@@ -982,8 +1020,7 @@ def _variant_tables(variants, unmatched_variants, pair_problems, reps: int):
             "reference": vr[0].reference or "",
             "n_seeds": len(vr),
             "seeds": " ".join(str(r.seed) for r in vr),
-            "matched": v not in unmatched_variants
-            and not any(k[0] == v for k in pair_problems),
+            "matched": v not in unmatched_variants and not any(k[0] == v for k in pair_problems),
         }
         for key, _, _ in QUANTITIES:
             vals = [r.values.get(key, float("nan")) for r in vr]
@@ -1000,8 +1037,9 @@ def _variant_tables(variants, unmatched_variants, pair_problems, reps: int):
         head_rows.append(row)
     headline = pd.DataFrame(head_rows)
     if not headline.empty:
-        headline = headline.sort_values(["final", "variant"], ascending=[False, True], na_position="last",
-                                        kind="stable").reset_index(drop=True)
+        headline = headline.sort_values(
+            ["final", "variant"], ascending=[False, True], na_position="last", kind="stable"
+        ).reset_index(drop=True)
     return headline, pd.DataFrame(long_rows)
 
 
@@ -1010,10 +1048,18 @@ def _runs_table(runs: list[Run]) -> pd.DataFrame:
     runs_rows = []
     for r in sorted(runs, key=lambda r: (r.variant, r.seed if r.seed is not None else -1, r.name)):
         rr = {
-            "run": r.name, "path": str(r.path), "experiment": r.experiment, "variant": r.variant,
-            "seed": r.seed, "algorithm": r.algorithm, "status": r.status, "included": r.included,
-            "excluded_because": r.exclude_reason, "error": r.error or "",
-            "final_tokens": r.final_tokens, "notes": "; ".join(r.notes),
+            "run": r.name,
+            "path": str(r.path),
+            "experiment": r.experiment,
+            "variant": r.variant,
+            "seed": r.seed,
+            "algorithm": r.algorithm,
+            "status": r.status,
+            "included": r.included,
+            "excluded_because": r.exclude_reason,
+            "error": r.error or "",
+            "final_tokens": r.final_tokens,
+            "notes": "; ".join(r.notes),
         }
         for key in ["initial", "final", "final_at_tokens"] + [k for k, _, _ in QUANTITIES if k != "final"]:
             rr[key] = r.values.get(key, float("nan"))
@@ -1027,14 +1073,20 @@ def _status_flags(runs: list[Run], flags: list[str], notes: list[str]) -> None:
     failed = [r for r in runs if r.status == "failed"]
     other_excluded = [r for r in runs if r.status == "completed" and not r.included]
     if partial:
-        flags.append(f"**{len(partial)} partial run(s)** (excluded from statistics): "
-                     + ", ".join(f"`{r.name}`" for r in partial))
+        flags.append(
+            f"**{len(partial)} partial run(s)** (excluded from statistics): "
+            + ", ".join(f"`{r.name}`" for r in partial)
+        )
     if failed:
-        flags.append(f"**{len(failed)} failed run(s)** (excluded from statistics): "
-                     + "; ".join(f"`{r.name}`: {r.error or 'no error recorded'}" for r in failed))
+        flags.append(
+            f"**{len(failed)} failed run(s)** (excluded from statistics): "
+            + "; ".join(f"`{r.name}`: {r.error or 'no error recorded'}" for r in failed)
+        )
     if other_excluded:
-        flags.append(f"**{len(other_excluded)} completed run(s) left out**: "
-                     + "; ".join(f"`{r.name}`: {r.exclude_reason}" for r in other_excluded))
+        flags.append(
+            f"**{len(other_excluded)} completed run(s) left out**: "
+            + "; ".join(f"`{r.name}`: {r.exclude_reason}" for r in other_excluded)
+        )
     for r in runs:
         for n in r.notes:
             if "dropped" in n or "unreadable" in n:
@@ -1049,9 +1101,16 @@ def _write_report(result: dict, variants: dict[str, list[Run]], out: Path) -> No
     result["differences"].to_csv(out / "differences.csv", index=False)
     result["runs"].to_csv(out / "runs.csv", index=False)
     _write_compute_fit_csvs(fit_report, out)
-    result["plots"] = _plots(variants, list(headline["variant"]) if not headline.empty else [],
-                             result["metric"], result["metric_source"], result["at_tokens"], out, result["notes"],
-                             fit_report)
+    result["plots"] = _plots(
+        variants,
+        list(headline["variant"]) if not headline.empty else [],
+        result["metric"],
+        result["metric_source"],
+        result["at_tokens"],
+        out,
+        result["notes"],
+        fit_report,
+    )
     report_path = out / "report.md"
     report_path.write_text(_markdown(result), encoding="utf-8")
     result["report_path"] = str(report_path)
@@ -1073,8 +1132,10 @@ class ComputeFitReport:
 
 def _check_compute(compute: Any) -> None:
     if compute not in compute_fit.COMPUTE_AXES:
-        raise ReportError(f"--compute={compute}: accepted values are {' or '.join(compute_fit.COMPUTE_AXES)} "
-                          "(the compute axis of the ScaleRL fit: generated tokens or wall seconds; default tokens)")
+        raise ReportError(
+            f"--compute={compute}: accepted values are {' or '.join(compute_fit.COMPUTE_AXES)} "
+            "(the compute axis of the ScaleRL fit: generated tokens or wall seconds; default tokens)"
+        )
 
 
 def _fit_seed_curve(evals: pd.DataFrame, compute: str) -> tuple[Optional[compute_fit.SeedCurve], str]:
@@ -1125,8 +1186,13 @@ def _compute_fit(variants: dict, order: list[str], differences: pd.DataFrame, co
     if not curves:
         return ComputeFitReport(compute, None, curves, notes)
     try:
-        fit = compute_fit.fit_arms(curves, compute=compute, reps=compute_fit.DEFAULT_REPS, seed=0,
-                                   reference=_fit_reference_pairs(differences, curves))
+        fit = compute_fit.fit_arms(
+            curves,
+            compute=compute,
+            reps=compute_fit.DEFAULT_REPS,
+            seed=0,
+            reference=_fit_reference_pairs(differences, curves),
+        )
     except ValueError as e:  # a curve shape the checks above let through: the rest of the report stands
         return ComputeFitReport(compute, None, curves, notes + [f"fit not computed: {e}"])
     return ComputeFitReport(compute, fit, curves, notes)
@@ -1146,7 +1212,7 @@ def _fit_lines(fr: ComputeFitReport, on_token_axis: bool) -> dict:
     x is compute from step 0; ``on_token_axis`` shifts it to the plot's raw ``tokens/generated`` axis by
     the variant's mean step-0 token count (0 for runs that count from the start)."""
     lines = {}
-    for v, arm in (fr.fit.arms.items() if fr.fit else ()):
+    for v, arm in fr.fit.arms.items() if fr.fit else ():
         if not arm.fit.identifiable:
             continue
         c = np.linspace(0.0, float(arm.grid[-1]), FIT_CURVE_POINTS)
@@ -1206,22 +1272,41 @@ def _fit_verdict(arm: compute_fit.ArmFit) -> str:
 def _fit_arms_table(fr: ComputeFitReport) -> str:
     fmt_c = _fmt_tokens if fr.compute == "tokens" else (lambda x: f"{x:,.1f}")
     unit = "tokens" if fr.compute == "tokens" else "s"
-    rows = [[v, str(a.n_seeds), f"{a.fit.R0:.3f}", _fit_cell(a.A, lambda x: f"{x:.3f}"),
-             _fit_cell(a.B, lambda x: f"{x:.2f}"), _fit_cell(a.C_mid, fmt_c), _fit_verdict(a)]
-            for v, a in fr.fit.arms.items()]
-    return _md_table(["variant", "seeds", "R0", "A [95% interval]", "B [interval]", f"C_mid ({unit}) [interval]",
-                      "fit"], rows)
+    rows = [
+        [
+            v,
+            str(a.n_seeds),
+            f"{a.fit.R0:.3f}",
+            _fit_cell(a.A, lambda x: f"{x:.3f}"),
+            _fit_cell(a.B, lambda x: f"{x:.2f}"),
+            _fit_cell(a.C_mid, fmt_c),
+            _fit_verdict(a),
+        ]
+        for v, a in fr.fit.arms.items()
+    ]
+    return _md_table(
+        ["variant", "seeds", "R0", "A [95% interval]", "B [interval]", f"C_mid ({unit}) [interval]", "fit"], rows
+    )
 
 
 def _fit_differences_table(fr: ComputeFitReport, differences: pd.DataFrame) -> str:
-    unmatched = {(v, ref) for v, ref, m in differences[["variant", "reference", "matched"]].itertuples(index=False)
-                 if not bool(m)}
+    unmatched = {
+        (v, ref)
+        for v, ref, m in differences[["variant", "reference", "matched"]].itertuples(index=False)
+        if not bool(m)
+    }
     rows = []
     for d in fr.fit.differences.values():
         note = [f"not identifiable: {d.reason}"] if not d.identifiable else []
         note += ["⚠ unmatched (see Attention)"] if (d.arm, d.reference) in unmatched else []
-        rows.append([f"{d.arm} vs {d.reference}", _fit_cell(d.dA, lambda x: f"{x:+.3f}"),
-                     _fit_cell(d.dB, lambda x: f"{x:+.2f}"), "; ".join(note)])
+        rows.append(
+            [
+                f"{d.arm} vs {d.reference}",
+                _fit_cell(d.dA, lambda x: f"{x:+.3f}"),
+                _fit_cell(d.dB, lambda x: f"{x:+.2f}"),
+                "; ".join(note),
+            ]
+        )
     return _md_table(["variant vs reference", "ΔA [interval]", "ΔB [interval]", "note"], rows)
 
 
@@ -1229,22 +1314,33 @@ def _compute_fit_section(res: dict) -> list[str]:
     fr: ComputeFitReport = res["compute_fit"]
     L = ["## Compute–performance fit (ScaleRL)", ""]
     if fr.fit is None:
-        L.append(f"Not fitted: no included run has an eval.jsonl curve of `{FIT_METRIC}` from its step-0 eval."
-                 if not fr.curves else "Not fitted (see the note below).")
+        L.append(
+            f"Not fitted: no included run has an eval.jsonl curve of `{FIT_METRIC}` from its step-0 eval."
+            if not fr.curves
+            else "Not fitted (see the note below)."
+        )
         return L + [""] + [f"- {n}" for n in fr.notes] + ([""] if fr.notes else [])
     axis = "generated tokens" if fr.compute == "tokens" else "wall seconds"
-    L.append(f"R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) fitted as ScaleRL App. A.5 does to held-out "
-             f"`{FIT_METRIC}` against {axis} C counted from the step-0 eval (`--compute {fr.compute}`), on each "
-             "variant's mean curve over seeds; R0 = mean step-0 accuracy, A = asymptote, B = efficiency, "
-             f"C_mid = compute at half the gain. Intervals: percentile bootstrap over seeds, "
-             f"{fr.fit.reps} refits.")
+    L.append(
+        f"R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) fitted as ScaleRL App. A.5 does to held-out "
+        f"`{FIT_METRIC}` against {axis} C counted from the step-0 eval (`--compute {fr.compute}`), on each "
+        "variant's mean curve over seeds; R0 = mean step-0 accuracy, A = asymptote, B = efficiency, "
+        f"C_mid = compute at half the gain. Intervals: percentile bootstrap over seeds, "
+        f"{fr.fit.reps} refits."
+    )
     L += ["", _fit_arms_table(fr), ""]
     if fr.fit.differences:
-        L += [_fit_differences_table(fr, res["differences"]), "",
-              "Δ = variant − reference, the same pairs as the differences table.", ""]
-    L.append("Method, exclusion rule and what \"not identifiable\" means: `docs/compute_fit.md` in the rlcompare "
-             "repository. These bootstrap intervals are rough (a few seeds give few distinct resamples; their "
-             "coverage is not claimed, see that doc). Files: `compute_fit.csv`, `compute_fit_differences.csv`.")
+        L += [
+            _fit_differences_table(fr, res["differences"]),
+            "",
+            "Δ = variant − reference, the same pairs as the differences table.",
+            "",
+        ]
+    L.append(
+        'Method, exclusion rule and what "not identifiable" means: `docs/compute_fit.md` in the rlcompare '
+        "repository. These bootstrap intervals are rough (a few seeds give few distinct resamples; their "
+        "coverage is not claimed, see that doc). Files: `compute_fit.csv`, `compute_fit_differences.csv`."
+    )
     L.append("")
     return L + [f"- {n}" for n in fr.notes] + ([""] if fr.notes else [])
 
@@ -1256,12 +1352,24 @@ def _compute_fit_section(res: dict) -> list[str]:
 _PLOTS = [
     # file, title, [(column, source, line style, label suffix)]
     ("reward.png", "Training reward (reward/mean)", [("reward/mean", "metrics", "-", "")]),
-    ("objective.png", "Objective: per-token vs per-response",
-     [("objective/per_token", "metrics", "-", " per-token"), ("objective/per_response", "metrics", "--", " per-response")]),
-    ("length.png", "Response length: correct vs incorrect",
-     [("length/correct_mean", "metrics", "-", " correct"), ("length/incorrect_mean", "metrics", "--", " incorrect")]),
-    ("clip.png", "Clip fractions",
-     [("clip/frac_low", "metrics", "-", " low"), ("clip/frac_high", "metrics", "--", " high")]),
+    (
+        "objective.png",
+        "Objective: per-token vs per-response",
+        [
+            ("objective/per_token", "metrics", "-", " per-token"),
+            ("objective/per_response", "metrics", "--", " per-response"),
+        ],
+    ),
+    (
+        "length.png",
+        "Response length: correct vs incorrect",
+        [("length/correct_mean", "metrics", "-", " correct"), ("length/incorrect_mean", "metrics", "--", " incorrect")],
+    ),
+    (
+        "clip.png",
+        "Clip fractions",
+        [("clip/frac_low", "metrics", "-", " low"), ("clip/frac_high", "metrics", "--", " high")],
+    ),
     ("entropy.png", "Policy entropy (policy/entropy)", [("policy/entropy", "metrics", "-", "")]),
 ]
 
@@ -1285,8 +1393,16 @@ def _band(vr: list[Run], col: str, source: str):
     return grid, ys.mean(axis=0), ys.min(axis=0), ys.max(axis=0), len(curves)
 
 
-def _plots(variants: dict, order: list[str], metric: str, source: str, T: float, out: Path,
-           notes: list[str], fit_report: Optional[ComputeFitReport] = None) -> list[str]:
+def _plots(
+    variants: dict,
+    order: list[str],
+    metric: str,
+    source: str,
+    T: float,
+    out: Path,
+    notes: list[str],
+    fit_report: Optional[ComputeFitReport] = None,
+) -> list[str]:
     if not variants:
         return []
     import matplotlib
@@ -1389,30 +1505,33 @@ def _seedset(s: set) -> str:
 def _statistics_method(res: dict) -> list[str]:
     """The "Statistics method" section: exactly the methods behind every interval and verdict."""
     n_min = res["min_seeds"]
-    return ["## Statistics method", "",
-            "- Per-variant cells: mean over seeds with a 95% Student t interval, mean ± t(0.975, n−1)·s/√n. "
-            "Seeds that are all equal give a zero-width interval (they show no spread); one seed gives none.",
-            "- Interquartile mean (IQM, rliable; mean of the middle 50% as in `scipy.stats.trim_mean(x, 0.25)`) "
-            "for variants with at least 4 seeds, final value in the headline, every quantity in report.csv: "
-            "Tukey–McLaughlin interval, IQM ± t(0.975, h−1)·√((n−1)·s_w²/(h(h−1))), s_w² the variance of the "
-            "winsorized seeds, h the number of seeds kept (s²/n instead when the kept values tie).",
-            "- Differences: mean(variant) − mean(reference) with Welch's 95% interval (Welch–Satterthwaite degrees "
-            "of freedom); its p-value is the matching two-sided Welch t-test (p < 0.05 exactly when the interval "
-            "excludes 0).",
-            "- Probability of improvement (rliable): P(variant seed > reference seed) + ½ P(tie) over all seed "
-            "pairs, with Newcombe's (2006) Method 5 score interval and a continuity correction of 1/(2nm).",
-            f"- Verdict: *{BETTER}* / *{WORSE}* where the difference's interval excludes 0, else *{NO_DIFFERENCE}*; "
-            f"a comparison with fewer than {n_min} seeds on either side reads *{TOO_FEW_SEEDS}* whatever its "
-            "interval says (`--min-seeds N`). Higher values count as better.",
-            "- Holm: the same decision with Holm–Bonferroni adjusted p-values over the comparisons against the "
-            "same reference on the same quantity that get a verdict (family-wise error 5% across the k variants).",
-            "- Coverage of these intervals is measured by simulation (`scripts/coverage.py`, "
-            "`tests/report/test_stats_coverage.py`): at least 93% on normal seed scores and 90% on skewed, bounded ones "
-            "like accuracies near 0 or 1, at 3, 5 and 10 seeds. They hold less where a third or more of the seeds "
-            "sit on a bound (all-equal seeds give zero width) or a rare gross outlier moves the mean more than a "
-            "few seeds can show (read the IQM then). No bootstrap is used (`--reps` is ignored); rliable's "
-            "stratified bootstrap stays in `rlcompare.report.stats` for many runs × tasks.",
-            ""]
+    return [
+        "## Statistics method",
+        "",
+        "- Per-variant cells: mean over seeds with a 95% Student t interval, mean ± t(0.975, n−1)·s/√n. "
+        "Seeds that are all equal give a zero-width interval (they show no spread); one seed gives none.",
+        "- Interquartile mean (IQM, rliable; mean of the middle 50% as in `scipy.stats.trim_mean(x, 0.25)`) "
+        "for variants with at least 4 seeds, final value in the headline, every quantity in report.csv: "
+        "Tukey–McLaughlin interval, IQM ± t(0.975, h−1)·√((n−1)·s_w²/(h(h−1))), s_w² the variance of the "
+        "winsorized seeds, h the number of seeds kept (s²/n instead when the kept values tie).",
+        "- Differences: mean(variant) − mean(reference) with Welch's 95% interval (Welch–Satterthwaite degrees "
+        "of freedom); its p-value is the matching two-sided Welch t-test (p < 0.05 exactly when the interval "
+        "excludes 0).",
+        "- Probability of improvement (rliable): P(variant seed > reference seed) + ½ P(tie) over all seed "
+        "pairs, with Newcombe's (2006) Method 5 score interval and a continuity correction of 1/(2nm).",
+        f"- Verdict: *{BETTER}* / *{WORSE}* where the difference's interval excludes 0, else *{NO_DIFFERENCE}*; "
+        f"a comparison with fewer than {n_min} seeds on either side reads *{TOO_FEW_SEEDS}* whatever its "
+        "interval says (`--min-seeds N`). Higher values count as better.",
+        "- Holm: the same decision with Holm–Bonferroni adjusted p-values over the comparisons against the "
+        "same reference on the same quantity that get a verdict (family-wise error 5% across the k variants).",
+        "- Coverage of these intervals is measured by simulation (`scripts/coverage.py`, "
+        "`tests/report/test_stats_coverage.py`): at least 93% on normal seed scores and 90% on skewed, bounded ones "
+        "like accuracies near 0 or 1, at 3, 5 and 10 seeds. They hold less where a third or more of the seeds "
+        "sit on a bound (all-equal seeds give zero width) or a rare gross outlier moves the mean more than a "
+        "few seeds can show (read the IQM then). No bootstrap is used (`--reps` is ignored); rliable's "
+        "stratified bootstrap stays in `rlcompare.report.stats` for many runs × tasks.",
+        "",
+    ]
 
 
 def _difference_cell(x: pd.Series) -> str:
@@ -1429,8 +1548,11 @@ def _poi_cell(x: pd.Series) -> str:
 def _differences_row(v: str, ref: str, g: pd.DataFrame) -> list[str]:
     g = g.set_index("quantity")
     first = g.iloc[0]
-    row = [v + ("" if bool(first["matched"]) else " ⚠ unmatched"), ref,
-           f"{int(first['n_variant'])} vs {int(first['n_reference'])}"]
+    row = [
+        v + ("" if bool(first["matched"]) else " ⚠ unmatched"),
+        ref,
+        f"{int(first['n_variant'])} vs {int(first['n_reference'])}",
+    ]
     for q in DIFF_QUANTITIES:
         if q not in g.index:
             row += ["—"] * 4
@@ -1444,9 +1566,11 @@ def _differences_section(res: dict) -> list[str]:
     d: pd.DataFrame = res["differences"]
     L = ["## Differences against reference", ""]
     if d.empty:
-        L.append("No variant has a (matched) reference to compare against. References come from "
-                 "`sweep.reference` (set by `rlcompare sweep`); use `--reference VARIANT` to compare every "
-                 "variant against one of them.")
+        L.append(
+            "No variant has a (matched) reference to compare against. References come from "
+            "`sweep.reference` (set by `rlcompare sweep`); use `--reference VARIANT` to compare every "
+            "variant against one of them."
+        )
         return L + [""]
     rows = [_differences_row(v, ref, g) for (v, ref), g in d.groupby(["variant", "reference"], sort=False)]
     header = ["variant", "reference", "seeds"]
@@ -1454,14 +1578,18 @@ def _differences_section(res: dict) -> list[str]:
         header += [f"Δ {label}", f"verdict ({short})", f"Holm ({short})", f"P(improvement) {short}"]
     L.append(_md_table(header, rows))
     L.append("")
-    L.append("Δ = variant − reference, mean over seeds [95% Welch interval]. Verdict: the interval's decision; "
-             "Holm: the decision adjusted for comparing several variants with one reference (see Statistics "
-             "method).")
+    L.append(
+        "Δ = variant − reference, mean over seeds [95% Welch interval]. Verdict: the interval's decision; "
+        "Holm: the decision adjusted for comparing several variants with one reference (see Statistics "
+        "method)."
+    )
     few = d[d["verdict"] == TOO_FEW_SEEDS].drop_duplicates(["variant", "reference"])
     if not few.empty:
         L.append("")
-        L.append(f"{len(few)} comparison(s) have fewer than {res['min_seeds']} seeds on a side: "
-                 f"*{TOO_FEW_SEEDS}*, whatever the interval says; run more seeds (or `--min-seeds N`).")
+        L.append(
+            f"{len(few)} comparison(s) have fewer than {res['min_seeds']} seeds on a side: "
+            f"*{TOO_FEW_SEEDS}*, whatever the interval says; run more seeds (or `--min-seeds N`)."
+        )
     return L + [""]
 
 
@@ -1485,20 +1613,32 @@ def _md_comparison_point(res: dict) -> list[str]:
     metric, T, runs = res["metric"], res["at_tokens"], res["runs"]
     L: list[str] = []
     if res["mode"] == "interpolate":
-        L.append(f"**Compared at equal generated tokens: {_fmt_tokens(T)}** (`--at-tokens {T:g}`): "
-                 f"values linearly interpolated between {res['metric_source']}.jsonl rows at that point.")
+        L.append(
+            f"**Compared at equal generated tokens: {_fmt_tokens(T)}** (`--at-tokens {T:g}`): "
+            f"values linearly interpolated between {res['metric_source']}.jsonl rows at that point."
+        )
     elif not _isnan(T):
-        which = (f"shortest run: `{res['shortest_run']}`; later rows are ignored and values at the cut are "
-                 "interpolated between the rows around it" if res["shortest_run"]
-                 else "all included runs end there")
-        L.append(f"**Compared at equal generated tokens: {_fmt_tokens(T)}** — every run cut to the smallest "
-                 f"common final `tokens/generated` ({which}). Use `--at-tokens N` to compare at another point.")
+        which = (
+            f"shortest run: `{res['shortest_run']}`; later rows are ignored and values at the cut are "
+            "interpolated between the rows around it"
+            if res["shortest_run"]
+            else "all included runs end there"
+        )
+        L.append(
+            f"**Compared at equal generated tokens: {_fmt_tokens(T)}** — every run cut to the smallest "
+            f"common final `tokens/generated` ({which}). Use `--at-tokens N` to compare at another point."
+        )
     else:
         L.append("**No completed runs to compare.**")
     L.append("")
-    L.append(f"Metric: `{metric}` (from {res['metric_source']}.jsonl). "
-             + (f"Threshold for *tokens to threshold*: {res['threshold']:.3f} ({res['threshold_how']})."
-                if res["threshold"] is not None and not _isnan(res["threshold"]) else ""))
+    L.append(
+        f"Metric: `{metric}` (from {res['metric_source']}.jsonl). "
+        + (
+            f"Threshold for *tokens to threshold*: {res['threshold']:.3f} ({res['threshold_how']})."
+            if res["threshold"] is not None and not _isnan(res["threshold"])
+            else ""
+        )
+    )
     L.append("")
     if res["flags"]:
         L.append("> **Attention**")
@@ -1519,26 +1659,47 @@ def _md_headline(res: dict) -> list[str]:
         return []
     any_iqm = (h["n_seeds"] >= 4).any()
     L = ["## Headline (sorted by final value)", ""]
-    header = ["variant", "algorithm", "seeds", f"final {res['metric']}", "best", "AUC", "tokens to threshold",
-              "wall time (s)", "tokens/s"]
+    header = [
+        "variant",
+        "algorithm",
+        "seeds",
+        f"final {res['metric']}",
+        "best",
+        "AUC",
+        "tokens to threshold",
+        "wall time (s)",
+        "tokens/s",
+    ]
     if any_iqm:
         header.insert(4, "final IQM")
     L.append(_md_table(header, [_md_headline_row(r, any_iqm) for _, r in h.iterrows()]))
     L.append("")
-    L.append("Cells: mean over seeds [95% Student t interval]; IQM [95% Tukey–McLaughlin interval]; "
-             "— = not available (one seed gives no interval). "
-             "AUC = area under the metric-vs-generated-tokens curve divided by the token span (a mean value). "
-             "Tokens/s = generated tokens / wall time at the comparison point."
-             + (" ⚠ = unmatched (see Attention)." if not h["matched"].all() else ""))
+    L.append(
+        "Cells: mean over seeds [95% Student t interval]; IQM [95% Tukey–McLaughlin interval]; "
+        "— = not available (one seed gives no interval). "
+        "AUC = area under the metric-vs-generated-tokens curve divided by the token span (a mean value). "
+        "Tokens/s = generated tokens / wall time at the comparison point."
+        + (" ⚠ = unmatched (see Attention)." if not h["matched"].all() else "")
+    )
     L.append("")
     L += ["### Training diagnostics (means over steps up to the comparison point)", ""]
     rows = []
     for _, r in h.iterrows():
-        rows.append([r["variant"], _cell(r, "length_correct", "length"), _cell(r, "length_incorrect", "length"),
-                     _cell(r, "clip_low", "frac"), _cell(r, "clip_high", "frac"),
-                     _cell(r, "zero_variance_frac", "frac")])
-    L.append(_md_table(["variant", "length correct", "length incorrect", "clip low", "clip high",
-                        "zero-variance groups"], rows))
+        rows.append(
+            [
+                r["variant"],
+                _cell(r, "length_correct", "length"),
+                _cell(r, "length_incorrect", "length"),
+                _cell(r, "clip_low", "frac"),
+                _cell(r, "clip_high", "frac"),
+                _cell(r, "zero_variance_frac", "frac"),
+            ]
+        )
+    L.append(
+        _md_table(
+            ["variant", "length correct", "length incorrect", "clip low", "clip high", "zero-variance groups"], rows
+        )
+    )
     L.append("")
     return L
 
@@ -1547,7 +1708,7 @@ def _md_headline_row(r, any_iqm: bool) -> list[str]:
     reached = int(r.get("tokens_to_threshold_reached", 0))
     ttt = _cell(r, "tokens_to_threshold", "tokens")
     if reached < r["n_seeds"]:
-        ttt = (f"{ttt} ({reached}/{r['n_seeds']} reached)" if reached else "not reached")
+        ttt = f"{ttt} ({reached}/{r['n_seeds']} reached)" if reached else "not reached"
     cells = [
         r["variant"] + ("" if r["matched"] else " ⚠"),
         r["algorithm"] or "—",
@@ -1561,16 +1722,22 @@ def _md_headline_row(r, any_iqm: bool) -> list[str]:
     ]
     if any_iqm:
         iq = r["final_iqm"]
-        cells.insert(4, "—" if _isnan(iq) else
-                     f"{_fmt(iq, 'score')} [{_fmt(r['final_iqm_low'], 'score')}, {_fmt(r['final_iqm_high'], 'score')}]")
+        cells.insert(
+            4,
+            "—"
+            if _isnan(iq)
+            else f"{_fmt(iq, 'score')} [{_fmt(r['final_iqm_low'], 'score')}, {_fmt(r['final_iqm_high'], 'score')}]",
+        )
     return cells
 
 
 def _md_comparability(res: dict) -> list[str]:
     L = ["## Comparability", ""]
-    L.append("Runs compared must share `fingerprint.json` (initial weights, prompts and split, verifier, budget, "
-             "sampling), except the fields of the component a sweep variant changes (`sweep.component`); "
-             "a variant and its reference must use the same seeds.")
+    L.append(
+        "Runs compared must share `fingerprint.json` (initial weights, prompts and split, verifier, budget, "
+        "sampling), except the fields of the component a sweep variant changes (`sweep.component`); "
+        "a variant and its reference must use the same seeds."
+    )
     L.append("")
     for n in res["notes"]:
         L.append(f"- {n}")
@@ -1614,13 +1781,27 @@ def _md_runs(res: dict) -> list[str]:
             why = r["excluded_because"]
         else:
             why = r["notes"]
-        rows.append([r["run"], r["variant"], "—" if pd.isna(r["seed"]) else str(int(r["seed"])), status,
-                     _fmt_tokens(r["final_tokens"]), _fmt(r["final"], "score"), why or ""])
-    L.append(_md_table(["run", "variant", "seed", "status", "final tokens", f"{res['metric']} at comparison point",
-                        "note"], rows))
+        rows.append(
+            [
+                r["run"],
+                r["variant"],
+                "—" if pd.isna(r["seed"]) else str(int(r["seed"])),
+                status,
+                _fmt_tokens(r["final_tokens"]),
+                _fmt(r["final"], "score"),
+                why or "",
+            ]
+        )
+    L.append(
+        _md_table(
+            ["run", "variant", "seed", "status", "final tokens", f"{res['metric']} at comparison point", "note"], rows
+        )
+    )
     L.append("")
-    L.append("Files: `report.csv` (headline, all quantities with intervals and IQM), `differences.csv`, "
-             "`runs.csv` (one row per run).")
+    L.append(
+        "Files: `report.csv` (headline, all quantities with intervals and IQM), `differences.csv`, "
+        "`runs.csv` (one row per run)."
+    )
     L.append("")
     return L
 
@@ -1636,25 +1817,53 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("results_dir", help="results folder (e.g. results/<experiment>); searched recursively for runs")
     p.add_argument("--metric", default=DEFAULT_METRIC, help="metric to compare (default: eval/accuracy)")
-    p.add_argument("--at-tokens", type=float, default=None, metavar="N",
-                   help="compare at N generated tokens (linear interpolation) instead of cutting every run "
-                        "to the smallest common final tokens/generated")
-    p.add_argument("--threshold", type=float, default=None, metavar="X",
-                   help="value for 'tokens to threshold' (default: midway between mean initial and mean best)")
-    p.add_argument("--out", default=None, metavar="DIR", help="where to write report.md, CSVs, plots "
-                                                              "(default: the results folder)")
-    p.add_argument("--allow-unmatched", action="store_true",
-                   help="compute differences for unmatched variant/reference pairs too (flagged)")
-    p.add_argument("--reference", default=None, metavar="VARIANT",
-                   help="reference for variants without sweep.reference")
-    p.add_argument("--reps", type=int, default=DEFAULT_REPS,
-                   help="ignored: the report's intervals are closed-form (kept so older command lines run)")
-    p.add_argument("--min-seeds", type=int, default=DEFAULT_MIN_SEEDS, metavar="N",
-                   help="seeds each side of a comparison needs before it gets a verdict; fewer reads "
-                        f"'{TOO_FEW_SEEDS}' whatever the interval says (default: {DEFAULT_MIN_SEEDS})")
-    p.add_argument("--compute", default="tokens", metavar="tokens|seconds",
-                   help="compute axis of ScaleRL's compute-performance fit: generated tokens or wall seconds "
-                        "(default: tokens; docs/compute_fit.md)")
+    p.add_argument(
+        "--at-tokens",
+        type=float,
+        default=None,
+        metavar="N",
+        help="compare at N generated tokens (linear interpolation) instead of cutting every run "
+        "to the smallest common final tokens/generated",
+    )
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        metavar="X",
+        help="value for 'tokens to threshold' (default: midway between mean initial and mean best)",
+    )
+    p.add_argument(
+        "--out", default=None, metavar="DIR", help="where to write report.md, CSVs, plots (default: the results folder)"
+    )
+    p.add_argument(
+        "--allow-unmatched",
+        action="store_true",
+        help="compute differences for unmatched variant/reference pairs too (flagged)",
+    )
+    p.add_argument(
+        "--reference", default=None, metavar="VARIANT", help="reference for variants without sweep.reference"
+    )
+    p.add_argument(
+        "--reps",
+        type=int,
+        default=DEFAULT_REPS,
+        help="ignored: the report's intervals are closed-form (kept so older command lines run)",
+    )
+    p.add_argument(
+        "--min-seeds",
+        type=int,
+        default=DEFAULT_MIN_SEEDS,
+        metavar="N",
+        help="seeds each side of a comparison needs before it gets a verdict; fewer reads "
+        f"'{TOO_FEW_SEEDS}' whatever the interval says (default: {DEFAULT_MIN_SEEDS})",
+    )
+    p.add_argument(
+        "--compute",
+        default="tokens",
+        metavar="tokens|seconds",
+        help="compute axis of ScaleRL's compute-performance fit: generated tokens or wall seconds "
+        "(default: tokens; docs/compute_fit.md)",
+    )
     return p
 
 
@@ -1678,8 +1887,11 @@ def main(argv: Optional[list] = None) -> int:
         return 2
     n = len(res["runs"])
     inc = int(res["runs"]["included"].sum())
-    print(f"wrote {res['report_path']} ({inc} of {n} runs compared, {len(res['headline'])} variants"
-          + (f", {len(res['flags'])} warning(s) at the top" if res["flags"] else "") + ")")
+    print(
+        f"wrote {res['report_path']} ({inc} of {n} runs compared, {len(res['headline'])} variants"
+        + (f", {len(res['flags'])} warning(s) at the top" if res["flags"] else "")
+        + ")"
+    )
     return 0
 
 

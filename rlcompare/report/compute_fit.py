@@ -229,14 +229,20 @@ def _not_identifiable_reason(A, B, C_mid, R0, sse, n, C_last, a_grid, a_low, c_m
     gain_seen = (A - R0) * float(_sigmoid(math.log(C_last), math.log(C_mid), B))
     noise = math.sqrt(max(sse, 0.0) / max(n - 3, 1))
     if gain_seen < max(FLAT_GAIN_FLOOR, FLAT_NOISE_MULTIPLE * noise):
-        return (f"flat: fitted gain {gain_seen:+.4f} by the last point is below max({FLAT_GAIN_FLOOR:g}, "
-                f"{FLAT_NOISE_MULTIPLE:g} x residual noise {noise:.4f})")
+        return (
+            f"flat: fitted gain {gain_seen:+.4f} by the last point is below max({FLAT_GAIN_FLOOR:g}, "
+            f"{FLAT_NOISE_MULTIPLE:g} x residual noise {noise:.4f})"
+        )
     if j == c_mid_grid.size - 1:
-        return (f"C_mid at the top of its grid ({C_mid:.4g}; by default the largest compute observed): the "
-                "midpoint lies at or beyond it, only the rising part of the curve was seen")
+        return (
+            f"C_mid at the top of its grid ({C_mid:.4g}; by default the largest compute observed): the "
+            "midpoint lies at or beyond it, only the rising part of the curve was seen"
+        )
     if j == 0:
-        return (f"C_mid at the bottom of its grid ({C_mid:.4g}; by default the smallest compute observed): "
-                "the rise happened before the points fitted")
+        return (
+            f"C_mid at the bottom of its grid ({C_mid:.4g}; by default the smallest compute observed): "
+            "the rise happened before the points fitted"
+        )
     if math.isclose(A, a_grid[-1]) or math.isclose(A, a_low):
         return f"A at the edge of its grid ({A:.3f}, grid [{a_low:.3f}, {a_grid[-1]:.3f}])"
     if k in (0, b_grid.size - 1):
@@ -280,8 +286,7 @@ def _grids(c_positive, A_grid, C_mid_grid):
     return a_grid, c_mid_grid, _default_b_grid()
 
 
-def fit_scalerl(C, R, *, R0: float, min_compute: Optional[float] = None,
-                A_grid=None, C_mid_grid=None) -> Fit:
+def fit_scalerl(C, R, *, R0: float, min_compute: Optional[float] = None, A_grid=None, C_mid_grid=None) -> Fit:
     """Fit ScaleRL's curve to accuracies R at compute C (tokens or seconds), R0 fixed.
 
     As ScaleRL App. A.5: every (A, C_mid) on a grid, B > 0 fitted for each, the least sum of squared
@@ -308,24 +313,56 @@ def fit_scalerl(C, R, *, R0: float, min_compute: Optional[float] = None,
     c_positive, c, r = _prepare_points(C, R, R0, min_compute)
     n = int(c.size)
     if n < MIN_POINTS:
-        return Fit(math.nan, math.nan, math.nan, float(R0), math.nan, n, False,
-                   f"too few points: {n} after excluding early ones (need >= {MIN_POINTS})")
+        return Fit(
+            math.nan,
+            math.nan,
+            math.nan,
+            float(R0),
+            math.nan,
+            n,
+            False,
+            f"too few points: {n} after excluding early ones (need >= {MIN_POINTS})",
+        )
     a_grid, c_mid_grid, b_grid = _grids(c_positive, A_grid, C_mid_grid)
     return _fit_from_batch(c, r[None, :], np.array([float(R0)]), a_grid, c_mid_grid, b_grid)[0]
 
 
 def _fit_from_batch(c, R, R0, a_grid, c_mid_grid, b_grid) -> list[Fit]:
-    parts = [_fit_batch(c, R[i:i + BATCH_ROWS], R0[i:i + BATCH_ROWS], a_grid, c_mid_grid, b_grid)
-             for i in range(0, R.shape[0], BATCH_ROWS)]
+    parts = [
+        _fit_batch(c, R[i : i + BATCH_ROWS], R0[i : i + BATCH_ROWS], a_grid, c_mid_grid, b_grid)
+        for i in range(0, R.shape[0], BATCH_ROWS)
+    ]
     A, B, C_mid, sse, j, k = (np.concatenate(p) for p in zip(*parts))
     a_low = _allowed_a_lows(a_grid, R0)
     fits = []
     for i in range(R.shape[0]):
-        reason = _not_identifiable_reason(float(A[i]), float(B[i]), float(C_mid[i]), float(R0[i]), float(sse[i]),
-                                          c.size, float(c[-1]), a_grid, float(a_low[i]), c_mid_grid,
-                                          int(j[i]), int(k[i]), b_grid)
-        fits.append(Fit(float(A[i]), float(B[i]), float(C_mid[i]), float(R0[i]), float(sse[i]), int(c.size),
-                        reason is None, reason))
+        reason = _not_identifiable_reason(
+            float(A[i]),
+            float(B[i]),
+            float(C_mid[i]),
+            float(R0[i]),
+            float(sse[i]),
+            c.size,
+            float(c[-1]),
+            a_grid,
+            float(a_low[i]),
+            c_mid_grid,
+            int(j[i]),
+            int(k[i]),
+            b_grid,
+        )
+        fits.append(
+            Fit(
+                float(A[i]),
+                float(B[i]),
+                float(C_mid[i]),
+                float(R0[i]),
+                float(sse[i]),
+                int(c.size),
+                reason is None,
+                reason,
+            )
+        )
     return fits
 
 
@@ -391,14 +428,18 @@ def _seed_axis(curve: SeedCurve, compute: str, arm: str, i: int) -> tuple[np.nda
         raise ValueError(f"fit_arms: arm {arm!r} seed {i} has no {compute} column; use compute='tokens'")
     c = np.asarray(raw, dtype=float).ravel()
     if c.shape != acc.shape or c.size < 2:
-        raise ValueError(f"fit_arms: arm {arm!r} seed {i}: {c.size} {compute} values for {acc.size} accuracies "
-                         "(need one per eval row, at least 2 rows)")
+        raise ValueError(
+            f"fit_arms: arm {arm!r} seed {i}: {c.size} {compute} values for {acc.size} accuracies "
+            "(need one per eval row, at least 2 rows)"
+        )
     if not (np.all(np.isfinite(c)) and np.all(np.isfinite(acc))):
         raise ValueError(f"fit_arms: arm {arm!r} seed {i}: {compute} and accuracy must be finite")
     c = c - c[0]
     if np.any(np.diff(c) <= 0):
-        raise ValueError(f"fit_arms: arm {arm!r} seed {i}: {compute} must strictly increase from row to row "
-                         "(row 0 being the step-0 eval)")
+        raise ValueError(
+            f"fit_arms: arm {arm!r} seed {i}: {compute} must strictly increase from row to row "
+            "(row 0 being the step-0 eval)"
+        )
     return c, acc
 
 
@@ -425,8 +466,9 @@ def _fit_arm(arm, curves, compute, reps, rng, min_compute, A_grid, C_mid_grid) -
     Y = np.vstack([np.interp(grid, c, a) for c, a in seeds])  # (seeds, grid)
     r0 = np.array([a[0] for _, a in seeds])
     mean_curve = Y.mean(axis=0)
-    fit = fit_scalerl(grid, mean_curve, R0=float(r0.mean()), min_compute=min_compute,
-                      A_grid=A_grid, C_mid_grid=C_mid_grid)
+    fit = fit_scalerl(
+        grid, mean_curve, R0=float(r0.mean()), min_compute=min_compute, A_grid=A_grid, C_mid_grid=C_mid_grid
+    )
     n_seeds = len(seeds)
     boot = {"A": np.array([]), "B": np.array([]), "C_mid": np.array([])}
     share = math.nan
@@ -438,8 +480,19 @@ def _fit_arm(arm, curves, compute, reps, rng, min_compute, A_grid, C_mid_grid) -
         fits = _fit_from_batch(c, Y[draw].mean(axis=1)[:, keep], r0[draw].mean(axis=1), a_grid, c_mid_grid, b_grid)
         boot = {p: np.array([getattr(f, p) for f in fits]) for p in ("A", "B", "C_mid")}
         share = float(np.mean([f.identifiable for f in fits]))
-    return ArmFit(arm, compute, n_seeds, fit, _percentile(fit.A, boot["A"]), _percentile(fit.B, boot["B"]),
-                  _percentile(fit.C_mid, boot["C_mid"]), share, grid, mean_curve, boot)
+    return ArmFit(
+        arm,
+        compute,
+        n_seeds,
+        fit,
+        _percentile(fit.A, boot["A"]),
+        _percentile(fit.B, boot["B"]),
+        _percentile(fit.C_mid, boot["C_mid"]),
+        share,
+        grid,
+        mean_curve,
+        boot,
+    )
 
 
 def _difference(a: ArmFit, ref: ArmFit) -> ArmDifference:
@@ -458,14 +511,23 @@ def _references(reference, arms: list[str]) -> dict:
     pairs = dict(reference) if isinstance(reference, Mapping) else {a: reference for a in arms}
     for arm, ref in pairs.items():
         if arm not in arms or ref not in arms:
-            raise ValueError(f"fit_arms: reference {arm!r} -> {ref!r} names an arm that is not here; "
-                             f"arms: {', '.join(arms)}")
+            raise ValueError(
+                f"fit_arms: reference {arm!r} -> {ref!r} names an arm that is not here; arms: {', '.join(arms)}"
+            )
     return {arm: ref for arm, ref in pairs.items() if arm != ref}
 
 
-def fit_arms(curves_by_arm: Mapping[str, Sequence[SeedCurve]], *, compute: str = "tokens",
-             reps: int = DEFAULT_REPS, seed: int = 0, reference: Union[str, Mapping[str, str], None] = None,
-             min_compute: Optional[float] = None, A_grid=None, C_mid_grid=None) -> ArmFits:
+def fit_arms(
+    curves_by_arm: Mapping[str, Sequence[SeedCurve]],
+    *,
+    compute: str = "tokens",
+    reps: int = DEFAULT_REPS,
+    seed: int = 0,
+    reference: Union[str, Mapping[str, str], None] = None,
+    min_compute: Optional[float] = None,
+    A_grid=None,
+    C_mid_grid=None,
+) -> ArmFits:
     """Per arm: ``fit_scalerl`` on the mean over seeds, and a percentile bootstrap over seeds for A, B
     and C_mid; then arm - reference differences in A and B with intervals.
 
@@ -489,8 +551,10 @@ def fit_arms(curves_by_arm: Mapping[str, Sequence[SeedCurve]], *, compute: str =
         raise ValueError("fit_arms: give at least one arm, each with at least one seed's curve")
     refs = _references(reference, arms)
     streams = np.random.SeedSequence(seed).spawn(len(arms))
-    fitted = {a: _fit_arm(a, curves_by_arm[a], compute, int(reps), np.random.default_rng(s),
-                          min_compute, A_grid, C_mid_grid) for a, s in zip(arms, streams)}
+    fitted = {
+        a: _fit_arm(a, curves_by_arm[a], compute, int(reps), np.random.default_rng(s), min_compute, A_grid, C_mid_grid)
+        for a, s in zip(arms, streams)
+    }
     diffs = {a: _difference(fitted[a], fitted[r]) for a, r in refs.items()}
     return ArmFits(compute, int(reps), fitted, diffs)
 
@@ -503,22 +567,46 @@ def fit_rows(result: ArmFits) -> list[dict]:
     """One flat dict per arm, for the report's CSV and markdown table."""
     rows = []
     for a in result.arms.values():
-        rows.append({
-            "variant": a.arm, "compute": a.compute, "seeds": a.n_seeds, "R0": a.fit.R0,
-            "A": a.A.point, "A_low": a.A.low, "A_high": a.A.high,
-            "B": a.B.point, "B_low": a.B.low, "B_high": a.B.high,
-            "C_mid": a.C_mid.point, "C_mid_low": a.C_mid.low, "C_mid_high": a.C_mid.high,
-            "sse": a.fit.sse, "n_points": a.fit.n_points, "identifiable": a.fit.identifiable,
-            "boot_identifiable": a.boot_identifiable, "reason": a.fit.reason or "",
-        })
+        rows.append(
+            {
+                "variant": a.arm,
+                "compute": a.compute,
+                "seeds": a.n_seeds,
+                "R0": a.fit.R0,
+                "A": a.A.point,
+                "A_low": a.A.low,
+                "A_high": a.A.high,
+                "B": a.B.point,
+                "B_low": a.B.low,
+                "B_high": a.B.high,
+                "C_mid": a.C_mid.point,
+                "C_mid_low": a.C_mid.low,
+                "C_mid_high": a.C_mid.high,
+                "sse": a.fit.sse,
+                "n_points": a.fit.n_points,
+                "identifiable": a.fit.identifiable,
+                "boot_identifiable": a.boot_identifiable,
+                "reason": a.fit.reason or "",
+            }
+        )
     return rows
 
 
 def difference_rows(result: ArmFits) -> list[dict]:
     """One flat dict per (arm, reference) pair: differences in A and B with their intervals."""
-    return [{
-        "variant": d.arm, "reference": d.reference, "compute": result.compute,
-        "dA": d.dA.point, "dA_low": d.dA.low, "dA_high": d.dA.high,
-        "dB": d.dB.point, "dB_low": d.dB.low, "dB_high": d.dB.high,
-        "identifiable": d.identifiable, "reason": d.reason or "",
-    } for d in result.differences.values()]
+    return [
+        {
+            "variant": d.arm,
+            "reference": d.reference,
+            "compute": result.compute,
+            "dA": d.dA.point,
+            "dA_low": d.dA.low,
+            "dA_high": d.dA.high,
+            "dB": d.dB.point,
+            "dB_low": d.dB.low,
+            "dB_high": d.dB.high,
+            "identifiable": d.identifiable,
+            "reason": d.reason or "",
+        }
+        for d in result.differences.values()
+    ]

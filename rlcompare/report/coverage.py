@@ -43,7 +43,7 @@ class Shape:
 
 
 def _beta_mean_sd(mean: float, sd: float) -> tuple[float, float]:
-    k = mean * (1 - mean) / sd ** 2 - 1
+    k = mean * (1 - mean) / sd**2 - 1
     return mean * k, (1 - mean) * k
 
 
@@ -69,9 +69,11 @@ def eval_accuracy(mean: float, sd: float, items: int = EVAL_ITEMS) -> Draw:
 
 def with_outliers(base: Draw, rate: float, shift: float) -> Draw:
     """Now and then (``rate``) a seed lands ``shift`` away from where it would have (a run that went wrong)."""
+
     def draw(rng, size):
         x = base(rng, size)
         return np.where(rng.random(size) < rate, x + shift, x)
+
     return draw
 
 
@@ -141,7 +143,7 @@ def _truth_sample(shape: Shape, seed: int) -> np.ndarray:
 def population_iqm(sample: np.ndarray) -> float:
     """The IQM's target: the mean of the middle half of the distribution (25% trimmed mean)."""
     s = np.sort(sample)
-    return float(s[s.size // 4: s.size - s.size // 4].mean())
+    return float(s[s.size // 4 : s.size - s.size // 4].mean())
 
 
 def population_poi(variant: np.ndarray, reference: np.ndarray) -> float:
@@ -165,8 +167,10 @@ def one_sample_cells(shapes=SHAPES, trials: int = 2000, seed: int = 0) -> Iterat
     for i, shape in enumerate(shapes):
         sample = _truth_sample(shape, seed + 1000 + i)
         truth = {"mean (Student t)": float(sample.mean()), "IQM (Tukey-McLaughlin)": population_iqm(sample)}
-        for name, counts, method in (("mean (Student t)", SEED_COUNTS, stats.mean_intervals),
-                                     ("IQM (Tukey-McLaughlin)", IQM_SEED_COUNTS, stats.iqm_intervals)):
+        for name, counts, method in (
+            ("mean (Student t)", SEED_COUNTS, stats.mean_intervals),
+            ("IQM (Tukey-McLaughlin)", IQM_SEED_COUNTS, stats.iqm_intervals),
+        ):
             for n in counts:
                 x = shape.draw(_rng(seed, i, n), (trials, n))
                 coverage, width = _covered(method(x), truth[name])
@@ -184,8 +188,10 @@ def two_sample_cells(pairs=PAIRS, trials: int = 2000, seed: int = 0) -> Iterator
         for n in SEED_COUNTS:
             rng = _rng(seed, 100 + i, n)
             a, b = variant.draw(rng, (trials, n)), reference.draw(rng, (trials, n))
-            for name, interval, truth in (("difference of means (Welch)", stats.welch_intervals(a, b), difference),
-                                          ("P(improvement) (Newcombe)", stats.poi_intervals(a, b), poi)):
+            for name, interval, truth in (
+                ("difference of means (Welch)", stats.welch_intervals(a, b), difference),
+                ("P(improvement) (Newcombe)", stats.poi_intervals(a, b), poi),
+            ):
                 coverage, width = _covered(interval, truth)
                 yield Cell(name, variant.name, variant.family, n, trials, coverage, width)
 

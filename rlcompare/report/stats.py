@@ -184,9 +184,15 @@ def _check_alpha(alpha: float) -> None:
 # Lanczos approximation of log Gamma, g = 7 with 9 terms (relative error ~1e-15)
 _LANCZOS_G = 7.0
 _LANCZOS_COEF = (
-    0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.32342877765313,
-    -176.61502916214059, 12.507343278686905, -0.13857109526572012,
-    9.9843695780195716e-6, 1.5056327351493116e-7,
+    0.99999999999980993,
+    676.5203681218851,
+    -1259.1392167224028,
+    771.32342877765313,
+    -176.61502916214059,
+    12.507343278686905,
+    -0.13857109526572012,
+    9.9843695780195716e-6,
+    1.5056327351493116e-7,
 )
 _TINY = 1e-300
 _CF_EPS = 1e-15
@@ -277,17 +283,39 @@ def t_two_sided_p(t, df):
 
 
 def _t_log_density(t: np.ndarray, df: np.ndarray) -> np.ndarray:
-    return (_log_gamma((df + 1.0) / 2.0) - _log_gamma(df / 2.0) - 0.5 * np.log(df * np.pi)
-            - (df + 1.0) / 2.0 * np.log1p(t * t / df))
+    return (
+        _log_gamma((df + 1.0) / 2.0)
+        - _log_gamma(df / 2.0)
+        - 0.5 * np.log(df * np.pi)
+        - (df + 1.0) / 2.0 * np.log1p(t * t / df)
+    )
 
 
 # Acklam's rational approximation of the normal quantile (relative error < 1.15e-9)
-_ACKLAM_A = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02, 1.383577518672690e02,
-             -3.066479806614716e01, 2.506628277459239e00)
-_ACKLAM_B = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02, 6.680131188771972e01,
-             -1.328068155288572e01, 1.0)
-_ACKLAM_C = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00, -2.549732539343734e00,
-             4.374664141464968e00, 2.938163982698783e00)
+_ACKLAM_A = (
+    -3.969683028665376e01,
+    2.209460984245205e02,
+    -2.759285104469687e02,
+    1.383577518672690e02,
+    -3.066479806614716e01,
+    2.506628277459239e00,
+)
+_ACKLAM_B = (
+    -5.447609879822406e01,
+    1.615858368580409e02,
+    -1.556989798598866e02,
+    6.680131188771972e01,
+    -1.328068155288572e01,
+    1.0,
+)
+_ACKLAM_C = (
+    -7.784894002430293e-03,
+    -3.223964580411365e-01,
+    -2.400758277161838e00,
+    -2.549732539343734e00,
+    4.374664141464968e00,
+    2.938163982698783e00,
+)
 _ACKLAM_D = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00, 1.0)
 _ACKLAM_SPLIT = 0.02425
 
@@ -320,8 +348,9 @@ def _t_mass_gap(t: np.ndarray, df: np.ndarray, tail: np.ndarray, central: np.nda
     """
     t2 = t * t
     density_t = t * np.exp(_t_log_density(t, df))  # d mass / d log t
-    mass = 0.5 * _regularized_beta(np.where(middle, t2, df) / (df + t2), np.where(middle, 0.5, df / 2.0),
-                                   np.where(middle, df / 2.0, 0.5))
+    mass = 0.5 * _regularized_beta(
+        np.where(middle, t2, df) / (df + t2), np.where(middle, 0.5, df / 2.0), np.where(middle, df / 2.0, 0.5)
+    )
     with np.errstate(divide="ignore"):
         gap = np.where(middle, np.log(central) - np.log(mass), np.log(mass) - np.log(tail))
     return gap, -density_t / mass
@@ -346,7 +375,9 @@ def t_quantile(p, df):
     central = upper - 0.5  # exact for upper in [0.5, 1]
     middle = tail > 0.25
     lo = np.array(np.log(normal_quantile(upper)) - 1e-6, dtype=float)
-    hi = np.array(np.log(1.0 / np.tan(np.pi * tail)) + 1e-6, dtype=float)  # Cauchy: tan(pi (p - 1/2)); margin: df = 1 is its root
+    hi = np.array(
+        np.log(1.0 / np.tan(np.pi * tail)) + 1e-6, dtype=float
+    )  # Cauchy: tan(pi (p - 1/2)); margin: df = 1 is its root
     u = lo.copy()
     valid_lo, valid_hi = lo.copy(), hi.copy()
     active = np.flatnonzero(~at_median)
@@ -354,8 +385,9 @@ def t_quantile(p, df):
         if active.size == 0:
             break
         ua, la, ha = u.flat[active], lo.flat[active], hi.flat[active]
-        gap, slope = _t_mass_gap(np.exp(ua), df.flat[active], tail.flat[active], central.flat[active],
-                                 middle.flat[active])
+        gap, slope = _t_mass_gap(
+            np.exp(ua), df.flat[active], tail.flat[active], central.flat[active], middle.flat[active]
+        )
         la, ha = np.where(gap > 0, ua, la), np.where(gap > 0, ha, ua)
         newton = ua - gap / slope
         # a Newton step may cross the root (the narrowed bracket's end); only one leaving the bracket
@@ -412,7 +444,7 @@ def _trimmed_estimate(x: np.ndarray) -> _Estimate:
     g = int(0.25 * n)
     h = n - 2 * g
     xs = np.sort(x, axis=-1)
-    kept = xs[..., g:n - g]
+    kept = xs[..., g : n - g]
     winsorized = np.clip(xs, kept[..., :1], kept[..., -1:])
     variance = (n - 1) * _sample_variance(winsorized) / (h * (h - 1))
     variance = np.where(variance > 0, variance, _sample_variance(x) / n)
@@ -423,7 +455,7 @@ def _difference_estimate(a: _Estimate, b: _Estimate) -> _Estimate:
     """a - b for independent estimates, Welch-Satterthwaite df: (va + vb)^2 / (va^2 / dfa + vb^2 / dfb)."""
     variance = a.variance + b.variance
     with np.errstate(invalid="ignore", divide="ignore"):
-        df = variance ** 2 / (a.variance ** 2 / a.df + b.variance ** 2 / b.df)
+        df = variance**2 / (a.variance**2 / a.df + b.variance**2 / b.df)
     df = np.where(variance > 0, df, a.df + b.df)  # no spread on either side: zero width, df unused
     return _Estimate(a.value - b.value, variance, df)
 
@@ -643,8 +675,9 @@ def difference_ci(
     return _bootstrap_difference(a, b, stat, point, reps, alpha, seed)
 
 
-def _bootstrap_difference(a: np.ndarray, b: np.ndarray, stat: Callable, point: float, reps: int, alpha: float,
-                          seed: int) -> Interval:
+def _bootstrap_difference(
+    a: np.ndarray, b: np.ndarray, stat: Callable, point: float, reps: int, alpha: float, seed: int
+) -> Interval:
     rng = np.random.default_rng(seed)
     ra = a[rng.integers(0, a.size, size=(reps, a.size))]
     rb = b[rng.integers(0, b.size, size=(reps, b.size))]

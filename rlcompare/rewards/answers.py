@@ -66,7 +66,7 @@ def _boxes(text: str) -> tuple[list[tuple[int, int]], bool]:
             braces[j] = m.start()
             last_brace = j
     stack = []
-    for b in (re.finditer(r"[{}]", text) if braces else ()):
+    for b in re.finditer(r"[{}]", text) if braces else ():
         k = b.start()
         if text[k] == "{":
             stack.append(k)
@@ -131,7 +131,7 @@ DIGIT_OR_BACKSLASH = re.compile(r"[0-9\\]")
 def line_with(text: str, wanted: re.Pattern, last: bool) -> str | None:
     """The first (or last) line of `text` in which `wanted` is found."""
     lines = text.splitlines()
-    for ln in (reversed(lines) if last else lines):
+    for ln in reversed(lines) if last else lines:
         if wanted.search(ln):
             return ln
     return None
@@ -164,13 +164,15 @@ def normalize_signs(text: str) -> str:
 # A relation other than '=' (or a plus-minus): the span does not state one value.
 OTHER_RELATION = re.compile(
     r"[<>≤≥≠≈≃≅∼~±∓≡]|\\(?:le|ge|leq|geq|leqslant|geqslant|lt|gt|ne|neq|approx|sim|simeq|cong|equiv|pm|mp|to"
-    r"|rightarrow|Rightarrow|implies|iff)(?![A-Za-z])")
+    r"|rightarrow|Rightarrow|implies|iff)(?![A-Za-z])"
+)
 # Words that join several candidates ("122 or 123", "between 122 and 123") or qualify the one stated ("about 123",
 # "at least 123", "not 123", "123 or so"): the span then states no single value. Inside \text{} too.
 HEDGE_WORDS = frozenset(
     "or and between either nor maybe perhaps possibly probably likely about approx approximately around roughly nearly"
     " almost circa least most more less fewer greater over under above below than not no except unless plus minus"
-    " negative".split())
+    " negative".split()
+)
 _WORD = re.compile(r"[A-Za-z]+(?:'t)?")
 
 
@@ -181,8 +183,10 @@ def has_hedge_word(text: str) -> bool:
 
 _SIGN_WORD = re.compile(r"(?<![A-Za-z])(?:minus|negative)\s*$", re.I)
 # LaTeX that only wraps or spaces a number; `\frac{a}{b}` and `^{e}` with plain groups become arithmetic.
-_WRAPPERS = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|displaystyle|boxed|fbox|left|right|[,;:! ])(?![A-Za-z])|\\\$|\$"
-                       r"|\\[()\[\]]")
+_WRAPPERS = re.compile(
+    r"\\(?:text|textbf|textrm|mathrm|mathbf|displaystyle|boxed|fbox|left|right|[,;:! ])(?![A-Za-z])|\\\$|\$"
+    r"|\\[()\[\]]"
+)
 # Markdown bold (`**123**`), not a power between operands (`2**3` stays, and is refused as code).
 MARKDOWN_BOLD = re.compile(r"(?<![\w)])\*\*|\*\*(?![\w(])")
 _FRAC = re.compile(r"\\[dt]?frac\{([^{}]*)\}\{([^{}]*)\}")
@@ -207,8 +211,13 @@ def _in_number(s: str, k: int) -> bool:
         return nxt
     if ch == ",":
         group = s[k + 1 : k + 4]
-        return (k > 0 and is_ascii_digit(s[k - 1]) and len(group) == 3 and all(is_ascii_digit(c) for c in group)
-                and not (k + 4 < n and is_ascii_digit(s[k + 4])))
+        return (
+            k > 0
+            and is_ascii_digit(s[k - 1])
+            and len(group) == 3
+            and all(is_ascii_digit(c) for c in group)
+            and not (k + 4 < n and is_ascii_digit(s[k + 4]))
+        )
     return False
 
 
@@ -302,8 +311,10 @@ def stated_value(span: str) -> Fraction | None:
 
 
 # ----------------------------------------------------------------------------- LaTeX (math_verify)
-_LABEL = re.compile(r"\s*(?:\\text\{[^{}]*\}|\\mathrm\{[^{}]*\}|\\(?!pi\b|infty\b)[A-Za-z]+|[A-Za-z][A-Za-z ]*)"
-                    r"(?:_\{?[A-Za-z0-9]+\}?)?(?:\s*\([A-Za-z, ]*\))?\s*:?\s*")
+_LABEL = re.compile(
+    r"\s*(?:\\text\{[^{}]*\}|\\mathrm\{[^{}]*\}|\\(?!pi\b|infty\b)[A-Za-z]+|[A-Za-z][A-Za-z ]*)"
+    r"(?:_\{?[A-Za-z0-9]+\}?)?(?:\s*\([A-Za-z, ]*\))?\s*:?\s*"
+)
 _DOUBLE_SUPERSCRIPT = re.compile(r"\^\s*(?:\{[^{}]*\}|\\[A-Za-z]+|[A-Za-z0-9.]+)\s*\^")
 _LATEX_LIST = re.compile(r"\\(?:pm|mp|lor|vee|land|wedge|cup|quad|qquad)(?![A-Za-z])|[±∓∨∧∪;]")
 

@@ -50,8 +50,9 @@ MAX_ABS = 10**12
 MINUS_SIGNS = "\u2212\u2013\u2014\u2012\u2010\u2011\ufe63\uff0d\u02d7\u2796"  # − – — ‒ ‐ ‑ ﹣ － ˗ ➖
 PLUS_SIGNS = "\ufe62\uff0b\u2795"  # ﹢ ＋ ➕
 _LATEX_ALIASES = (("\\times", "*"), ("\\cdot", "*"), ("\\div", "/"))
-_CHAR_ALIASES = str.maketrans({"×": "*", "·": "*", "∗": "*", "⋅": "*", "÷": "/",
-                               **{m: "-" for m in MINUS_SIGNS}, **{p: "+" for p in PLUS_SIGNS}})
+_CHAR_ALIASES = str.maketrans(
+    {"×": "*", "·": "*", "∗": "*", "⋅": "*", "÷": "/", **{m: "-" for m in MINUS_SIGNS}, **{p: "+" for p in PLUS_SIGNS}}
+)
 _OPS = "+-*/()"
 # numeric mode: a decimal number, optionally with thousands separators (groups of exactly 3) or a leading point
 _DECIMAL = re.compile(r"(?:[0-9]{1,3}(?:,[0-9]{3})+(?![0-9])|[0-9]+)(?:\.[0-9]+)?|\.[0-9]+")
@@ -77,8 +78,9 @@ def normalize(text: str) -> str:
     return text.translate(_CHAR_ALIASES)
 
 
-def tokenize(text: str, *, max_len: int = MAX_LEN, max_literal: int = MAX_LITERAL,
-             numeric: bool = False) -> list[str | int | Fraction]:
+def tokenize(
+    text: str, *, max_len: int = MAX_LEN, max_literal: int = MAX_LITERAL, numeric: bool = False
+) -> list[str | int | Fraction]:
     """Numbers and single-character operators; raises ExprError on anything else. `numeric`: decimal numbers
     (Fractions) and `^` as well (see the module docstring)."""
     if len(text) > max_len:
@@ -234,11 +236,18 @@ def _power(base: Fraction, exponent: Fraction, max_abs: int) -> Fraction:
     least_bits = (max(abs(base.numerator), base.denominator).bit_length() - 1) * abs(e)  # a lower bound
     if least_bits > max_abs.bit_length():
         raise ExprError(f"intermediate result beyond {max_abs}")
-    return base ** e
+    return base**e
 
 
-def evaluate(text: str, *, max_len: int = MAX_LEN, max_depth: int = MAX_DEPTH,
-             max_literal: int = MAX_LITERAL, max_abs: int = MAX_ABS, numeric: bool = False) -> Evaluation:
+def evaluate(
+    text: str,
+    *,
+    max_len: int = MAX_LEN,
+    max_depth: int = MAX_DEPTH,
+    max_literal: int = MAX_LITERAL,
+    max_abs: int = MAX_ABS,
+    numeric: bool = False,
+) -> Evaluation:
     """Exact value of `text` and the literals it uses; ExprError when invalid. `numeric`: the wider grammar
     (decimals, unary signs, `^`); its callers pass `**NUMERIC_LIMITS`."""
     if not isinstance(text, str):
@@ -266,7 +275,7 @@ def decode_countdown(answer) -> tuple[list[int], int]:
     """The reference `{"nums": [...], "target": N}` (JSON string or dict) -> (nums, target)."""
     d = json.loads(answer) if isinstance(answer, str) else answer
     if not isinstance(d, dict) or "nums" not in d or "target" not in d:
-        raise ValueError(f"countdown reference must be JSON {{\"nums\": [...], \"target\": N}}, got {str(answer)[:80]!r}")
+        raise ValueError(f'countdown reference must be JSON {{"nums": [...], "target": N}}, got {str(answer)[:80]!r}')
     nums, target = d["nums"], d["target"]
     if not isinstance(nums, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in nums):
         raise ValueError(f"countdown reference 'nums' must be a list of integers, got {nums!r}"[:200])

@@ -65,7 +65,13 @@ from rlcompare.rewards.answers import (  # noqa: F401 - last_tag, last_boxed, af
     normalize_signs,
     stated_value,
 )
-from rlcompare.rewards.countdown_expr import ExprError, decode_countdown, evaluate, normalize as _normalize_ops, uses_numbers
+from rlcompare.rewards.countdown_expr import (
+    ExprError,
+    decode_countdown,
+    evaluate,
+    normalize as _normalize_ops,
+    uses_numbers,
+)
 
 
 @dataclass(frozen=True)
@@ -230,12 +236,19 @@ class MathVerify(Verifier):
     name = "math_verify"
     bounded = False
 
-    def __init__(self, max_chars: int = DEFAULT_MAX_CHARS, strict: bool = True, float_rounding: int = 6,
-                 timeout_s: float | None = 5.0):
+    def __init__(
+        self,
+        max_chars: int = DEFAULT_MAX_CHARS,
+        strict: bool = True,
+        float_rounding: int = 6,
+        timeout_s: float | None = 5.0,
+    ):
         try:
             import math_verify  # noqa: F401
         except ImportError as e:
-            raise ValueError("verifier.name=math_verify needs the math-verify package: pip install 'math-verify[antlr4_13_2]'") from e
+            raise ValueError(
+                "verifier.name=math_verify needs the math-verify package: pip install 'math-verify[antlr4_13_2]'"
+            ) from e
         self.max_chars, self.strict, self.float_rounding = int(max_chars), bool(strict), int(float_rounding)
         self.timeout_s = timeout_s  # one SIGALRM deadline per call, used only inline in the main thread
 
@@ -248,8 +261,12 @@ class MathVerify(Verifier):
     def _own_timeout(self) -> float | None:
         import signal
 
-        if (_IN_WORKER or threading.current_thread() is not threading.main_thread() or not self.timeout_s
-                or not hasattr(signal, "setitimer")):
+        if (
+            _IN_WORKER
+            or threading.current_thread() is not threading.main_thread()
+            or not self.timeout_s
+            or not hasattr(signal, "setitimer")
+        ):
             return None  # the worker's SIGALRM / the caller bounds time instead
         return float(self.timeout_s)
 
@@ -262,7 +279,11 @@ class MathVerify(Verifier):
         if answer in cache:
             return cache[answer]
         answer_text = normalize_signs(answer)
-        forms = [answer_text] if ("$" in answer_text or "\\boxed" in answer_text) else [f"${answer_text}$", answer_text, f"\\boxed{{{answer_text}}}"]
+        forms = (
+            [answer_text]
+            if ("$" in answer_text or "\\boxed" in answer_text)
+            else [f"${answer_text}$", answer_text, f"\\boxed{{{answer_text}}}"]
+        )
         gold = []
         for f in forms:
             gold = parse(f, parsing_timeout=None)
@@ -314,7 +335,9 @@ class MathVerify(Verifier):
             line = line_with(tail, DIGIT_OR_BACKSLASH, last=True)
             spans = [] if line is None else [line]
         spans = distinct(spans)
-        ok = 0 < len(spans) <= MAX_CANDIDATES and all(self._span_matches(t, kind == "boxed", gold, shape) for t in spans)
+        ok = 0 < len(spans) <= MAX_CANDIDATES and all(
+            self._span_matches(t, kind == "boxed", gold, shape) for t in spans
+        )
         return RIGHT if ok else WRONG
 
     def _span_matches(self, span: str, boxed: bool, gold, shape: str) -> bool:
@@ -333,8 +356,10 @@ class MathVerify(Verifier):
             return False
         last = preds[-1]
         # every side of an equation states the same value: `\\boxed{124=123}` is false, not 123
-        if any(not verify(p, last, float_rounding=self.float_rounding, strict=self.strict, timeout_seconds=None)
-               for p in preds[:-1]):
+        if any(
+            not verify(p, last, float_rounding=self.float_rounding, strict=self.strict, timeout_seconds=None)
+            for p in preds[:-1]
+        ):
             return False
         return self._verify(gold, last)
 
@@ -485,7 +510,9 @@ class Weighted(Verifier):
 
     def __init__(self, components: list[tuple[Verifier, float]]):
         if not components:
-            raise ValueError("verifier.name=weighted needs verifier.components, e.g. [{name: countdown, weight: 1.0}, {name: format, weight: 0.1}]")
+            raise ValueError(
+                "verifier.name=weighted needs verifier.components, e.g. [{name: countdown, weight: 1.0}, {name: format, weight: 0.1}]"
+            )
         self.components = components
         self.bounded = all(v.bounded for v, _ in components)
         self.max_chars = max(getattr(v, "max_chars", DEFAULT_MAX_CHARS) for v, _ in components)
@@ -517,14 +544,18 @@ def _build_one(d: dict, where: str = "verifier") -> Verifier:
             raise ValueError(f"{where}.name=weighted: weighted verifiers cannot nest")
         comps = d.get("components")
         if not isinstance(comps, (list, tuple)) or not comps:
-            raise ValueError(f"{where}.name=weighted needs {where}.components, a non-empty list like "
-                             "[{name: countdown, weight: 1.0}, {name: format, weight: 0.1}]")
+            raise ValueError(
+                f"{where}.name=weighted needs {where}.components, a non-empty list like "
+                "[{name: countdown, weight: 1.0}, {name: format, weight: 0.1}]"
+            )
         base = {k: v for k, v in d.items() if k not in ("name", "components")}
         parts = []
         for i, c in enumerate(comps):
             key = f"{where}.components[{i}]"
             if not isinstance(c, dict) or "name" not in c:
-                raise ValueError(f"{key} must be a mapping with a name and a weight, e.g. {{name: format, weight: 0.1}}; got {c!r}")
+                raise ValueError(
+                    f"{key} must be a mapping with a name and a weight, e.g. {{name: format, weight: 0.1}}; got {c!r}"
+                )
             w = c.get("weight", 1.0)
             if not isinstance(w, (int, float)) or isinstance(w, bool) or not math.isfinite(w):
                 raise ValueError(f"{key}.weight={w!r} must be a finite number")
@@ -543,7 +574,9 @@ def build_verifier(cfg: Any) -> Verifier:
         raise ValueError(f"verifier.isolation={iso!r} is not accepted; use one of: auto, process, inline")
     v.isolation = iso
     v.workers = _workers_setting(d.get("workers"))
-    v.batch_timeout_s = _seconds_setting("verifier.batch_timeout_s", _opt(d, "batch_timeout_s", DEFAULT_BATCH_TIMEOUT_S))
+    v.batch_timeout_s = _seconds_setting(
+        "verifier.batch_timeout_s", _opt(d, "batch_timeout_s", DEFAULT_BATCH_TIMEOUT_S)
+    )
     return v
 
 
@@ -551,15 +584,19 @@ def _workers_setting(workers: Any) -> int | None:
     if workers is None:
         return None
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"verifier.workers={workers!r} is not accepted; use an integer >= 1, or null for "
-                         f"min({_MAX_DEFAULT_WORKERS}, usable CPU cores)")
+        raise ValueError(
+            f"verifier.workers={workers!r} is not accepted; use an integer >= 1, or null for "
+            f"min({_MAX_DEFAULT_WORKERS}, usable CPU cores)"
+        )
     return workers
 
 
 def _seconds_setting(key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{key}={value!r} is not accepted; use a finite number of seconds > 0 "
-                         f"(values under {MIN_TIMEOUT_S} count as {MIN_TIMEOUT_S})")
+        raise ValueError(
+            f"{key}={value!r} is not accepted; use a finite number of seconds > 0 "
+            f"(values under {MIN_TIMEOUT_S} count as {MIN_TIMEOUT_S})"
+        )
     return float(value)
 
 
@@ -693,8 +730,13 @@ class _Worker:
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         code = "import sys; from rlcompare.rewards.verifiers import _worker_entry; _worker_entry(int(sys.argv[1]))"
         try:
-            self.proc = subprocess.Popen([sys.executable, "-c", code, str(theirs.fileno())], pass_fds=(theirs.fileno(),),
-                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", code, str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                env=env,
+            )
         finally:
             theirs.close()
         self.conn = Connection(here.detach())
@@ -800,7 +842,9 @@ class _WorkerPool:
         watch = {w.conn: k for k, w in enumerate(self.workers) if w is not None and (k in busy or not w.ready)}
         if not watch:
             return
-        ends = [d for _, d in busy.values()] + [w.started + _STARTUP_S for w in self.workers if w is not None and not w.ready]
+        ends = [d for _, d in busy.values()] + [
+            w.started + _STARTUP_S for w in self.workers if w is not None and not w.ready
+        ]
         now = time.monotonic()
         if any(w is not None and w.ready for w in self.workers):
             ends.append(now + batch_left)
@@ -877,8 +921,14 @@ def _score_inline(verifier, completions, answers, batch_s: float) -> list[Score]
     return out
 
 
-def score_batch(verifier, completions: list[str], answers: list[str], *, timeout_s: float = 2.0,
-                batch_timeout_s: float | None = None) -> list[Score]:
+def score_batch(
+    verifier,
+    completions: list[str],
+    answers: list[str],
+    *,
+    timeout_s: float = 2.0,
+    batch_timeout_s: float | None = None,
+) -> list[Score]:
     """Score many completions: each within `timeout_s` (floor MIN_TIMEOUT_S = 10 ms), the whole batch within
     `batch_timeout_s` (default: the verifier's `verifier.batch_timeout_s`, else 30 s). A completion that raises,
     times out or is not reached within the batch bound scores 0 with error=True and a `reason`
@@ -895,8 +945,10 @@ def score_batch(verifier, completions: list[str], answers: list[str], *, timeout
     try:
         return _score_bounded(verifier, completions, answers, item_s, batch_s)
     except Exception as e:  # noqa: BLE001 - documented never to raise: every item an error, the pool rebuilt
-        warnings.warn(f"verifier {getattr(verifier, 'name', verifier)!r}: scoring failed ({type(e).__name__}: {e}); "
-                      "the batch scores 0 as errors")
+        warnings.warn(
+            f"verifier {getattr(verifier, 'name', verifier)!r}: scoring failed ({type(e).__name__}: {e}); "
+            "the batch scores 0 as errors"
+        )
         pool = getattr(verifier, "__dict__", {}).pop("_pool", None)
         if pool is not None:
             try:
@@ -916,7 +968,9 @@ def _score_bounded(verifier, completions, answers, item_s: float, batch_s: float
             pool = _WorkerPool(verifier, getattr(verifier, "workers", None) or _default_workers())
             verifier._pool = pool
         except Exception as e:  # cannot isolate (e.g. an object without __dict__): score inline, say so once
-            warnings.warn(f"verifier {getattr(verifier, 'name', verifier)!r}: no worker processes ({e}); scoring inline without a hard timeout")
+            warnings.warn(
+                f"verifier {getattr(verifier, 'name', verifier)!r}: no worker processes ({e}); scoring inline without a hard timeout"
+            )
             return _warn_batch_bound(_score_inline(verifier, completions, answers, batch_s), batch_s)
     return _warn_batch_bound(pool.score(completions, answers, item_s, batch_s), batch_s)
 
@@ -924,6 +978,8 @@ def _score_bounded(verifier, completions, answers, item_s: float, batch_s: float
 def _warn_batch_bound(scores: list[Score], batch_s: float) -> list[Score]:
     late = error_counts(scores).get("batch_timeout", 0)
     if late:
-        warnings.warn(f"verifier: {late} of {len(scores)} completions were not scored within "
-                      f"verifier.batch_timeout_s={batch_s:g} s; they score 0 and count in verifier/errors")
+        warnings.warn(
+            f"verifier: {late} of {len(scores)} completions were not scored within "
+            f"verifier.batch_timeout_s={batch_s:g} s; they score 0 and count in verifier/errors"
+        )
     return scores

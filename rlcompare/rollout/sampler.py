@@ -34,9 +34,14 @@ class Completions:
     def select(self, rows: torch.Tensor) -> "Completions":
         """The completions `rows` (a [B] bool mask, CPU), on their device, with their recording."""
         at = rows.to(self.ids.device)
-        return Completions(self.ids[at], self.mask[at], self.logp[at] if self.logp is not None else None,
-                           self.truncated[at], self.lengths[at],
-                           recording=self.recording.select(rows) if self.recording is not None else None)
+        return Completions(
+            self.ids[at],
+            self.mask[at],
+            self.logp[at] if self.logp is not None else None,
+            self.truncated[at],
+            self.lengths[at],
+            recording=self.recording.select(rows) if self.recording is not None else None,
+        )
 
 
 def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,7 +61,9 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
-def gumbel_max(logits: torch.Tensor, generator: torch.Generator | None = None, u: torch.Tensor | None = None) -> torch.Tensor:
+def gumbel_max(
+    logits: torch.Tensor, generator: torch.Generator | None = None, u: torch.Tensor | None = None
+) -> torch.Tensor:
     """One token per row `[..., V]`, drawn from softmax(logits): argmax(logits + G) with G = -log(-log U),
     U ~ U[0, 1), is exactly that draw (the Gumbel-max trick; Maddison, Tarlow & Minka 2014, sec. 2).
     It replaces `torch.multinomial(logits.softmax(-1), 1)`, whose CPU kernel draws its Exp(1) variates one by
@@ -69,8 +76,16 @@ def gumbel_max(logits: torch.Tensor, generator: torch.Generator | None = None, u
     return (logits - u.log().neg().log()).argmax(-1)  # not in place: the caller's tensor
 
 
-def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, record: bool | fast.Recording = False,
-           kv_cache: str = "auto", flop_observer: fast.FlopObserver | None = None, **kw) -> Completions:
+def sample(
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    *,
+    record: bool | fast.Recording = False,
+    kv_cache: str = "auto",
+    flop_observer: fast.FlopObserver | None = None,
+    **kw,
+) -> Completions:
     """Sample completions (see `_sample`); the tensors returned are ordinary tensors, usable under autograd.
 
     The decoder is the speed layer's where it applies (`fast.decoder_for`), else transformers' cache.
@@ -80,18 +95,40 @@ def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, record
     layer's decoder.
     """
     capacity = prompt_ids.shape[1] + kw["max_new_tokens"]
-    decoder = fast.decoder_for(model, capacity, kv_cache=kv_cache, record=record,
-                                autocast_dtype=kw.get("autocast_dtype"), flop_observer=flop_observer)
+    decoder = fast.decoder_for(
+        model,
+        capacity,
+        kv_cache=kv_cache,
+        record=record,
+        autocast_dtype=kw.get("autocast_dtype"),
+        flop_observer=flop_observer,
+    )
     with torch.inference_mode():
         c = _sample(model, prompt_ids, prompt_mask, decoder=decoder or CacheDecoder(model), **kw)
-    return Completions(*(x.clone() if x is not None else None for x in (c.ids, c.mask, c.logp, c.truncated, c.lengths)),
-                       recording=getattr(decoder, "recording", None))
+    return Completions(
+        *(x.clone() if x is not None else None for x in (c.ids, c.mask, c.logp, c.truncated, c.lengths)),
+        recording=getattr(decoder, "recording", None),
+    )
 
 
-def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int, eos_id,
-           pad_id: int, temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False,
-           generator: torch.Generator | None = None, autocast_dtype=None, repeats: int = 1, decoder=None,
-           logprobs: bool = True, streams: GroupStreams | None = None) -> Completions:
+def _sample(
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    eos_id,
+    pad_id: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    greedy: bool = False,
+    generator: torch.Generator | None = None,
+    autocast_dtype=None,
+    repeats: int = 1,
+    decoder=None,
+    logprobs: bool = True,
+    streams: GroupStreams | None = None,
+) -> Completions:
     """Sample `repeats` completions for each left-padded prompt `[n,P]`; returns right-padded `[n*repeats, T]`
     completions, the `repeats` completions of a prompt contiguous.
     logprobs: keep each chosen token's log-prob (`Completions.logp`); False skips the gather and logsumexp of
@@ -121,14 +158,7 @@ def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
     steps = 0
     for t in range(max_new_tokens):
         scaled = logits / temperature if temperature != 1.0 else logits
-        if greedy:
-            tok = scaled.argmax(-1)
-        else:
-            u = None
-            if streams is not None:  # every row's uniforms, then those of the rows still in the cache
-                u = streams.uniform(scaled.shape[-1])
-                u = u if rows is None else u[rows]
-            tok = gumbel_max(_top_p_filter(scaled, top_p) if top_p < 1.0 else scaled, generator, u)
+        tok = scaled.argmax(-1) if greedy else _draw(scaled, top_p, generator, streams, rows)
         if not all_live:
             tok = torch.where(live, tok, torch.full_like(tok, pad_id))
         # the live cache rows `src` and their batch rows `dst` (plain slices while every row is live)
@@ -152,15 +182,32 @@ def _sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
         with ctx:
             logits = decoder.step(tok, next_pos).float()
         next_pos = next_pos + 1
-    ids = ids[:, :steps]
+    return _completions(ids[:, :steps], logp[:, :steps] if logprobs else None, eos, pad_id)
+
+
+def _draw(scaled: torch.Tensor, top_p: float, generator, streams: GroupStreams | None, rows) -> torch.Tensor:
+    """One sampled token per cache row: Gumbel-max over the (top-p filtered) logits, with the uniforms of each
+    row's group stream (`rows`: the batch row of each cache row, None while they are the identity) or drawn
+    from `generator`."""
+    u = None
+    if streams is not None:  # every row's uniforms, then those of the rows still in the cache
+        u = streams.uniform(scaled.shape[-1])
+        u = u if rows is None else u[rows]
+    return gumbel_max(_top_p_filter(scaled, top_p) if top_p < 1.0 else scaled, generator, u)
+
+
+def _completions(ids: torch.Tensor, logp: torch.Tensor | None, eos: torch.Tensor, pad_id: int) -> Completions:
+    """The decoded ids (B, T) as completions: real tokens up to and including the first EOS, pad after it."""
     is_eos = torch.isin(ids, eos)
-    # real tokens: everything up to and including the first EOS
     after_eos = (is_eos.cumsum(1) - is_eos.long()) > 0
     cmask = (~after_eos).long()
-    truncated = ~is_eos.any(1)
-    ids = ids.masked_fill(cmask == 0, pad_id)
-    return Completions(ids=ids, mask=cmask, logp=logp[:, :steps] * cmask if logprobs else None, truncated=truncated,
-                       lengths=cmask.sum(1))
+    return Completions(
+        ids=ids.masked_fill(cmask == 0, pad_id),
+        mask=cmask,
+        logp=logp * cmask if logp is not None else None,
+        truncated=~is_eos.any(1),
+        lengths=cmask.sum(1),
+    )
 
 
 def make_decoder(model, capacity: int, kv_cache: str = "auto"):
@@ -192,8 +239,13 @@ class CacheDecoder:
 
     def step(self, tokens, pos):
         self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=1)
-        out = self.model(input_ids=tokens[:, None], attention_mask=self.mask, position_ids=pos, use_cache=True,
-                         **{self.cache_kw: self.cache})
+        out = self.model(
+            input_ids=tokens[:, None],
+            attention_mask=self.mask,
+            position_ids=pos,
+            use_cache=True,
+            **{self.cache_kw: self.cache},
+        )
         self.cache = _cache_of(out)
         return out.logits[:, -1]
 
@@ -218,10 +270,12 @@ def check_sampling_support(model, token_id: int) -> None:
             decoder.select(torch.tensor([1], device=device))
             decoder.step(ids[:1, 0], torch.full((1, 1), 2, device=device))
     except (AttributeError, TypeError, ValueError, NotImplementedError, RuntimeError) as e:
-        raise ValueError(f"{type(base_model_of(model)).__name__} cannot be sampled by rlcompare ({type(e).__name__}: {str(e).rstrip('.')}); rlcompare "
-                         f"needs an attention model with a transformers KV cache (copied per group, cut per row); "
-                         f"state-space and recurrent models (Mamba, RWKV, Jamba-style hybrids) are not "
-                         f"supported") from None
+        raise ValueError(
+            f"{type(base_model_of(model)).__name__} cannot be sampled by rlcompare ({type(e).__name__}: {str(e).rstrip('.')}); rlcompare "
+            f"needs an attention model with a transformers KV cache (copied per group, cut per row); "
+            f"state-space and recurrent models (Mamba, RWKV, Jamba-style hybrids) are not "
+            f"supported"
+        ) from None
 
 
 def _cache_kwarg(model) -> str:
@@ -267,7 +321,9 @@ def token_logp(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 
     return logits.gather(-1, tokens[..., None]).squeeze(-1) - torch.logsumexp(logits, -1)
 
 
-def grouped_sequence_logits(model, prompt_ids, prompt_mask, comp_ids, comp_mask, *, group_size: int, autocast_dtype=None):
+def grouped_sequence_logits(
+    model, prompt_ids, prompt_mask, comp_ids, comp_mask, *, group_size: int, autocast_dtype=None
+):
     """`sequence_logits` for rows that come in groups of `group_size` sharing one prompt: each prompt is run
     once and its KV cache (with its graph) copied to the group, so the prompt's forward and backward are paid
     once per group instead of once per completion. Same values and gradients as `sequence_logits`.
@@ -283,6 +339,7 @@ def grouped_sequence_logits(model, prompt_ids, prompt_mask, comp_ids, comp_mask,
         first = out.logits[:, -1:].repeat_interleave(G, 0)  # predicts each completion's first token
         mask = torch.cat([pmu.repeat_interleave(G, 0), comp_mask.to(pmu.dtype)], 1)
         cpos = pos[:, -1:].repeat_interleave(G, 0) + 1 + torch.arange(comp_ids.shape[1], device=comp_ids.device)
-        rest = model(input_ids=comp_ids, attention_mask=mask, position_ids=cpos, use_cache=True,
-                     **{_cache_kwarg(model): cache}).logits
+        rest = model(
+            input_ids=comp_ids, attention_mask=mask, position_ids=cpos, use_cache=True, **{_cache_kwarg(model): cache}
+        ).logits
     return torch.cat([first, rest[:, :-1]], 1)

@@ -42,5 +42,9 @@ class GroupStreams:
 
     def uniform(self, vocab: int, dtype=torch.float32) -> torch.Tensor:
         """(len(self), vocab) U[0, 1) draws: the next position's, group by group."""
-        return torch.cat([torch.rand((self.group_size, vocab), generator=g, device=self.device, dtype=dtype)
-                          for g in self.generators])
+        return torch.cat(
+            [
+                torch.rand((self.group_size, vocab), generator=g, device=self.device, dtype=dtype)
+                for g in self.generators
+            ]
+        )

@@ -34,8 +34,22 @@ import yaml
 from rlcompare.config import operational
 from rlcompare.config.flat import flatten
 
-__all__ = ["COMPONENTS", "IGNORED_KEYS", "SweepError", "SweepSpec", "VariantSpec", "Member", "Job", "load_sweep",
-           "resolve_members", "check_one_change", "component_prefixes", "run_jobs", "run_sweep", "main"]
+__all__ = [
+    "COMPONENTS",
+    "IGNORED_KEYS",
+    "SweepError",
+    "SweepSpec",
+    "VariantSpec",
+    "Member",
+    "Job",
+    "load_sweep",
+    "resolve_members",
+    "check_one_change",
+    "component_prefixes",
+    "run_jobs",
+    "run_sweep",
+    "main",
+]
 
 # ----------------------------------------------------------------------------- components
 # one-word component -> the config key prefixes it covers (a key is covered when it equals a prefix or starts
@@ -56,7 +70,13 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
     # the correction needs the trainer's recomputed old log-probs to compare with the sampler's
     "mismatch": ("algorithm.mismatch", "trainer.recompute_old_logp"),
     "entropy_mask": ("algorithm.top_entropy_quantile",),
-    "optimizer": ("trainer.lr", "trainer.betas", "trainer.weight_decay", "trainer.warmup_steps", "trainer.max_grad_norm"),
+    "optimizer": (
+        "trainer.lr",
+        "trainer.betas",
+        "trainer.weight_decay",
+        "trainer.warmup_steps",
+        "trainer.max_grad_norm",
+    ),
     "lr": ("trainer.lr",),
     "group_size": ("trainer.group_size",),
     "batch": ("trainer.prompts_per_step",),
@@ -154,8 +174,6 @@ def _ignored(key: str) -> bool:
     return _covered(key, list(IGNORED_KEYS))
 
 
-
-
 def _fmt(v: Any) -> str:
     if v is _MISSING:
         return "<absent>"
@@ -201,16 +219,22 @@ def _check_overrides(overrides: list[str], where: str, allow_hydra: bool = False
         key = o.key_or_group
         head = key.split(".")[0].split("/")[0]
         if o.is_sweep_override():
-            raise SweepError(f"{where}: `{raw}` is a sweep over several values; give each value its own variant "
-                             f"(one member = one config, run over the seeds)")
+            raise SweepError(
+                f"{where}: `{raw}` is a sweep over several values; give each value its own variant "
+                f"(one member = one config, run over the seeds)"
+            )
         if head in _RESERVED:
             raise SweepError(f"{where}: `{raw}` sets a key the sweep sets itself: {_RESERVED[head]}")
         if key in _HYDRA_DIRS:
-            raise SweepError(f"{where}: `{raw}`: the sweep places runs in <results_dir>/<sweep name>/<label>__s<seed>/; "
-                             f"set results_dir=... instead")
+            raise SweepError(
+                f"{where}: `{raw}`: the sweep places runs in <results_dir>/<sweep name>/<label>__s<seed>/; "
+                f"set results_dir=... instead"
+            )
         if _is_hydra_override(key) and not allow_hydra:
-            raise SweepError(f"{where}: `{raw}`: Hydra settings (launcher, sweeper, ...) apply to the whole sweep; "
-                             f"pass them on the command line of `rlcompare sweep`")
+            raise SweepError(
+                f"{where}: `{raw}`: Hydra settings (launcher, sweeper, ...) apply to the whole sweep; "
+                f"pass them on the command line of `rlcompare sweep`"
+            )
 
 
 def _merge_overrides(*lists: list[str]) -> list[str]:
@@ -247,8 +271,10 @@ def _as_list_of_str(value: Any, where: str) -> list[str]:
     if value is None:
         return []
     if isinstance(value, str):
-        raise SweepError(f"{where}: overrides must be a YAML list, e.g. [algorithm.clip.eps_high=0.28, ...], "
-                         f"not the string {value!r}")
+        raise SweepError(
+            f"{where}: overrides must be a YAML list, e.g. [algorithm.clip.eps_high=0.28, ...], "
+            f"not the string {value!r}"
+        )
     if not isinstance(value, list) or not all(isinstance(x, (str, int, float, bool)) for x in value):
         raise SweepError(f"{where}: overrides must be a list of key=value strings; got {value!r}")
     out = []
@@ -261,12 +287,16 @@ def _as_list_of_str(value: Any, where: str) -> list[str]:
 
 def _components_of(value: Any, where: str) -> list[str]:
     if value is None or value == "" or value == []:
-        raise SweepError(f"{where}: needs `component:` (one of: {', '.join(COMPONENTS)}; or a config path such as "
-                         f"trainer.prompts_per_step); see docs/components.md")
+        raise SweepError(
+            f"{where}: needs `component:` (one of: {', '.join(COMPONENTS)}; or a config path such as "
+            f"trainer.prompts_per_step); see docs/components.md"
+        )
     if isinstance(value, str):
         if re.search(r"[,\s]", value.strip()):
-            raise SweepError(f"{where}: component {value!r} names several components; a variant changes one, unless "
-                             f"the file says so explicitly as a list: component: [a, b]")
+            raise SweepError(
+                f"{where}: component {value!r} names several components; a variant changes one, unless "
+                f"the file says so explicitly as a list: component: [a, b]"
+            )
         comps = [value.strip()]
     elif isinstance(value, list) and value and all(isinstance(c, str) and c.strip() for c in value):
         comps = [c.strip() for c in value]
@@ -276,8 +306,10 @@ def _components_of(value: Any, where: str) -> list[str]:
         raise SweepError(f"{where}: component must be a word or a list of words; got {value!r}")
     for c in comps:
         if c not in COMPONENTS and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+", c):
-            raise SweepError(f"{where}: unknown component {c!r}; use one of: {', '.join(COMPONENTS)}, "
-                             f"or a dotted config path (e.g. trainer.prompts_per_step); see docs/components.md")
+            raise SweepError(
+                f"{where}: unknown component {c!r}; use one of: {', '.join(COMPONENTS)}, "
+                f"or a dotted config path (e.g. trainer.prompts_per_step); see docs/components.md"
+            )
     return comps
 
 
@@ -286,12 +318,16 @@ def _member_spec(d: Any, where: str, base: bool) -> VariantSpec:
         raise SweepError(f"{where}: expected a mapping with label/overrides" + ("" if base else "/component"))
     unknown = set(d) - _MEMBER_KEYS
     if unknown:
-        raise SweepError(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; accepted: "
-                         f"{', '.join(sorted(_MEMBER_KEYS))}")
+        raise SweepError(
+            f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; accepted: "
+            f"{', '.join(sorted(_MEMBER_KEYS))}"
+        )
     label = d.get("label", "base" if base else None)
     if not isinstance(label, str) or not _LABEL.match(label):
-        raise SweepError(f"{where}: label {label!r} must be a word of letters, digits and . _ + - "
-                         f"(it names the run folders <label>__s<seed>)")
+        raise SweepError(
+            f"{where}: label {label!r} must be a word of letters, digits and . _ + - "
+            f"(it names the run folders <label>__s<seed>)"
+        )
     if "__" in label:
         raise SweepError(f"{where}: label {label!r} may not contain '__' (run folders are <label>__s<seed>)")
     where = f"{where} ({label})"
@@ -303,7 +339,9 @@ def _member_spec(d: Any, where: str, base: bool) -> VariantSpec:
         comps = _components_of(d.get("component"), where)
     overrides = _as_list_of_str(d.get("overrides"), where)
     _check_overrides(overrides, where)
-    return VariantSpec(label=label, component=comps, overrides=overrides, note=str(d.get("note") or d.get("description") or ""))
+    return VariantSpec(
+        label=label, component=comps, overrides=overrides, note=str(d.get("note") or d.get("description") or "")
+    )
 
 
 def parse_sweep(data: Any, text: str = "", path: Optional[Path] = None) -> SweepSpec:
@@ -312,19 +350,27 @@ def parse_sweep(data: Any, text: str = "", path: Optional[Path] = None) -> Sweep
         raise SweepError(f"{src}: a sweep file is a YAML mapping with name, mode, seeds, base and variants")
     unknown = set(data) - _TOP_KEYS
     if unknown:
-        raise SweepError(f"{src}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; accepted: {', '.join(sorted(_TOP_KEYS))}")
+        raise SweepError(
+            f"{src}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; accepted: {', '.join(sorted(_TOP_KEYS))}"
+        )
     name = data.get("name") or (path.stem if path else None)
     if not isinstance(name, str) or not _LABEL.match(name):
         raise SweepError(f"{src}: name {name!r} must be a word of letters, digits and . _ - (results/<name>/)")
     mode = data.get("mode", "independent")
     if mode not in MODES:
-        raise SweepError(f"{src}: mode {mode!r} is not accepted; use independent (each variant vs the base) or "
-                         f"ladder (each rung vs the previous rung, cumulative)")
+        raise SweepError(
+            f"{src}: mode {mode!r} is not accepted; use independent (each variant vs the base) or "
+            f"ladder (each rung vs the previous rung, cumulative)"
+        )
     seeds = data.get("seeds", [0])
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         seeds = [seeds]
-    if (not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
-            or len(set(seeds)) != len(seeds)):
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+        or len(set(seeds)) != len(seeds)
+    ):
         raise SweepError(f"{src}: seeds must be a non-empty list of distinct integers, e.g. [0, 1, 2]; got {seeds!r}")
     if "base" not in data:
         raise SweepError(f"{src}: needs `base:` (label and overrides of the reference configuration)")
@@ -345,8 +391,16 @@ def parse_sweep(data: Any, text: str = "", path: Optional[Path] = None) -> Sweep
     if not isinstance(question, str):
         raise SweepError(f"{src}: question must be a string")
     _check_claim(data.get("claim"), src, [v.label for v in variants])
-    return SweepSpec(name=name, question=question.strip(), mode=mode, seeds=list(seeds), base=base,
-                     variants=variants, path=path, text=text)
+    return SweepSpec(
+        name=name,
+        question=question.strip(),
+        mode=mode,
+        seeds=list(seeds),
+        base=base,
+        variants=variants,
+        path=path,
+        text=text,
+    )
 
 
 CLAIM_DIRECTIONS = ("higher", "lower", "same", "report")  # what the claim predicts for variant minus base
@@ -357,17 +411,28 @@ def _check_claim(claim: Any, src: str, labels: list[str]) -> None:
     `expect:` list says, per variant and metric, which way the claim predicts the difference from the base."""
     if claim is None:
         return
-    missing = [k for k in _CLAIM_KEYS if not isinstance(claim, dict) or not isinstance(claim.get(k), str)
-               or not claim[k].strip()]
+    missing = [
+        k
+        for k in _CLAIM_KEYS
+        if not isinstance(claim, dict) or not isinstance(claim.get(k), str) or not claim[k].strip()
+    ]
     if missing:
-        raise SweepError(f"{src}: claim: needs the strings {', '.join(_CLAIM_KEYS)} (missing or empty: "
-                         f"{', '.join(missing)}); see sweeps/claims/")
+        raise SweepError(
+            f"{src}: claim: needs the strings {', '.join(_CLAIM_KEYS)} (missing or empty: "
+            f"{', '.join(missing)}); see sweeps/claims/"
+        )
     for i, e in enumerate(claim.get("expect") or []):
-        ok = (isinstance(e, dict) and e.get("variant") in labels and isinstance(e.get("metric"), str)
-              and e.get("direction") in CLAIM_DIRECTIONS)
+        ok = (
+            isinstance(e, dict)
+            and e.get("variant") in labels
+            and isinstance(e.get("metric"), str)
+            and e.get("direction") in CLAIM_DIRECTIONS
+        )
         if not ok:
-            raise SweepError(f"{src}: claim.expect[{i}]={e!r}: needs variant (one of: {', '.join(labels)}), metric "
-                             f"(a metrics.jsonl or eval.jsonl column) and direction (one of: {', '.join(CLAIM_DIRECTIONS)})")
+            raise SweepError(
+                f"{src}: claim.expect[{i}]={e!r}: needs variant (one of: {', '.join(labels)}), metric "
+                f"(a metrics.jsonl or eval.jsonl column) and direction (one of: {', '.join(CLAIM_DIRECTIONS)})"
+            )
 
 
 def load_sweep(path: str | os.PathLike) -> SweepSpec:
@@ -431,16 +496,28 @@ def resolve_members(spec: SweepSpec, extra_overrides: Optional[list[str]] = None
             cfg = _compose(_merge_overrides(overrides, tags))
         except HydraException as e:
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise SweepError(f"{who} {v.label!r}: Hydra could not compose its config ({msg}); "
-                             f"overrides: {' '.join(overrides) or '(none)'}") from None
+            raise SweepError(
+                f"{who} {v.label!r}: Hydra could not compose its config ({msg}); "
+                f"overrides: {' '.join(overrides) or '(none)'}"
+            ) from None
         raw = OmegaConf.to_container(cfg, resolve=False)  # before validate(), which resolves in place
         try:
             typed = validate(cfg)
         except ConfigError as e:
             raise SweepError(f"{who} {v.label!r}: config error: {e}") from None
         resolved = OmegaConf.to_container(typed, resolve=True)
-        members.append(Member(name=v.label, reference=ref, component=list(v.component), overrides=overrides,
-                              config=resolved, own_overrides=list(v.overrides), raw_config=raw, kind=who))
+        members.append(
+            Member(
+                name=v.label,
+                reference=ref,
+                component=list(v.component),
+                overrides=overrides,
+                config=resolved,
+                own_overrides=list(v.overrides),
+                raw_config=raw,
+                kind=who,
+            )
+        )
     _check_component_paths(members)
     return members
 
@@ -456,8 +533,9 @@ def _check_component_paths(members: list[Member]) -> None:
             if c in COMPONENTS:
                 continue
             if not any(_covered(k, [c]) for k in keys):
-                raise SweepError(f"{m.name!r}: component {c!r} is neither a component ({', '.join(COMPONENTS)}) "
-                                 f"nor a config key")
+                raise SweepError(
+                    f"{m.name!r}: component {c!r} is neither a component ({', '.join(COMPONENTS)}) nor a config key"
+                )
 
 
 def _diff(ref: Member, m: Member) -> list[tuple[str, Any, Any]]:
@@ -470,8 +548,13 @@ def _diff(ref: Member, m: Member) -> list[tuple[str, Any, Any]]:
         va, vb = fa.get(key, _MISSING), fb.get(key, _MISSING)
         if va == vb and type(va) is type(vb):
             continue
-        if va == vb and isinstance(va, (int, float)) and isinstance(vb, (int, float)) and not isinstance(va, bool) \
-                and not isinstance(vb, bool):
+        if (
+            va == vb
+            and isinstance(va, (int, float))
+            and isinstance(vb, (int, float))
+            and not isinstance(va, bool)
+            and not isinstance(vb, bool)
+        ):
             continue  # 1 vs 1.0
         # the same interpolation on both sides (e.g. horizon: ${budget.max_new_tokens}) follows the key it
         # points to, whose own change is checked on its own
@@ -499,8 +582,10 @@ def check_one_change(members: list[Member]) -> None:
         m.diff = _diff(ref, m)
         kind = m.kind if m.kind in ("variant", "rung") else "variant"
         if not m.diff:
-            problems.append(f"{kind} {m.name!r} changes nothing relative to {ref.name!r} (after all overrides, "
-                            f"command-line ones included; names, seeds, logger and placement settings never count)")
+            problems.append(
+                f"{kind} {m.name!r} changes nothing relative to {ref.name!r} (after all overrides, "
+                f"command-line ones included; names, seeds, logger and placement settings never count)"
+            )
             continue
         prefixes = component_prefixes(m.component)
         stray = [(k, a, b) for k, a, b in m.diff if not _covered(k, prefixes)]
@@ -514,9 +599,12 @@ def check_one_change(members: list[Member]) -> None:
                 f"{kind} {m.name!r} declares component {comp} (covers {covers}) "
                 f"but also changes, relative to {ref.name!r}:\n{lines}\n"
                 f"    move that change into the base (every member gets it), give it its own {kind}, "
-                f"or declare every component it touches: component: [{', '.join(m.component + more)}]")
+                f"or declare every component it touches: component: [{', '.join(m.component + more)}]"
+            )
     if problems:
-        raise SweepError("sweep refused before training anything (one change at a time):\n  - " + "\n  - ".join(problems))
+        raise SweepError(
+            "sweep refused before training anything (one change at a time):\n  - " + "\n  - ".join(problems)
+        )
 
 
 def _guess_component(key: str) -> str:
@@ -546,8 +634,10 @@ def member_table(spec: SweepSpec, members: list[Member]) -> str:
         diffs = [f"{k}: {_fmt(a)} -> {_fmt(b)}" for k, a, b in m.diff] or ["-"]
         rows.append(([m.name], [_comp_text(m)], [m.reference or "-"], own, diffs))
     widths = [max([len(header[i])] + [len(x) for r in rows for x in r[i]]) for i in range(4)]
-    out = ["  ".join(h.ljust(widths[i]) for i, h in enumerate(header[:4])) + "  " + header[4],
-           "  ".join("-" * w for w in widths) + "  " + "-" * len(header[4])]
+    out = [
+        "  ".join(h.ljust(widths[i]) for i, h in enumerate(header[:4])) + "  " + header[4],
+        "  ".join("-" * w for w in widths) + "  " + "-" * len(header[4]),
+    ]
     for r in rows:
         for j in range(max(len(c) for c in r)):
             cells = [c[j] if j < len(c) else "" for c in r]
@@ -583,12 +673,20 @@ def _member_tags(spec: SweepSpec, m: Member, seed: str) -> list[str]:
     comp = ",".join(component_prefixes(m.component)) if m.component else "null"
     if "," in comp:
         comp = _quote(comp)  # a quoted string, not a Hydra sweep over values
-    return [f"seed={seed}", f"experiment={spec.name}", f"sweep.name={spec.name}",
-            f"sweep.variant={m.name}", f"sweep.reference={m.reference or 'null'}", f"sweep.component={comp}",
-            "run_name=" + m.name + "__s${seed}"]
+    return [
+        f"seed={seed}",
+        f"experiment={spec.name}",
+        f"sweep.name={spec.name}",
+        f"sweep.variant={m.name}",
+        f"sweep.reference={m.reference or 'null'}",
+        f"sweep.component={comp}",
+        "run_name=" + m.name + "__s${seed}",
+    ]
 
 
-def train_command(spec: SweepSpec, m: Member, seeds: list[int], hydra_extra: list[str], resume: bool = False) -> list[str]:
+def train_command(
+    spec: SweepSpec, m: Member, seeds: list[int], hydra_extra: list[str], resume: bool = False
+) -> list[str]:
     """`python -m rlcompare.cli train -m ...` for one member over seeds (the sweep's tags last but hydra.*): what
     the sweep's jobs of that member are, as one multirun one can type."""
     tags = _member_tags(spec, m, ",".join(str(s) for s in seeds))
@@ -600,6 +698,7 @@ def train_command(spec: SweepSpec, m: Member, seeds: list[int], hydra_extra: lis
 @dataclass
 class Job:
     """One run of a sweep: a member at a seed (resume: its folder already holds a run to continue)."""
+
     member: Member
     seed: int
     resume: bool = False
@@ -610,7 +709,8 @@ class Job:
 
     def overrides(self, spec: SweepSpec) -> list[str]:
         return [*self.member.overrides, *_member_tags(spec, self.member, str(self.seed))] + (
-            ["resume=true"] if self.resume else [])
+            ["resume=true"] if self.resume else []
+        )
 
 
 JOBS_FILE = ".jobs.yaml"  # in <results_dir>/<sweep name>/: the job list of the latest launch
@@ -619,9 +719,18 @@ JOBS_FILE = ".jobs.yaml"  # in <results_dir>/<sweep name>/: the job list of the 
 def launch_command(spec: SweepSpec, root: Path, jobs_file: Path, hydra_extra: list[str]) -> list[str]:
     """One Hydra multirun whose jobs are those listed in jobs_file (hydra_plugins.rlcompare_sweeper); results_dir
     and experiment on the command line place Hydra's own sweep files (multirun.yaml) in <results_dir>/<name>/."""
-    return [sys.executable, "-m", "rlcompare.cli", "train", "-m", "hydra/sweeper=rlcompare_jobs",
-            f"hydra.sweeper.jobs_file={_quote(str(jobs_file.resolve()))}", f"results_dir={_quote(str(root.parent))}",
-            f"experiment={spec.name}", *hydra_extra]
+    return [
+        sys.executable,
+        "-m",
+        "rlcompare.cli",
+        "train",
+        "-m",
+        "hydra/sweeper=rlcompare_jobs",
+        f"hydra.sweeper.jobs_file={_quote(str(jobs_file.resolve()))}",
+        f"results_dir={_quote(str(root.parent))}",
+        f"experiment={spec.name}",
+        *hydra_extra,
+    ]
 
 
 def read_jobs_file(path: Optional[str]) -> list[list[str]]:
@@ -629,17 +738,24 @@ def read_jobs_file(path: Optional[str]) -> list[list[str]]:
     from hydra.errors import HydraException
 
     if not path:
-        raise HydraException("hydra.sweeper.jobs_file is not set: hydra/sweeper=rlcompare_jobs launches the jobs "
-                             "listed in that file (`jobs: [[key=value, ...], ...]`, as `rlcompare sweep` writes it)")
+        raise HydraException(
+            "hydra.sweeper.jobs_file is not set: hydra/sweeper=rlcompare_jobs launches the jobs "
+            "listed in that file (`jobs: [[key=value, ...], ...]`, as `rlcompare sweep` writes it)"
+        )
     try:
         data = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as e:
         raise HydraException(f"hydra.sweeper.jobs_file={path}: cannot be read ({e})") from None
     jobs = data.get("jobs") if isinstance(data, dict) else None
-    if (not isinstance(jobs, list) or not jobs
-            or not all(isinstance(j, list) and all(isinstance(o, str) for o in j) for j in jobs)):
-        raise HydraException(f"hydra.sweeper.jobs_file={path}: expected `jobs:` holding a non-empty list of override "
-                             f"lists, e.g. jobs: [[algorithm=grpo, seed=0], [algorithm=dapo, seed=0]]")
+    if (
+        not isinstance(jobs, list)
+        or not jobs
+        or not all(isinstance(j, list) and all(isinstance(o, str) for o in j) for j in jobs)
+    ):
+        raise HydraException(
+            f"hydra.sweeper.jobs_file={path}: expected `jobs:` holding a non-empty list of override "
+            f"lists, e.g. jobs: [[algorithm=grpo, seed=0], [algorithm=dapo, seed=0]]"
+        )
     return jobs
 
 
@@ -650,8 +766,10 @@ def job_batch(arguments: list[str], jobs: list[list[str]]) -> list[list[str]]:
 
     for raw, o in zip(arguments, _override_parser().parse_overrides(list(arguments))):
         if o.is_sweep_override():
-            raise HydraException(f"`{raw}`: hydra/sweeper=rlcompare_jobs launches the jobs of hydra.sweeper.jobs_file; "
-                                 f"list each value as its own job there instead of sweeping on the command line")
+            raise HydraException(
+                f"`{raw}`: hydra/sweeper=rlcompare_jobs launches the jobs of hydra.sweeper.jobs_file; "
+                f"list each value as its own job there instead of sweeping on the command line"
+            )
     return [_merge_overrides(list(arguments), job) for job in jobs]
 
 
@@ -689,8 +807,15 @@ class _Dumper(yaml.SafeDumper):
 _Dumper.add_representer(str, _literal_str)
 
 
-def write_record(root: Path, spec: SweepSpec, members: list[Member], extra: list[str], argv: list[str],
-                 runs: Optional[dict] = None, created: Optional[str] = None) -> Path:
+def write_record(
+    root: Path,
+    spec: SweepSpec,
+    members: list[Member],
+    extra: list[str],
+    argv: list[str],
+    runs: Optional[dict] = None,
+    created: Optional[str] = None,
+) -> Path:
     """<root>/sweep.yaml: the file as given, resolved member overrides and diffs, extra overrides, timestamps,
     and (at the end) each run's status."""
     rec = {
@@ -702,12 +827,18 @@ def write_record(root: Path, spec: SweepSpec, members: list[Member], extra: list
         "created": created or _now(),
         "command": "rlcompare sweep " + " ".join(argv),
         "extra_overrides": list(extra),
-        "members": [{
-            "label": m.name, "reference": m.reference, "component": m.component,
-            "component_keys": component_prefixes(m.component) if m.component else [],
-            "own_overrides": m.own_overrides, "overrides": m.overrides,
-            "differs": [{"key": k, "reference": _plain(a), "value": _plain(b)} for k, a, b in m.diff],
-        } for m in members],
+        "members": [
+            {
+                "label": m.name,
+                "reference": m.reference,
+                "component": m.component,
+                "component_keys": component_prefixes(m.component) if m.component else [],
+                "own_overrides": m.own_overrides,
+                "overrides": m.overrides,
+                "differs": [{"key": k, "reference": _plain(a), "value": _plain(b)} for k, a, b in m.diff],
+            }
+            for m in members
+        ],
         "file": spec.text,
     }
     if runs is not None:
@@ -797,14 +928,20 @@ def run_jobs(jobs: list[Job], root: Path, launch, results: Optional[dict] = None
         elif died:
             alone += [Job(j.member, j.seed, resume=True) for j in died]
         if waiting and (rc == 0 or not (progressed or died)):
-            why = ("the multirun ended (exit code 0) without this run's summary.json" if rc == 0 else
-                   f"the launch failed before this job started (exit code {rc}); see the launcher's messages above")
+            why = (
+                "the multirun ended (exit code 0) without this run's summary.json"
+                if rc == 0
+                else f"the launch failed before this job started (exit code {rc}); see the launcher's messages above"
+            )
             for j in waiting:
                 results[j.key] = {"status": "failed", "error": why, "dir": str(run_dir(root, *j.key))}
             waiting = []
         if rc != 0 and not (died or waiting) and all(results[j.key]["status"] == "completed" for j in batch):
-            print(f"[rlcompare sweep] warning: `rlcompare train` exited with code {rc} although every run it launched "
-                  f"completed; their results are kept", file=sys.stderr)
+            print(
+                f"[rlcompare sweep] warning: `rlcompare train` exited with code {rc} although every run it launched "
+                f"completed; their results are kept",
+                file=sys.stderr,
+            )
         if batch is todo:
             todo = waiting
         else:
@@ -820,8 +957,11 @@ def _settle(batch: list[Job], root: Path, t0: float, results: dict) -> tuple[lis
         d = run_dir(root, *j.key)
         status = (_fresh_summary(d, t0) or {}).get("status")
         if status in ("completed", "failed"):
-            results[j.key] = {"status": status, "error": (_summary(d) or {}).get("error") if status == "failed" else None,
-                              "dir": str(d)}
+            results[j.key] = {
+                "status": status,
+                "error": (_summary(d) or {}).get("error") if status == "failed" else None,
+                "dir": str(d),
+            }
             progressed = True
         elif _started(d, t0):
             died.append(j)
@@ -866,17 +1006,25 @@ def _check_kept_runs(root: Path, members: list[Member], existing: dict) -> None:
         if not isinstance(old, dict):
             continue
         now, then = flatten(by_name[label].config), flatten(old)
-        keys = [k for k in sorted(set(now) | set(then)) if not _ignored(k) and now.get(k, _MISSING) != then.get(k, _MISSING)]
+        keys = [
+            k for k in sorted(set(now) | set(then)) if not _ignored(k) and now.get(k, _MISSING) != then.get(k, _MISSING)
+        ]
         if keys:
-            bad.append(f"{label}__s{seed} ({', '.join(f'{k}: {_fmt(then.get(k, _MISSING))} -> {_fmt(now.get(k, _MISSING))}' for k in keys[:4])}"
-                       + (", ..." if len(keys) > 4 else "") + ")")
+            bad.append(
+                f"{label}__s{seed} ({', '.join(f'{k}: {_fmt(then.get(k, _MISSING))} -> {_fmt(now.get(k, _MISSING))}' for k in keys[:4])}"
+                + (", ..." if len(keys) > 4 else "")
+                + ")"
+            )
     if bad:
-        raise SweepError(f"--resume: runs in {root} were made with another config than the sweep now gives them: "
-                         f"{'; '.join(bad)}. Keep the same file and overrides, or use another results_dir / sweep name")
+        raise SweepError(
+            f"--resume: runs in {root} were made with another config than the sweep now gives them: "
+            f"{'; '.join(bad)}. Keep the same file and overrides, or use another results_dir / sweep name"
+        )
 
 
-def _runs_record(root: Path, members: list[Member], seeds: list[int], settled: dict, existing: dict,
-                 interrupted: bool = False) -> dict[str, dict]:
+def _runs_record(
+    root: Path, members: list[Member], seeds: list[int], settled: dict, existing: dict, interrupted: bool = False
+) -> dict[str, dict]:
     """{label: {seed: result}} for sweep.yaml: this launch's results, and runs kept from an earlier one (an
     interrupted sweep records only the runs it settled)."""
     runs: dict[str, dict] = {}
@@ -885,8 +1033,12 @@ def _runs_record(root: Path, members: list[Member], seeds: list[int], settled: d
             if (m.name, s) in settled:
                 res = settled[(m.name, s)]
             elif existing.get((m.name, s)) == "completed":
-                res = {"status": "completed", "error": None, "dir": str(run_dir(root, m.name, s)),
-                       "note": "kept from an earlier launch"}
+                res = {
+                    "status": "completed",
+                    "error": None,
+                    "dir": str(run_dir(root, m.name, s)),
+                    "note": "kept from an earlier launch",
+                }
             elif interrupted:
                 continue
             else:  # run_jobs settles every job it is given
@@ -905,21 +1057,28 @@ def check_launch_settings(hydra_extra: list[str]) -> str:
 
     for raw in hydra_extra:
         if raw.lstrip("+~").startswith(("hydra/sweeper", "hydra.sweeper")):
-            raise SweepError(f"`{raw}`: a sweep launches its members x seeds through its own sweeper "
-                             f"(hydra/sweeper=rlcompare_jobs); choose the launcher instead, e.g. hydra/launcher=joblib")
+            raise SweepError(
+                f"`{raw}`: a sweep launches its members x seeds through its own sweeper "
+                f"(hydra/sweeper=rlcompare_jobs); choose the launcher instead, e.g. hydra/launcher=joblib"
+            )
     register_resolvers()
     try:
         with initialize_config_dir(config_dir=conf_dir(), version_base=None):
-            cfg = compose(config_name="config", overrides=["hydra/sweeper=rlcompare_jobs", *hydra_extra],
-                          return_hydra_config=True)
+            cfg = compose(
+                config_name="config", overrides=["hydra/sweeper=rlcompare_jobs", *hydra_extra], return_hydra_config=True
+            )
     except HydraException as e:
         msg = str(e).strip()
         if "hydra/sweeper/rlcompare_jobs" in msg:
-            raise SweepError("Hydra cannot find rlcompare's sweeper (hydra_plugins/rlcompare_sweeper, shipped with "
-                             "rlcompare): reinstall with `pip install -e .` from the repository") from None
-        raise SweepError(f"the Hydra settings {' '.join(hydra_extra)} do not compose: {msg}\n"
-                         f"(launchers: pip install -e \".[launchers]\" adds hydra/launcher=joblib, submitit_local and "
-                         f"submitit_slurm; docs/scaling.md)") from None
+            raise SweepError(
+                "Hydra cannot find rlcompare's sweeper (hydra_plugins/rlcompare_sweeper, shipped with "
+                "rlcompare): reinstall with `pip install -e .` from the repository"
+            ) from None
+        raise SweepError(
+            f"the Hydra settings {' '.join(hydra_extra)} do not compose: {msg}\n"
+            f'(launchers: pip install -e ".[launchers]" adds hydra/launcher=joblib, submitit_local and '
+            f"submitit_slurm; docs/scaling.md)"
+        ) from None
     target = str(cfg.hydra.launcher.get("_target_", ""))
     return target.rsplit(".", 1)[-1] or "basic launcher"
 
@@ -933,8 +1092,15 @@ def prepare(path, extra: list[str], seeds: Optional[list[int]] = None) -> tuple[
     return spec, members
 
 
-def run_sweep(path, extra: Optional[list[str]] = None, seeds: Optional[list[int]] = None, dry_run: bool = False,
-              resume: bool = False, argv: Optional[list[str]] = None, out=None) -> int:
+def run_sweep(
+    path,
+    extra: Optional[list[str]] = None,
+    seeds: Optional[list[int]] = None,
+    dry_run: bool = False,
+    resume: bool = False,
+    argv: Optional[list[str]] = None,
+    out=None,
+) -> int:
     """Resolve, check and (unless dry_run) run a sweep; returns the exit code. Raises SweepError when refused."""
     out = out or sys.stdout
     extra = list(extra or [])
@@ -952,15 +1118,23 @@ def run_sweep(path, extra: Optional[list[str]] = None, seeds: Optional[list[int]
     created = _now()
     write_record(root, spec, members, extra, record_argv, created=created)
     print("", file=out)
-    jobs = [Job(m, s, resume=(m.name, s) in existing) for m in members for s in spec.seeds
-            if existing.get((m.name, s)) != "completed"]
+    jobs = [
+        Job(m, s, resume=(m.name, s) in existing)
+        for m in members
+        for s in spec.seeds
+        if existing.get((m.name, s)) != "completed"
+    ]
     settled: dict[tuple[str, int], dict] = {}
     try:
         run_jobs(jobs, root, lambda batch: launch_jobs(spec, root, batch, hydra_extra), results=settled)
     except KeyboardInterrupt:
         runs = _runs_record(root, members, spec.seeds, settled, existing, interrupted=True)
-        print("\nrlcompare sweep: interrupted; finished runs: " + (", ".join(f"{lb}__s{s}" for lb, s in settled) or "none")
-              + ". Continue with --resume.", file=sys.stderr)
+        print(
+            "\nrlcompare sweep: interrupted; finished runs: "
+            + (", ".join(f"{lb}__s{s}" for lb, s in settled) or "none")
+            + ". Continue with --resume.",
+            file=sys.stderr,
+        )
         write_record(root, spec, members, extra, record_argv, runs=runs, created=created)
         return 130
     runs = _runs_record(root, members, spec.seeds, settled, existing)
@@ -970,16 +1144,20 @@ def run_sweep(path, extra: Optional[list[str]] = None, seeds: Optional[list[int]
 
 def _print_plan(spec: SweepSpec, members: list[Member], extra: list[str], root: Path, n_runs: int, out) -> None:
     """The sweep's size, question, extra overrides, results folder and member table."""
-    print(f"sweep {spec.name} ({spec.mode}, {len(members)} members x {len(spec.seeds)} seeds = {n_runs} runs; "
-          f"seeds {', '.join(map(str, spec.seeds))})" + (f"\nquestion: {spec.question}" if spec.question else ""), file=out)
+    print(
+        f"sweep {spec.name} ({spec.mode}, {len(members)} members x {len(spec.seeds)} seeds = {n_runs} runs; "
+        f"seeds {', '.join(map(str, spec.seeds))})" + (f"\nquestion: {spec.question}" if spec.question else ""),
+        file=out,
+    )
     if extra:
         print(f"extra overrides (all members): {' '.join(extra)}", file=out)
     print(f"results: {root}/<label>__s<seed>/\n", file=out)
     print(member_table(spec, members), file=out)
 
 
-def _print_dry_run(spec: SweepSpec, members: list[Member], hydra_extra: list[str], launcher: str, n_runs: int,
-                   out) -> None:
+def _print_dry_run(
+    spec: SweepSpec, members: list[Member], hydra_extra: list[str], launcher: str, n_runs: int, out
+) -> None:
     print(f"\nthe {n_runs} runs are the jobs of one Hydra multirun ({launcher}); member by member they are:", file=out)
     for m in members:
         print("  " + _shell(train_command(spec, m, spec.seeds, hydra_extra)), file=out)
@@ -992,9 +1170,11 @@ def _runs_to_keep(root: Path, spec: SweepSpec, members: list[Member], resume: bo
     existing = _existing(root, members, spec.seeds)
     if existing and not resume:
         listing = ", ".join(f"{lb}__s{s} ({st})" for (lb, s), st in sorted(existing.items()))
-        raise SweepError(f"{root} already holds runs of this sweep: {listing}. Continue it with "
-                         f"`rlcompare sweep {spec.path or spec.name} --resume ...` (completed runs are kept, the others "
-                         f"resumed), or choose another results_dir / sweep name")
+        raise SweepError(
+            f"{root} already holds runs of this sweep: {listing}. Continue it with "
+            f"`rlcompare sweep {spec.path or spec.name} --resume ...` (completed runs are kept, the others "
+            f"resumed), or choose another results_dir / sweep name"
+        )
     if existing:
         _check_kept_runs(root, members, existing)
     return existing
@@ -1018,17 +1198,21 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rlcompare sweep",
         description="Run a one-change-at-a-time ablation sweep (a base and its variants, over seeds). Every member's "
-                    "config is resolved and checked before anything trains: a variant that changes a key outside its "
-                    "declared component, or nothing at all, refuses the sweep (exit code 2). See docs/components.md.",
+        "config is resolved and checked before anything trains: a variant that changes a key outside its "
+        "declared component, or nothing at all, refuses the sweep (exit code 2). See docs/components.md.",
         epilog="overrides (key=value, Hydra syntax) apply to every member, e.g. budget=medium logger=none "
-               "results_dir=/tmp/results; hydra.* / hydra/launcher=... settings go to the launcher.")
+        "results_dir=/tmp/results; hydra.* / hydra/launcher=... settings go to the launcher.",
+    )
     p.add_argument("sweep_file", help="a sweep YAML file (or the name of one in sweeps/)")
     p.add_argument("overrides", nargs="*", help="config overrides applied to every member")
     p.add_argument("--dry-run", action="store_true", help="resolve and check only; print the member table")
     p.add_argument("--seeds", default=None, metavar="0,1,2", help="seeds to run instead of the file's")
-    p.add_argument("--resume", action="store_true",
-                   help="continue a sweep whose results folder already holds runs: completed runs are kept, "
-                        "failed or interrupted ones resumed")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a sweep whose results folder already holds runs: completed runs are kept, "
+        "failed or interrupted ones resumed",
+    )
     return p
 
 
@@ -1040,13 +1224,18 @@ def main(argv: Optional[list[str]] = None) -> int:
         try:
             seeds = [int(s) for s in args.seeds.split(",") if s.strip() != ""]
         except ValueError:
-            print(f"rlcompare sweep: --seeds takes integers separated by commas, e.g. 0,1,2; got {args.seeds!r}", file=sys.stderr)
+            print(
+                f"rlcompare sweep: --seeds takes integers separated by commas, e.g. 0,1,2; got {args.seeds!r}",
+                file=sys.stderr,
+            )
             return 2
         if not seeds or len(set(seeds)) != len(seeds):
             print("rlcompare sweep: --seeds needs distinct integers, e.g. 0,1,2", file=sys.stderr)
             return 2
     try:
-        return run_sweep(args.sweep_file, args.overrides, seeds=seeds, dry_run=args.dry_run, resume=args.resume, argv=argv)
+        return run_sweep(
+            args.sweep_file, args.overrides, seeds=seeds, dry_run=args.dry_run, resume=args.resume, argv=argv
+        )
     except SweepError as e:
         print(f"rlcompare sweep: {e}", file=sys.stderr)
         return 2

@@ -40,7 +40,9 @@ def _short_values(overrides: str) -> str:
     return "__".join(items)
 
 
-def run_name(algorithm: str, seed, overrides: str, explicit=None, results_dir=None, experiment=None, resume=None) -> str:
+def run_name(
+    algorithm: str, seed, overrides: str, explicit=None, results_dir=None, experiment=None, resume=None
+) -> str:
     """Run names say what ran (preset, key overrides, seed). A derived name that is taken by an earlier run
     gets a numeric suffix (`grpo__s0-2`), unless the run is being resumed; an explicit `run_name` is kept."""
     if explicit not in (None, "", "None", "null"):
@@ -52,7 +54,7 @@ def run_name(algorithm: str, seed, overrides: str, explicit=None, results_dir=No
     name = re.sub(r"[^A-Za-z0-9._=,+\-]+", "_", "__".join(parts))
     if len(name) > MAX_NAME:  # cut, and keep names of different override sets apart with a hash of them all
         digest = hashlib.sha1("__".join([algorithm, overrides or "", str(seed)]).encode()).hexdigest()[:8]
-        name = f"{name[:MAX_NAME - 9]}~{digest}"
+        name = f"{name[: MAX_NAME - 9]}~{digest}"
     resuming = str(resume).lower() not in ("false", "none", "0", "")
     if results_dir is not None and not resuming:
         base, n = name, 1

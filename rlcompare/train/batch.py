@@ -38,10 +38,16 @@ class RolloutBatch:
         """The completions where the (B,) CPU bool mask `rows` is true (whole groups)."""
         at = rows.to(self.prompt_ids.device)
         groups = rows.view(-1, group_size)[:, 0].tolist()
-        return RolloutBatch(self.prompt_ids[at], self.prompt_mask[at], self.completions.select(rows),
-                            [x for x, r in zip(self.texts, rows.tolist()) if r], self.rewards[rows],
-                            self.verifier_rewards[rows], self.correct[rows],
-                            [p for p, g in zip(self.prompts, groups) if g])
+        return RolloutBatch(
+            self.prompt_ids[at],
+            self.prompt_mask[at],
+            self.completions.select(rows),
+            [x for x, r in zip(self.texts, rows.tolist()) if r],
+            self.rewards[rows],
+            self.verifier_rewards[rows],
+            self.correct[rows],
+            [p for p, g in zip(self.prompts, groups) if g],
+        )
 
     @staticmethod
     def concat(parts: list["RolloutBatch"], pad_id: int) -> "RolloutBatch":
@@ -58,14 +64,23 @@ class RolloutBatch:
         def comps(attr, value):
             return torch.cat([_pad_right(getattr(p.completions, attr), T, value) for p in parts])
 
-        completions = Completions(comps("ids", pad_id), comps("mask", 0),
-                                  comps("logp", 0.0) if parts[0].completions.logp is not None else None,
-                                  torch.cat([p.completions.truncated for p in parts]),
-                                  torch.cat([p.completions.lengths for p in parts]))
-        return RolloutBatch(prompts("prompt_ids", pad_id), prompts("prompt_mask", 0), completions,
-                            sum((p.texts for p in parts), []), torch.cat([p.rewards for p in parts]),
-                            torch.cat([p.verifier_rewards for p in parts]), torch.cat([p.correct for p in parts]),
-                            sum((p.prompts for p in parts), []))
+        completions = Completions(
+            comps("ids", pad_id),
+            comps("mask", 0),
+            comps("logp", 0.0) if parts[0].completions.logp is not None else None,
+            torch.cat([p.completions.truncated for p in parts]),
+            torch.cat([p.completions.lengths for p in parts]),
+        )
+        return RolloutBatch(
+            prompts("prompt_ids", pad_id),
+            prompts("prompt_mask", 0),
+            completions,
+            sum((p.texts for p in parts), []),
+            torch.cat([p.rewards for p in parts]),
+            torch.cat([p.verifier_rewards for p in parts]),
+            torch.cat([p.correct for p in parts]),
+            sum((p.prompts for p in parts), []),
+        )
 
 
 def _pad_right(x, width, value):

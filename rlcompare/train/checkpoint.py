@@ -63,7 +63,9 @@ def _encode(obj, path: str, tensors: dict, seen: dict):
     if isinstance(obj, np.ndarray):
         if str(obj.dtype) not in _NUMPY_DTYPES:
             raise TypeError(f"checkpoint: numpy array of dtype {obj.dtype} at {path} is not supported")
-        key = _store(torch.from_numpy(obj.astype(np.int64 if obj.dtype.kind in "ui" else np.float64)), path, tensors, seen)
+        key = _store(
+            torch.from_numpy(obj.astype(np.int64 if obj.dtype.kind in "ui" else np.float64)), path, tensors, seen
+        )
         return {"__ndarray__": key, "dtype": str(obj.dtype)}
     if isinstance(obj, np.generic):
         obj = obj.item()
@@ -74,8 +76,12 @@ def _encode(obj, path: str, tensors: dict, seen: dict):
     if isinstance(obj, dict):
         if all(isinstance(k, str) and not k.startswith("__") for k in obj):
             return {k: _encode(v, f"{path}/{k}", tensors, seen) for k, v in obj.items()}
-        return {"__dict__": [[_encode(k, f"{path}/key{i}", tensors, seen), _encode(v, f"{path}/{k}", tensors, seen)]
-                             for i, (k, v) in enumerate(obj.items())]}  # optimizer state: integer keys
+        return {
+            "__dict__": [
+                [_encode(k, f"{path}/key{i}", tensors, seen), _encode(v, f"{path}/{k}", tensors, seen)]
+                for i, (k, v) in enumerate(obj.items())
+            ]
+        }  # optimizer state: integer keys
     if isinstance(obj, tuple):
         return {"__tuple__": [_encode(v, f"{path}/{i}", tensors, seen) for i, v in enumerate(obj)]}
     if isinstance(obj, list):
@@ -132,9 +138,14 @@ def _tensor(tensors: dict, key) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------- what is saved
 def _rng_state(tr) -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-            "sampler": tr.gen.get_state(), "shuffle": tr.shuffle_gen.get_state()}
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        "sampler": tr.gen.get_state(),
+        "shuffle": tr.shuffle_gen.get_state(),
+    }
 
 
 def _policy_weights(tr) -> dict:
@@ -147,9 +158,17 @@ def _policy_weights(tr) -> dict:
 
 
 def _blob(tr) -> dict:
-    blob = {"version": FORMAT_VERSION, "step": tr.state.step, "policy": _policy_weights(tr), "opt": tr.opt.state_dict(),
-            "sched": tr.sched.state_dict(), "state": tr.state.as_dict(), "stream_position": tr.stream.position,
-            "rng": _rng_state(tr), "lora": bool(getattr(tr.policy, "lora", False))}
+    blob = {
+        "version": FORMAT_VERSION,
+        "step": tr.state.step,
+        "policy": _policy_weights(tr),
+        "opt": tr.opt.state_dict(),
+        "sched": tr.sched.state_dict(),
+        "state": tr.state.as_dict(),
+        "stream_position": tr.stream.position,
+        "rng": _rng_state(tr),
+        "lora": bool(getattr(tr.policy, "lora", False)),
+    }
     if tr.critic is not None:
         blob["critic"] = tr.critic.state_dict()
         blob["critic_opt"] = tr.critic_opt.state_dict()
@@ -174,8 +193,10 @@ def read_file(path: Path) -> dict:
         with safe_open(str(path), framework="pt", device="cpu") as f:
             meta = f.metadata() or {}
             if meta.get("format") != FORMAT or meta.get("version") != str(FORMAT_VERSION):
-                raise CheckpointError(f"not an rlcompare checkpoint of format {FORMAT_VERSION} "
-                                      f"(format={meta.get('format')!r}, version={meta.get('version')!r})")
+                raise CheckpointError(
+                    f"not an rlcompare checkpoint of format {FORMAT_VERSION} "
+                    f"(format={meta.get('format')!r}, version={meta.get('version')!r})"
+                )
             tree = json.loads(meta[_TREE_KEY])
             tensors = {k: f.get_tensor(k) for k in f.keys()}
         blob = _decode(tree, tensors)
@@ -260,8 +281,10 @@ def read(path: Path) -> dict:
     path = Path(path)
     if not (path / FILE).exists():
         if (path / PICKLE_FILE).exists():
-            raise CheckpointError(f"it is a pickled {PICKLE_FILE} (the format before version {FORMAT_VERSION}); loading "
-                                  f"one can execute code, so it is not read")
+            raise CheckpointError(
+                f"it is a pickled {PICKLE_FILE} (the format before version {FORMAT_VERSION}); loading "
+                f"one can execute code, so it is not read"
+            )
         raise CheckpointError(f"it holds no {FILE}")
     blob = read_file(path / FILE)
     if blob.get("step") != step_of(path):
@@ -272,14 +295,24 @@ def read(path: Path) -> dict:
 
 def _check_shape(blob: dict) -> None:
     """What `load` reads has the types it expects (a crafted file fails here, before the model loads)."""
+
     def need(ok: bool, what: str) -> None:
         if not ok:
             raise CheckpointError(f"its {what} is malformed")
 
-    tensors = lambda d: isinstance(d, dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor)  # noqa: E731
-                                                    for k, v in d.items())
-    optim = lambda d: (isinstance(d, dict) and isinstance(d.get("state"), dict)  # noqa: E731
-                       and isinstance(d.get("param_groups"), list) and all(isinstance(g, dict) for g in d["param_groups"]))
+    tensors = lambda d: (
+        isinstance(d, dict)
+        and all(
+            isinstance(k, str) and isinstance(v, torch.Tensor)  # noqa: E731
+            for k, v in d.items()
+        )
+    )
+    optim = lambda d: (
+        isinstance(d, dict)
+        and isinstance(d.get("state"), dict)  # noqa: E731
+        and isinstance(d.get("param_groups"), list)
+        and all(isinstance(g, dict) for g in d["param_groups"])
+    )
     need(tensors(blob.get("policy")), "policy weights")
     need(optim(blob.get("opt")), "optimizer state")
     need(isinstance(blob.get("sched"), dict), "scheduler state")
@@ -287,10 +320,16 @@ def _check_shape(blob: dict) -> None:
     need(isinstance(st, dict) and st.get("step") == blob["step"] and isinstance(st.get("tokens"), int), "trainer state")
     need(isinstance(blob.get("stream_position"), int) and blob["stream_position"] >= 0, "data position")
     rng = blob.get("rng")
-    need(isinstance(rng, dict) and isinstance(rng.get("python"), tuple) and isinstance(rng.get("numpy"), tuple), "RNG state")
+    need(
+        isinstance(rng, dict) and isinstance(rng.get("python"), tuple) and isinstance(rng.get("numpy"), tuple),
+        "RNG state",
+    )
     byte_state = lambda t: isinstance(t, torch.Tensor) and t.dtype == torch.uint8  # noqa: E731
     need(all(byte_state(rng.get(k)) for k in ("torch", "sampler", "shuffle")), "RNG state")
-    need(rng.get("cuda") is None or (isinstance(rng["cuda"], list) and all(map(byte_state, rng["cuda"]))), "CUDA RNG state")
+    need(
+        rng.get("cuda") is None or (isinstance(rng["cuda"], list) and all(map(byte_state, rng["cuda"]))),
+        "CUDA RNG state",
+    )
     if "critic" in blob or "critic_opt" in blob:
         need(tensors(blob.get("critic")) and optim(blob.get("critic_opt")), "critic state")
 

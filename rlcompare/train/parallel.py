@@ -76,7 +76,7 @@ class World:
         if self.size == 1:
             return rows
         part = self.share(len(rows) // unit)
-        return rows[part.start * unit:part.stop * unit]
+        return rows[part.start * unit : part.stop * unit]
 
     # ------------------------------------------------------------------ collectives
     def gather_rows(self, x: torch.Tensor | None, pad_value=0) -> torch.Tensor | None:
@@ -103,7 +103,7 @@ class World:
             padded = torch.cat([padded, fill])
         out = [torch.empty_like(padded) for _ in range(self.size)]
         _collective(dist.all_gather, out, padded.contiguous())
-        return torch.cat([o[:int(s[0])] for o, s in zip(out, shapes)])
+        return torch.cat([o[: int(s[0])] for o, s in zip(out, shapes)])
 
     def gather_objects(self, obj) -> list:
         """Every rank's `obj` (plain numbers, strings, lists, dicts of this run's own processes), in rank order."""
@@ -160,7 +160,7 @@ class World:
         at = 0
         for p in params:
             n = p.numel()
-            p.grad.copy_(flat[at:at + n].view_as(p.grad))  # copy_ moves it back to the grad's device
+            p.grad.copy_(flat[at : at + n].view_as(p.grad))  # copy_ moves it back to the grad's device
             at += n
 
 
@@ -168,8 +168,10 @@ def _collective(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except RuntimeError as e:  # gloo / NCCL: a peer's socket closed, or the TIMEOUT passed
-        raise RankLost(f"a collective with the other ranks failed ({type(e).__name__}: {str(e)[:200]}): another "
-                       f"rank stopped or hung; torchrun's failure summary names it") from None
+        raise RankLost(
+            f"a collective with the other ranks failed ({type(e).__name__}: {str(e)[:200]}): another "
+            f"rank stopped or hung; torchrun's failure summary names it"
+        ) from None
 
 
 def init_world(cfg) -> World:
@@ -179,13 +181,17 @@ def init_world(cfg) -> World:
     size = int(os.environ.get("WORLD_SIZE", "1")) if launched_by_torchrun() else 1
     if mode == "none":
         if size > 1:
-            raise ConfigError(f"trainer.parallel=none under torchrun with {size} processes: each would train and write "
-                              f"the same run; set trainer.parallel=ddp (or auto), or run without torchrun")
+            raise ConfigError(
+                f"trainer.parallel=none under torchrun with {size} processes: each would train and write "
+                f"the same run; set trainer.parallel=ddp (or auto), or run without torchrun"
+            )
         return World()
     if size > 1 and cfg.rollout.streams != "group":
-        raise ConfigError(f"trainer.parallel=ddp over {size} processes needs rollout.streams=group: with one random "
-                          f"stream for the batch, what is sampled would depend on how the batch is split. Add "
-                          f"rollout.streams=group (the run then equals a single process's with that setting)")
+        raise ConfigError(
+            f"trainer.parallel=ddp over {size} processes needs rollout.streams=group: with one random "
+            f"stream for the batch, what is sampled would depend on how the batch is split. Add "
+            f"rollout.streams=group (the run then equals a single process's with that setting)"
+        )
     if size == 1:
         return World(mode=mode)
     import torch.distributed as dist
@@ -196,8 +202,13 @@ def init_world(cfg) -> World:
         torch.cuda.set_device(local_rank)  # device "cuda" now means this rank's GPU
     if not dist.is_initialized():
         dist.init_process_group("nccl" if cuda else "gloo", timeout=TIMEOUT)
-    return World(rank=dist.get_rank(), size=dist.get_world_size(), mode=mode,
-                 local_size=int(os.environ.get("LOCAL_WORLD_SIZE", str(size))), comm_device="cuda" if cuda else "cpu")
+    return World(
+        rank=dist.get_rank(),
+        size=dist.get_world_size(),
+        mode=mode,
+        local_size=int(os.environ.get("LOCAL_WORLD_SIZE", str(size))),
+        comm_device="cuda" if cuda else "cpu",
+    )
 
 
 def merge_metrics(world: World, values: dict, kinds: dict) -> tuple[dict, dict]:

@@ -244,7 +244,7 @@ def _cut(text: str, limit: int = WANDB_MAX_CHARS) -> str:
         return text
     import hashlib
 
-    return text[:limit - 9] + "~" + hashlib.sha1(text.encode()).hexdigest()[:8]
+    return text[: limit - 9] + "~" + hashlib.sha1(text.encode()).hexdigest()[:8]
 
 
 def wandb_grouping(group: Optional[str], config: dict, run_name: str) -> dict:
@@ -261,5 +261,8 @@ def wandb_grouping(group: Optional[str], config: dict, run_name: str) -> dict:
         tags = [c.strip() for c in str(sweep["component"]).split(",") if c.strip()]
     else:
         tags = ["base"]
-    return {"group": group or sweep.get("name") or config.get("experiment"), "job_type": _cut(str(job_type)),
-            "tags": [_cut(t) for t in tags]}
+    return {
+        "group": group or sweep.get("name") or config.get("experiment"),
+        "job_type": _cut(str(job_type)),
+        "tags": [_cut(t) for t in tags],
+    }

@@ -42,7 +42,7 @@ def check_train_args(argv: list[str]) -> str | None:
         except Exception:  # noqa: BLE001 - a fault of this check must not block a run: train() checks again
             return None
         if err is not None:
-            return (f"{err} (multirun job {' '.join(job)})" if multirun and len(jobs) > 1 else err)
+            return f"{err} (multirun job {' '.join(job)})" if multirun and len(jobs) > 1 else err
     return None
 
 
@@ -55,8 +55,10 @@ def _parse(overrides: list[str]):
         try:
             parser.parse_overrides([o])
         except OverrideParseException as e:
-            return None, (f"{o}: Hydra cannot parse this override ({_one_line(str(e))}); quote values holding "
-                          f"spaces or special characters, e.g. 'key=\"a value\"'")
+            return None, (
+                f"{o}: Hydra cannot parse this override ({_one_line(str(e))}); quote values holding "
+                f"spaces or special characters, e.g. 'key=\"a value\"'"
+            )
     return parser.parse_overrides(overrides), None
 
 

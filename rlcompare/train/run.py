@@ -47,8 +47,15 @@ from rlcompare.train import checkpoint, run_lock
 from rlcompare.train.parallel import World, init_world
 from rlcompare.config.flat import flatten
 from rlcompare.config import ConfigError, check_fits_context, context_from, to_schema, validate, why_not_creatable
-from rlcompare.train.tracking import (NullLogger, RunWriter, WandbLogger, atomic_write_json, atomic_write_text, read_jsonl,
-                                truncate_jsonl)
+from rlcompare.train.tracking import (
+    NullLogger,
+    RunWriter,
+    WandbLogger,
+    atomic_write_json,
+    atomic_write_text,
+    read_jsonl,
+    truncate_jsonl,
+)
 
 FINGERPRINT_SAMPLING_KEYS = ("temperature", "top_p")
 ROW_FILES = ("metrics.jsonl", "eval.jsonl", "samples.jsonl")
@@ -77,7 +84,9 @@ def fingerprint(cfg: DictConfig, tr) -> dict:
     """What compared runs must share: initial weights, prompts and split, verifier, budget, sampling."""
     c = OmegaConf.to_container(cfg, resolve=True)
     prompts = _computing(c, "prompts")
-    prompts.update(n_train_used=len(tr.train_prompts), n_eval_used=len(tr.eval_prompts), eval_hash=tr.splits.eval_hash())
+    prompts.update(
+        n_train_used=len(tr.train_prompts), n_eval_used=len(tr.eval_prompts), eval_hash=tr.splits.eval_hash()
+    )
     return {
         "init_weights_hash": tr.policy.init_hash,
         "warm_start_key": tr.policy.warm_start_key,
@@ -87,9 +96,12 @@ def fingerprint(cfg: DictConfig, tr) -> dict:
         # only there compare
         "verifier": _computing(c, "verifier"),
         "budget": _computing(c, "budget"),
-        "sampling": {**_computing(c, "rollout"), "group_size": c["trainer"]["group_size"],
-                     "prompts_per_step": c["trainer"]["prompts_per_step"],
-                     "dynamic_sampling": c["algorithm"]["dynamic_sampling"]},
+        "sampling": {
+            **_computing(c, "rollout"),
+            "group_size": c["trainer"]["group_size"],
+            "prompts_per_step": c["trainer"]["prompts_per_step"],
+            "dynamic_sampling": c["algorithm"]["dynamic_sampling"],
+        },
     }
 
 
@@ -139,9 +151,11 @@ def _check_resume_config(run_dir: Path, cfg: DictConfig, only: set[str] | None =
     now = flatten(OmegaConf.to_container(cfg, resolve=True))
     diffs = _differing_keys(saved, now, only)
     if diffs:
-        raise ConfigError(f"resume: the config differs from the run being resumed in: {', '.join(diffs)} "
-                          f"({_shown_diffs(saved, now, diffs)}); resume with the same overrides, or start a new run. "
-                          f"Only these keys may differ on resume: {', '.join(sorted(RESUME_IGNORED))}")
+        raise ConfigError(
+            f"resume: the config differs from the run being resumed in: {', '.join(diffs)} "
+            f"({_shown_diffs(saved, now, diffs)}); resume with the same overrides, or start a new run. "
+            f"Only these keys may differ on resume: {', '.join(sorted(RESUME_IGNORED))}"
+        )
 
 
 def _differing_keys(saved: dict, now: dict, only: set[str] | None = None) -> list[str]:
@@ -153,7 +167,9 @@ def _differing_keys(saved: dict, now: dict, only: set[str] | None = None) -> lis
 
 
 def _shown_diffs(saved: dict, now: dict, diffs: list[str]) -> str:
-    shown = "; ".join(f"{k}: {saved.get(k, '<absent>')!r} in the run, {now.get(k, '<absent>')!r} now" for k in diffs[:8])
+    shown = "; ".join(
+        f"{k}: {saved.get(k, '<absent>')!r} in the run, {now.get(k, '<absent>')!r} now" for k in diffs[:8]
+    )
     return shown + (f" (and {len(diffs) - 8} more)" if len(diffs) > 8 else "")
 
 
@@ -177,13 +193,18 @@ def _refuse_resuming_another_run(cfg: DictConfig, run_dir: Path) -> None:
         return
     other, saved, diffs = closest
     _drop_hydra_only_folder(run_dir)
-    how = (f"differs in: {', '.join(diffs)} ({_shown_diffs(saved, now, diffs)})" if diffs else
-           "differs only in keys that may change on resume (its name predates them being left out of names)")
-    raise ConfigError(f"resume=true: no run named {run_dir.name} in {run_dir.parent}, so nothing with these settings "
-                      f"can be continued. The run there with the same preset and seed closest to them, {other.name}, "
-                      f"{how}. To continue it, give the overrides it was started with, or resume={other}; to start "
-                      f"a new run with these settings, leave out resume=true. Only these keys may differ on resume: "
-                      f"{', '.join(sorted(RESUME_IGNORED))}")
+    how = (
+        f"differs in: {', '.join(diffs)} ({_shown_diffs(saved, now, diffs)})"
+        if diffs
+        else "differs only in keys that may change on resume (its name predates them being left out of names)"
+    )
+    raise ConfigError(
+        f"resume=true: no run named {run_dir.name} in {run_dir.parent}, so nothing with these settings "
+        f"can be continued. The run there with the same preset and seed closest to them, {other.name}, "
+        f"{how}. To continue it, give the overrides it was started with, or resume={other}; to start "
+        f"a new run with these settings, leave out resume=true. Only these keys may differ on resume: "
+        f"{', '.join(sorted(RESUME_IGNORED))}"
+    )
 
 
 def _same_preset_and_seed(folder: Path, cfg: DictConfig, exclude: Path) -> list[Path]:
@@ -226,10 +247,12 @@ def _checkpoint_to_resume(run_dir: Path) -> tuple[Path, dict] | None:
     try:
         return checkpoint.read_latest(run_dir, max_step=done)
     except checkpoint.NoUsableCheckpoint as e:
-        raise ConfigError(f"resume: none of the checkpoints in {run_dir / 'checkpoints'} can be resumed from ({e}); "
-                          f"nothing was changed. To start this run over from step 0, move or delete {run_dir} and run "
-                          f"the same command without resume=true; or keep it and start a new run with "
-                          f"run_name=<another name>") from None
+        raise ConfigError(
+            f"resume: none of the checkpoints in {run_dir / 'checkpoints'} can be resumed from ({e}); "
+            f"nothing was changed. To start this run over from step 0, move or delete {run_dir} and run "
+            f"the same command without resume=true; or keep it and start a new run with "
+            f"run_name=<another name>"
+        ) from None
 
 
 def _command_line_keys() -> set[str] | None:
@@ -315,8 +338,10 @@ def model_context_length(cfg: DictConfig) -> int | None:
         if not cfg_file.exists():
             if (Path(path) / "adapter_config.json").exists():
                 return None  # a PEFT adapter folder: the base model's context is checked after loading
-            raise ConfigError(f"model.name_or_path={path!r} is a folder without config.json; point it at a saved "
-                              f"model (save_pretrained output) or a hub id")
+            raise ConfigError(
+                f"model.name_or_path={path!r} is a folder without config.json; point it at a saved "
+                f"model (save_pretrained output) or a hub id"
+            )
         try:
             return context_from(json.loads(cfg_file.read_text()))
         except (OSError, ValueError) as e:
@@ -328,16 +353,19 @@ def model_context_length(cfg: DictConfig) -> int | None:
 
         conf = AutoConfig.from_pretrained(path, trust_remote_code=bool(m.trust_remote_code))
     except Exception as e:  # noqa: BLE001 - not found, offline without a cache, gated, ...
-        raise ConfigError(f"model.name_or_path={path!r} could not be resolved (not a local folder, and its config "
-                          f"could not be fetched from the hub or the local cache): {type(e).__name__}: {str(e)[:300]}") from None
+        raise ConfigError(
+            f"model.name_or_path={path!r} could not be resolved (not a local folder, and its config "
+            f"could not be fetched from the hub or the local cache): {type(e).__name__}: {str(e)[:300]}"
+        ) from None
     return context_from(conf.to_dict())
 
 
 def _check_writable(path: Path, what: str) -> None:
     why = why_not_creatable(str(path))  # the one writability check (rlcompare.config), as validate's for results_dir
     if why is not None:
-        raise ConfigError(f"{what} {str(path)!r} is not writable ({why}); choose a folder you can write, "
-                          f"e.g. results_dir=./results")
+        raise ConfigError(
+            f"{what} {str(path)!r} is not writable ({why}); choose a folder you can write, e.g. results_dir=./results"
+        )
 
 
 def preflight(cfg: DictConfig, run_dir: Path | None = None):
@@ -349,7 +377,9 @@ def preflight(cfg: DictConfig, run_dir: Path | None = None):
     splits = build_prompt_set(cfg)
     verifier = build_run_verifier(cfg)
     ctx = model_context_length(cfg)
-    check_fits_context(cfg.budget, ctx, f"({ctx} positions, from model.name_or_path={cfg.model.name_or_path!r}'s config)")
+    check_fits_context(
+        cfg.budget, ctx, f"({ctx} positions, from model.name_or_path={cfg.model.name_or_path!r}'s config)"
+    )
     _probe_verifier(cfg, splits, verifier)
     if run_dir is not None:
         _check_writable(run_dir, "the run folder")
@@ -465,8 +495,10 @@ def train(cfg: DictConfig | dict) -> dict:
     run_dir = resolve_run_dir(cfg)
     if _resume_requested(cfg):
         if _resume_is_path(cfg) and not run_dir.is_dir():
-            raise ConfigError(f"resume={cfg.resume!r}: no run folder there; pass the folder of the run to continue "
-                              f"(results/<experiment>/<run name>) or resume=true with the run's overrides")
+            raise ConfigError(
+                f"resume={cfg.resume!r}: no run folder there; pass the folder of the run to continue "
+                f"(results/<experiment>/<run name>) or resume=true with the run's overrides"
+            )
         _refuse_resuming_another_run(cfg, run_dir)
     followers = _Followers(world)
     try:
@@ -490,11 +522,20 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
     t_wall = time.time()
     run_dir.mkdir(parents=True, exist_ok=True)
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    summary: dict[str, Any] = {"status": "running", "error": None, "run_name": run_dir.name, "experiment": cfg.experiment,
-                               "algorithm": cfg.algorithm.name, "seed": cfg.seed, "run_dir": str(run_dir),
-                               "sweep": resolved["sweep"], "pid": os.getpid(),
-                               # how many processes shared each step: never changes what is computed
-                               "world_size": followers.world.size, "parallel": followers.world.mode}
+    summary: dict[str, Any] = {
+        "status": "running",
+        "error": None,
+        "run_name": run_dir.name,
+        "experiment": cfg.experiment,
+        "algorithm": cfg.algorithm.name,
+        "seed": cfg.seed,
+        "run_dir": str(run_dir),
+        "sweep": resolved["sweep"],
+        "pid": os.getpid(),
+        # how many processes shared each step: never changes what is computed
+        "world_size": followers.world.size,
+        "parallel": followers.world.mode,
+    }
     atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     atomic_write_json(run_dir / "summary.json", summary)
 
@@ -506,7 +547,9 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
 
     with _SigtermGuard(record_sigterm) as term:
         try:
-            tr = Trainer(cfg, run_dir, splits=splits, verifier=verifier, world=followers.world)  # heavy: warm start, model load
+            tr = Trainer(
+                cfg, run_dir, splits=splits, verifier=verifier, world=followers.world
+            )  # heavy: warm start, model load
             ckpt = _restore(tr, run_dir, found, resuming)
             del found
             followers.start(cfg, run_dir, ckpt, tr)  # the other ranks join with this config, checkpoint and weights
@@ -521,15 +564,20 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
         except BaseException as e:  # record the failure, keep everything written so far, re-raise
             term.defer = False
             if isinstance(e, Terminated):
-                err = SIGTERM_ERROR + (f"; checkpoint saved at step {e.checkpoint_step}, continue with resume=true"
-                                       if e.checkpoint_step is not None else "")
+                err = SIGTERM_ERROR + (
+                    f"; checkpoint saved at step {e.checkpoint_step}, continue with resume=true"
+                    if e.checkpoint_step is not None
+                    else ""
+                )
             else:
                 err = f"{type(e).__name__}: {e}"
             summary.update(status="failed", error=err, traceback=traceback.format_exc(limit=8))
             try:
                 _finish(run_dir, writer, out.logger, tr, summary, t_wall, out.pbar, exit_code=1, state=out.recorded)
             except Exception as fe:  # noqa: BLE001 - never hide the run's own error behind a bookkeeping one
-                print(f"[rlcompare] could not record the failure in {run_dir}: {type(fe).__name__}: {fe}", file=sys.stderr)
+                print(
+                    f"[rlcompare] could not record the failure in {run_dir}: {type(fe).__name__}: {fe}", file=sys.stderr
+                )
             raise
     _finish(run_dir, writer, out.logger, tr, summary, t_wall, out.pbar, exit_code=0, state=out.recorded)
     return summary
@@ -541,8 +589,10 @@ def _check_folder(cfg: DictConfig, run_dir: Path, resuming: bool) -> tuple[DictC
     budget, its summary (nothing left to do)."""
     if not resuming:
         if read_jsonl(run_dir / "metrics.jsonl"):
-            raise ConfigError(f"{run_dir} already holds a run; pass resume=true to continue it, or set "
-                              f"run_name/experiment for a new one")
+            raise ConfigError(
+                f"{run_dir} already holds a run; pass resume=true to continue it, or set "
+                f"run_name/experiment for a new one"
+            )
         return cfg, None
     if not (run_dir / "config.yaml").exists():
         if _resume_is_path(cfg):
@@ -556,8 +606,10 @@ def _check_folder(cfg: DictConfig, run_dir: Path, resuming: bool) -> tuple[DictC
         _check_resume_config(run_dir, cfg)
     done = _completed_summary(run_dir, cfg)
     if done is not None:
-        print(f"[rlcompare] resume: {run_dir} already completed its budget ({done.get('steps')} steps); nothing to do",
-              file=sys.stderr)
+        print(
+            f"[rlcompare] resume: {run_dir} already completed its budget ({done.get('steps')} steps); nothing to do",
+            file=sys.stderr,
+        )
         atomic_write_json(run_dir / "summary.json", done)
     return cfg, done
 
@@ -574,8 +626,10 @@ def _restore(tr, run_dir: Path, found: tuple[Path, dict] | None, resuming: bool)
     try:
         checkpoint.load(tr, ckpt, blob)
     except (RuntimeError, KeyError, TypeError, ValueError) as e:  # read back, but not this run's
-        raise ConfigError(f"resume: checkpoint {ckpt} does not fit this run ({type(e).__name__}: {str(e)[:300]}); "
-                          f"its rows and checkpoints are kept. Start a new run with run_name=<another name>") from None
+        raise ConfigError(
+            f"resume: checkpoint {ckpt} does not fit this run ({type(e).__name__}: {str(e)[:300]}); "
+            f"its rows and checkpoints are kept. Start a new run with run_name=<another name>"
+        ) from None
     step = tr.state.step
     tr.log(f"[rlcompare] resuming {run_dir} from step {step} ({ckpt.name})")
     for name in ROW_FILES:
@@ -604,8 +658,12 @@ class _Outputs:
     def show_progress(self, row: dict, st) -> None:
         if self.pbar is not None:
             self.pbar.update(1)
-            self.pbar.set_postfix(reward=f"{_num(row.get('reward/mean')):.3f}", acc=f"{_num(st.eval_last):.3f}",
-                                  tok_s=f"{row['perf/tokens_per_s']:.0f}", tokens=st.tokens)
+            self.pbar.set_postfix(
+                reward=f"{_num(row.get('reward/mean')):.3f}",
+                acc=f"{_num(st.eval_last):.3f}",
+                tok_s=f"{row['perf/tokens_per_s']:.0f}",
+                tokens=st.tokens,
+            )
 
 
 def _wandb_logger(cfg, run_dir: Path, resolved: dict, tr, writer, *, resumed: bool):
@@ -669,8 +727,13 @@ class _Followers:
     def start(self, cfg, run_dir: Path, ckpt: Path | None, tr) -> None:
         if self.world.size == 1:
             return
-        self.world.broadcast_object({"config": OmegaConf.to_yaml(cfg, resolve=True), "run_dir": str(run_dir),
-                                     "checkpoint": str(ckpt) if ckpt is not None else None})
+        self.world.broadcast_object(
+            {
+                "config": OmegaConf.to_yaml(cfg, resolve=True),
+                "run_dir": str(run_dir),
+                "checkpoint": str(ckpt) if ckpt is not None else None,
+            }
+        )
         self.sent = True
         self.world.broadcast_tensors(_weights(tr))
 
@@ -756,9 +819,11 @@ def _bad_steps_message(cfg, state) -> str:
     n = state.bad_in_row
     first = step - n + 1
     where = f"step {step}" if n == 1 else f"steps {first}-{step}"
-    return (f"training stopped at step {step}: non-finite {what} ({where}: {n} update(s) in a row skipped; "
-            f"trainer.max_bad_steps={cfg.trainer.max_bad_steps}). The rows before are in metrics.jsonl. "
-            f"Lower trainer.lr, check the verifier's rewards, or raise trainer.max_bad_steps")
+    return (
+        f"training stopped at step {step}: non-finite {what} ({where}: {n} update(s) in a row skipped; "
+        f"trainer.max_bad_steps={cfg.trainer.max_bad_steps}). The rows before are in metrics.jsonl. "
+        f"Lower trainer.lr, check the verifier's rewards, or raise trainer.max_bad_steps"
+    )
 
 
 def _clear_run_outputs(run_dir: Path) -> None:
@@ -778,11 +843,19 @@ def _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code, state
     summary["wall_time_s"] = time.time() - t_wall
     if tr is not None:
         s = state if state is not None else tr.state.as_dict()
-        summary.update({"steps": s["step"], "tokens/generated": s["tokens"],
-                        "train_time_s": s["elapsed"], "eval/accuracy_initial": s["eval_initial"],
-                        "eval/accuracy_final": s["eval_last"], "eval/accuracy_best": s["eval_best"],
-                        "optim/skipped_updates": s["skipped_updates"], "verifier/errors": s["verifier_errors"],
-                        "init_weights_hash": tr.policy.init_hash})
+        summary.update(
+            {
+                "steps": s["step"],
+                "tokens/generated": s["tokens"],
+                "train_time_s": s["elapsed"],
+                "eval/accuracy_initial": s["eval_initial"],
+                "eval/accuracy_final": s["eval_last"],
+                "eval/accuracy_best": s["eval_best"],
+                "optim/skipped_updates": s["skipped_updates"],
+                "verifier/errors": s["verifier_errors"],
+                "init_weights_hash": tr.policy.init_hash,
+            }
+        )
         summary["warm_start_origin"] = tr.policy.warm_start_origin  # shipped | cached | computed; null for hf
     summary.pop("pid", None)
     atomic_write_json(Path(run_dir) / "summary.json", summary)
@@ -802,5 +875,13 @@ def _progress(cfg, tr):
 
     total = cfg.budget.max_steps
     interactive = sys.stderr.isatty()
-    return tqdm(total=total, initial=tr.state.step, desc=f"{cfg.algorithm.name} s{cfg.seed}", unit="step",
-                file=sys.stderr, dynamic_ncols=True, leave=True, mininterval=0.5 if interactive else 30.0)
+    return tqdm(
+        total=total,
+        initial=tr.state.step,
+        desc=f"{cfg.algorithm.name} s{cfg.seed}",
+        unit="step",
+        file=sys.stderr,
+        dynamic_ncols=True,
+        leave=True,
+        mininterval=0.5 if interactive else 30.0,
+    )

@@ -86,8 +86,12 @@ def _key(run_dir: Path) -> str:
 
 
 def _holder_record() -> dict:
-    return {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "argv": sys.argv[:8]}
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "argv": sys.argv[:8],
+    }
 
 
 def _read_record(fd: int) -> dict:
@@ -122,9 +126,11 @@ def _busy_message(run_dir: Path, rec: dict, pid: int | None) -> str:
     if rec.get("started"):
         who += f", started {rec['started']}"
     stop = f" (`kill {pid}`: SIGTERM saves a checkpoint when checkpointing is on)" if pid else ""
-    return (f"{run_dir} is being written by another rlcompare process ({who}); a second writer would interleave or "
-            f"lose its rows. Wait for that run to end, or stop it{stop}, then continue it with resume=true; or "
-            f"write a new run elsewhere with run_name=<another name> or experiment=<another folder>")
+    return (
+        f"{run_dir} is being written by another rlcompare process ({who}); a second writer would interleave or "
+        f"lose its rows. Wait for that run to end, or stop it{stop}, then continue it with resume=true; or "
+        f"write a new run elsewhere with run_name=<another name> or experiment=<another folder>"
+    )
 
 
 def acquire(run_dir: str | Path) -> RunLock:
@@ -143,8 +149,11 @@ def acquire(run_dir: str | Path) -> RunLock:
         os.close(fd)
     stale = _read_record(fd)
     if stale.get("pid") and stale.get("pid") != os.getpid():
-        print(f"[rlcompare] {run_dir}: its previous writer (pid {stale['pid']}) ended without releasing the folder "
-              f"(killed or crashed); its lock went with it, taking over", file=sys.stderr)
+        print(
+            f"[rlcompare] {run_dir}: its previous writer (pid {stale['pid']}) ended without releasing the folder "
+            f"(killed or crashed); its lock went with it, taking over",
+            file=sys.stderr,
+        )
     os.ftruncate(fd, 0)
     os.pwrite(fd, (json.dumps(_holder_record()) + "\n").encode(), 0)
     lock = RunLock(run_dir, fd, created)
@@ -157,8 +166,10 @@ def _open_and_lock(run_dir: Path) -> int:
         run_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as e:
-        raise ConfigError(f"the run folder {str(run_dir)!r} cannot be created or locked ({e.strerror}); choose a "
-                          f"folder you can write, e.g. results_dir=./results") from None
+        raise ConfigError(
+            f"the run folder {str(run_dir)!r} cannot be created or locked ({e.strerror}); choose a "
+            f"folder you can write, e.g. results_dir=./results"
+        ) from None
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:  # EAGAIN / EACCES: held by a live process

@@ -91,7 +91,10 @@ class JsonlWriter:
     def __init__(self, path: Path):
         self.path = path
         if drop_torn_tail(path):
-            print(f"[rlcompare] {path}: dropped a torn last line (the previous writer was killed mid-row)", file=sys.stderr)
+            print(
+                f"[rlcompare] {path}: dropped a torn last line (the previous writer was killed mid-row)",
+                file=sys.stderr,
+            )
         self._f = open(path, "a")
 
     def write(self, row: dict) -> None:
@@ -173,9 +176,15 @@ class WandbLogger:
         self._saved_env = _point_wandb_dirs_into(Path(run_dir) / "wandb")
         self.logged_through = last_step_in_wandb(Path(run_dir) / "wandb", resume_id) if resume_id else -1
         self.run = wandb.init(
-            project=cfg.project, entity=cfg.entity, name=run_name, dir=str(run_dir),
+            project=cfg.project,
+            entity=cfg.entity,
+            name=run_name,
+            dir=str(run_dir),
             **wandb_grouping(cfg.group, config, run_name),  # seeds of a variant aggregate in W&B's UI
-            mode=cfg.mode, config=config, id=resume_id, resume="allow" if resume_id else None,
+            mode=cfg.mode,
+            config=config,
+            id=resume_id,
+            resume="allow" if resume_id else None,
             settings=wandb.Settings(console="off", x_disable_stats=True, silent=True),
         )
         self.id = self.run.id
@@ -276,8 +285,13 @@ def wandb_records(path: Path) -> list[dict]:
     cannot be read. The file is only parsed, never executed."""
     import subprocess
 
-    out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(path)], capture_output=True,
-                         text=True, timeout=300, stdin=subprocess.DEVNULL)
+    out = subprocess.run(
+        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
     if out.returncode != 0:
         raise OSError(f"wandb leet inspect {path} exited {out.returncode}: {out.stderr.strip()[-300:]}")
     return json_objects(out.stdout.splitlines())
@@ -302,8 +316,11 @@ def last_step_in_wandb(wandb_dir: Path, run_id: str) -> int | None:
         try:
             steps = history_steps(wandb_records(seg))
         except (OSError, ValueError) as e:
-            print(f"[rlcompare] W&B: could not read {seg} ({e}); steps the interrupted run logged may be missing or "
-                  f"dropped in W&B", file=sys.stderr)
+            print(
+                f"[rlcompare] W&B: could not read {seg} ({e}); steps the interrupted run logged may be missing or "
+                f"dropped in W&B",
+                file=sys.stderr,
+            )
             return None
         last = max([last, *steps])
     return last

@@ -33,8 +33,12 @@ from rlcompare.train.parallel import World, merge_metrics
 
 TIMING_PREFIXES = ("time/", "perf/")
 # what the surrogates clip/mask/gate and the token weights, logged as policy/<name>
-_VARIANT_METRICS = tuple(dict.fromkeys(
-    [k for keys in losses.SURROGATE_METRICS.values() for k in keys] + ["token_weight_mean", "entropy_mask_kept_frac"]))
+_VARIANT_METRICS = tuple(
+    dict.fromkeys(
+        [k for keys in losses.SURROGATE_METRICS.values() for k in keys]
+        + ["token_weight_mean", "entropy_mask_kept_frac"]
+    )
+)
 
 
 # ----------------------------------------------------------------------------- run folder
@@ -71,16 +75,21 @@ class EncodedPrompt:
     ids: list[int]
 
 
-def encode_prompts(examples: list[Example], tokenizer, *, chat: bool, system_prompt: str | None,
-                   max_prompt_tokens: int, split: str) -> tuple[list[EncodedPrompt], int]:
+def encode_prompts(
+    examples: list[Example], tokenizer, *, chat: bool, system_prompt: str | None, max_prompt_tokens: int, split: str
+) -> tuple[list[EncodedPrompt], int]:
     """Tokenize once up front; prompts longer than budget.max_prompt_tokens are dropped (and counted)."""
     if chat and not getattr(tokenizer, "chat_template", None):
-        raise ConfigError("prompts.chat=true but the tokenizer has no chat template; set prompts.chat=false or use a chat model")
+        raise ConfigError(
+            "prompts.chat=true but the tokenizer has no chat template; set prompts.chat=false or use a chat model"
+        )
     add_bos = tokenizer.bos_token_id is not None and not _tokenizer_adds_bos(tokenizer)
     out, dropped = [], 0
     for ex in examples:
         if chat:
-            msgs = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [{"role": "user", "content": ex.prompt}]
+            msgs = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
+                {"role": "user", "content": ex.prompt}
+            ]
             text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
             ids = tokenizer(text, add_special_tokens=False).input_ids
         else:
@@ -121,20 +130,33 @@ class Trainer:
         ctx = self.policy.context_length
         check_fits_context(cfg.budget, ctx, f"({ctx} positions)")  # the one context-length check (rlcompare.config)
         tok = self.policy.tokenizer
-        enc = dict(chat=cfg.prompts.chat, system_prompt=cfg.prompts.system_prompt, max_prompt_tokens=cfg.budget.max_prompt_tokens)
+        enc = dict(
+            chat=cfg.prompts.chat,
+            system_prompt=cfg.prompts.system_prompt,
+            max_prompt_tokens=cfg.budget.max_prompt_tokens,
+        )
         self.train_prompts, self.dropped_train = encode_prompts(self.splits.train, tok, split="train", **enc)
         self.eval_prompts, self.dropped_eval = encode_prompts(self.splits.eval, tok, split="eval", **enc)
         self.eos_ids = torch.tensor(self.policy.eos_ids(), device=self.device)
         self.pad_id = tok.pad_token_id
         model = self.policy.model
-        self.autocast = (torch.bfloat16 if self.device == "cuda" and torch.cuda.is_bf16_supported()
-                         and next(model.parameters()).dtype == torch.float32 else None)
+        self.autocast = (
+            torch.bfloat16
+            if self.device == "cuda"
+            and torch.cuda.is_bf16_supported()
+            and next(model.parameters()).dtype == torch.float32
+            else None
+        )
         self.params = [p for p in model.parameters() if p.requires_grad]
         # the first update on a batch reuses the sampler's projections where the speed layer can (rlcompare.fast)
         self._recording: fast.Recording | None = None  # the last rollout's, whose buffers the next may reuse
         self.flop_observer: fast.FlopObserver | None = None  # the benchmark's FLOP count of the fast path
-        self.opt = _adamw(self.params, lr=train_cfg.lr, betas=tuple(train_cfg.betas), weight_decay=train_cfg.weight_decay)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / max(1, train_cfg.warmup_steps)))
+        self.opt = _adamw(
+            self.params, lr=train_cfg.lr, betas=tuple(train_cfg.betas), weight_decay=train_cfg.weight_decay
+        )
+        self.sched = torch.optim.lr_scheduler.LambdaLR(
+            self.opt, lambda s: min(1.0, (s + 1) / max(1, train_cfg.warmup_steps))
+        )
         self.ref = ReferenceModel(self.policy) if algo.kl.coef > 0 else None
         self.critic = self.critic_opt = None
         if algo.advantage.estimator == "gae":
@@ -147,17 +169,31 @@ class Trainer:
         self.stream = PromptStream(self.train_prompts, cfg.prompts.data_seed)
         self.state = TrainerState()
         # the surrogate's knobs, as losses.policy_loss takes them (objective.total_loss's `policy`)
-        self.policy_knobs = dict(surrogate=algo.surrogate, ratio=algo.ratio, eps_low=algo.clip.eps_low, eps_high=algo.clip.eps_high,
-                                 dual_clip=algo.clip.dual_clip, seq_eps_low=algo.clip.seq_eps_low,
-                                 seq_eps_high=algo.clip.seq_eps_high, mix=algo.clip.mix,
-                                 **{k: algo.clip[k] for k in losses.SURROGATE_KNOBS})
+        self.policy_knobs = dict(
+            surrogate=algo.surrogate,
+            ratio=algo.ratio,
+            eps_low=algo.clip.eps_low,
+            eps_high=algo.clip.eps_high,
+            dual_clip=algo.clip.dual_clip,
+            seq_eps_low=algo.clip.seq_eps_low,
+            seq_eps_high=algo.clip.seq_eps_high,
+            mix=algo.clip.mix,
+            **{k: algo.clip[k] for k in losses.SURROGATE_KNOBS},
+        )
 
     # ------------------------------------------------------------------ helpers
     def log(self, msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    def _sample(self, prompts: list[EncodedPrompt], *, repeat: int, greedy: bool, reuse_recording: bool = False,
-                streams: GroupStreams | None = None):
+    def _sample(
+        self,
+        prompts: list[EncodedPrompt],
+        *,
+        repeat: int,
+        greedy: bool,
+        reuse_recording: bool = False,
+        streams: GroupStreams | None = None,
+    ):
         """`repeat` completions of each prompt; returns the prompts (each repeated `repeat` times) and their mask, and
         the `Completions`. reuse_recording: the last rollout's batch is done with, so its recording's buffers may
         be rewritten. streams: one random stream per prompt (`rollout.streams=group`), else the run's generator.
@@ -167,11 +203,25 @@ class Trainer:
         if record and reuse_recording and self._recording is not None:
             record = self._recording
         self.policy.model.eval()
-        completions = sample(self.policy.model, prompt_ids, prompt_mask, max_new_tokens=self.cfg.budget.max_new_tokens,
-                      eos_id=self.eos_ids, pad_id=self.pad_id, temperature=self.cfg.rollout.temperature,
-                      top_p=self.cfg.rollout.top_p, greedy=greedy, generator=self.gen, autocast_dtype=self.autocast,
-                      repeats=repeat, kv_cache=self.cfg.rollout.kv_cache, flop_observer=self.flop_observer,
-                      record=record, logprobs=not greedy and self._reads_sampler_logp(), streams=streams)
+        completions = sample(
+            self.policy.model,
+            prompt_ids,
+            prompt_mask,
+            max_new_tokens=self.cfg.budget.max_new_tokens,
+            eos_id=self.eos_ids,
+            pad_id=self.pad_id,
+            temperature=self.cfg.rollout.temperature,
+            top_p=self.cfg.rollout.top_p,
+            greedy=greedy,
+            generator=self.gen,
+            autocast_dtype=self.autocast,
+            repeats=repeat,
+            kv_cache=self.cfg.rollout.kv_cache,
+            flop_observer=self.flop_observer,
+            record=record,
+            logprobs=not greedy and self._reads_sampler_logp(),
+            streams=streams,
+        )
         if completions.recording is not None:
             self._recording = completions.recording
         if repeat > 1:  # the update needs every completion's prompt
@@ -189,8 +239,9 @@ class Trainer:
     def _decode(self, completions) -> list[str]:
         # the tensor itself, not .tolist(): transformers converts a tensor in one call but type-checks every element
         # of nested lists (0.5 vs 0.74 ms for 128 x 16 ids)
-        return self.policy.tokenizer.batch_decode(completions.ids.masked_fill(completions.mask == 0, self.pad_id),
-                                                  skip_special_tokens=True)
+        return self.policy.tokenizer.batch_decode(
+            completions.ids.masked_fill(completions.mask == 0, self.pad_id), skip_special_tokens=True
+        )
 
     def _score(self, prompts: list[EncodedPrompt], completions, repeat: int):
         texts = self._decode(completions)
@@ -222,8 +273,15 @@ class Trainer:
                 self._skip_update_for_nonfinite_rewards(batch, row)
             else:
                 targets = self.advantages(batch)
-                row.update(weight_shares(targets.loss_mask.cpu(), batch.correct, self.cfg.algorithm.aggregation,
-                                         self.cfg.algorithm.horizon, group_size=self.cfg.trainer.group_size))
+                row.update(
+                    weight_shares(
+                        targets.loss_mask.cpu(),
+                        batch.correct,
+                        self.cfg.algorithm.aggregation,
+                        self.cfg.algorithm.horizon,
+                        group_size=self.cfg.trainer.group_size,
+                    )
+                )
                 old_logp = self._old_logp(batch, targets, row)
                 row.update(self._update_metrics(self.update(batch, targets, old_logp)))
         return self._finish_row(row, collected, t_start, t_update)
@@ -241,8 +299,13 @@ class Trainer:
             t0 = time.perf_counter()
             mine = self.world.share(len(prompts))  # this rank's groups (all of them on one process)
             if mine.stop > mine.start:
-                prompt_ids, prompt_mask, completions = self._sample(prompts[mine], repeat=G, greedy=False,
-                                                                    reuse_recording=rounds == 0, streams=self._streams(rounds, mine))
+                prompt_ids, prompt_mask, completions = self._sample(
+                    prompts[mine],
+                    repeat=G,
+                    greedy=False,
+                    reuse_recording=rounds == 0,
+                    streams=self._streams(rounds, mine),
+                )
             else:  # a refill of fewer groups than ranks: nothing for this one
                 prompt_ids = prompt_mask = None
                 completions = _no_completions(self.device, with_logp=self._reads_sampler_logp())
@@ -252,16 +315,23 @@ class Trainer:
             t_roll += t1 - t0
             if self.world.size > 1:  # every rank holds the whole round, in group order
                 prompt_ids, prompt_mask, completions, texts, verifier_rewards, correct, errors = self._gather_round(
-                    prompts, completions, verifier_rewards, correct, errors)
+                    prompts, completions, verifier_rewards, correct, errors
+                )
             self.state.verifier_errors += errors
             rounds += 1
             drawn += len(prompts)
             gen_tokens += int(completions.lengths.sum())
             rewards = verifier_rewards.clone()
             if algo.overlong.soft_punishment:
-                rewards = rewards + losses.overlong_penalty(completions.lengths.cpu(), max_len=cfg.budget.max_new_tokens,
-                                                            cache_len=algo.overlong.cache_len, factor=algo.overlong.factor)
-            part = RolloutBatch(prompt_ids, prompt_mask, completions, texts, rewards, verifier_rewards, correct, prompts)
+                rewards = rewards + losses.overlong_penalty(
+                    completions.lengths.cpu(),
+                    max_len=cfg.budget.max_new_tokens,
+                    cache_len=algo.overlong.cache_len,
+                    factor=algo.overlong.factor,
+                )
+            part = RolloutBatch(
+                prompt_ids, prompt_mask, completions, texts, rewards, verifier_rewards, correct, prompts
+            )
             if algo.dynamic_sampling.enabled:
                 info = adv_lib.informative_groups(rewards, G)
                 dropped += int((~info).sum())
@@ -290,11 +360,22 @@ class Trainer:
         w, G = self.world, self.cfg.trainer.group_size
         prompt_ids, prompt_mask = left_pad([p.ids for p in prompts], self.pad_id, self.device)
         prompt_ids, prompt_mask = prompt_ids.repeat_interleave(G, 0), prompt_mask.repeat_interleave(G, 0)
-        whole = Completions(w.gather_rows(completions.ids, self.pad_id), w.gather_rows(completions.mask, 0),
-                            w.gather_rows(completions.logp, 0.0), w.gather_rows(completions.truncated, False),
-                            w.gather_rows(completions.lengths, 0))
-        return (prompt_ids, prompt_mask, whole, self._decode(whole), w.gather_rows(verifier_rewards, 0.0),
-                w.gather_rows(correct, False), sum(w.gather_objects(errors)))
+        whole = Completions(
+            w.gather_rows(completions.ids, self.pad_id),
+            w.gather_rows(completions.mask, 0),
+            w.gather_rows(completions.logp, 0.0),
+            w.gather_rows(completions.truncated, False),
+            w.gather_rows(completions.lengths, 0),
+        )
+        return (
+            prompt_ids,
+            prompt_mask,
+            whole,
+            self._decode(whole),
+            w.gather_rows(verifier_rewards, 0.0),
+            w.gather_rows(correct, False),
+            sum(w.gather_objects(errors)),
+        )
 
     def _by_rank(self, batch: RolloutBatch, rows_fn):
         """`rows_fn(rows)` -> a (b, ...) tensor for the rows `rows` of the batch: computed by each rank for its share
@@ -309,15 +390,21 @@ class Trainer:
         """Completion logits; rows in whole groups share their prompt's forward (and backward)."""
         G = self.cfg.trainer.group_size
         if grouped and G > 1 and ids.shape[0] % G == 0 and not self.cfg.model.gradient_checkpointing:
-            return grouped_sequence_logits(model, prompt_ids, prompt_mask, ids, mask, group_size=G, autocast_dtype=self.autocast)
+            return grouped_sequence_logits(
+                model, prompt_ids, prompt_mask, ids, mask, group_size=G, autocast_dtype=self.autocast
+            )
         return sequence_logits(model, prompt_ids, prompt_mask, ids, mask, autocast_dtype=self.autocast)
 
     # ------------------------------------------------------------------ advantages
     def advantages(self, batch: RolloutBatch) -> Targets:
         """The loss mask, the reference's log-probs, and the advantages (with KL in the reward when so placed)."""
         algo, completions = self.cfg.algorithm, batch.completions
-        targets = Targets(loss_mask=objective.loss_mask(completions.mask, completions.truncated, overlong_filter=algo.overlong.filter),
-                          advantages=torch.empty(0))
+        targets = Targets(
+            loss_mask=objective.loss_mask(
+                completions.mask, completions.truncated, overlong_filter=algo.overlong.filter
+            ),
+            advantages=torch.empty(0),
+        )
         if self.ref is not None:
             targets.ref_logp = self._by_rank(batch, self._ref_logp_of(batch))
         kl = None  # KL in the reward: -beta * sg(kl_t) on each real token, from the sampler's log-probs
@@ -327,10 +414,21 @@ class Trainer:
         if algo.advantage.estimator == "gae":  # PPO: the critic's values at rollout time
             values = self._by_rank(batch, self._values_of(batch))
         est = objective.advantages(
-            algo.advantage.estimator, batch.rewards.to(self.device), completions.mask, group_size=self.cfg.trainer.group_size,
-            scale=algo.advantage.scale, std_ddof=algo.advantage.std_ddof, eps=algo.advantage.eps, kl=kl, beta=algo.kl.coef,
-            gamma=algo.advantage.gamma, baseline=algo.advantage.baseline, values=values, gae_gamma=algo.critic.gamma,
-            gae_lam=algo.critic.lam)
+            algo.advantage.estimator,
+            batch.rewards.to(self.device),
+            completions.mask,
+            group_size=self.cfg.trainer.group_size,
+            scale=algo.advantage.scale,
+            std_ddof=algo.advantage.std_ddof,
+            eps=algo.advantage.eps,
+            kl=kl,
+            beta=algo.kl.coef,
+            gamma=algo.advantage.gamma,
+            baseline=algo.advantage.baseline,
+            values=values,
+            gae_gamma=algo.critic.gamma,
+            gae_lam=algo.critic.lam,
+        )
         targets.advantages, targets.returns, targets.old_values = est.advantages, est.returns, est.old_values
         return targets
 
@@ -342,6 +440,7 @@ class Trainer:
             ids, mask = completions.ids[r], completions.mask[r]
             logits = self.ref(lambda m: self._logits(m, batch.prompt_ids[r], batch.prompt_mask[r], ids, mask))
             return token_logp(logits, ids, self.cfg.rollout.temperature) * mask
+
         return ref_logp
 
     def _values_of(self, batch: RolloutBatch):
@@ -351,6 +450,7 @@ class Trainer:
         def values(r):
             mask = completions.mask[r]
             return self.critic(batch.prompt_ids[r], batch.prompt_mask[r], completions.ids[r], mask) * mask
+
         return values
 
     def _old_logp(self, batch: RolloutBatch, targets: Targets, row: dict) -> torch.Tensor | None:
@@ -361,9 +461,14 @@ class Trainer:
             old_logp = self._recompute_logp(batch)
             if algo.mismatch.mode is not None:  # same weights, two engines: TIS / IcePop / TRL's modes
                 targets.token_weight, mm = losses.mismatch_weights(
-                    old_logp, completions.logp, targets.loss_mask, mode=algo.mismatch.mode, c_min=algo.mismatch.c_min,
-                    c_max=algo.mismatch.c_max)
-                row.update({"mismatch/" + k[len("mismatch_"):]: v for k, v in mm.items()})
+                    old_logp,
+                    completions.logp,
+                    targets.loss_mask,
+                    mode=algo.mismatch.mode,
+                    c_min=algo.mismatch.c_min,
+                    c_max=algo.mismatch.c_max,
+                )
+                row.update({"mismatch/" + k[len("mismatch_") :]: v for k, v in mm.items()})
             return old_logp
         if train_cfg.updates_per_rollout > 1:
             return completions.logp  # the sampler's log-probs: same weights, temperature applied
@@ -381,17 +486,25 @@ class Trainer:
             # this rank's share of the optimizer step's rows (all of them on one process), whole groups
             rows = self.world.share_rows(step_rows, self.cfg.trainer.group_size if plan.grouped else 1)
             rows = self._drop_idle_rows(rows.to(self.device), batch, plan, metrics)
-            micro = [] if not len(rows) else ([rows] if not plan.micro_rows else list(torch.split(rows, plan.micro_rows)))
+            micro = (
+                [] if not len(rows) else ([rows] if not plan.micro_rows else list(torch.split(rows, plan.micro_rows)))
+            )
             # statistics of the whole optimizer step (top-entropy threshold, Cov selection): from a forward
             # without graph when the step is split in micro-batches or across ranks, else from the step's own forward
-            selection = self._shared_selection(batch, targets, step_rows.to(self.device), rows, old_logp, plan) \
-                if len(micro) > 1 or self.world.size > 1 else None
+            selection = (
+                self._shared_selection(batch, targets, step_rows.to(self.device), rows, old_logp, plan)
+                if len(micro) > 1 or self.world.size > 1
+                else None
+            )
             totals, first = [], 0
             for idx in micro:
-                sel = None if selection is None else {k: v[first:first + len(idx)] for k, v in selection.items()}
+                sel = None if selection is None else {k: v[first : first + len(idx)] for k, v in selection.items()}
                 first += len(idx)
-                totals.append(self._micro_step(batch, targets, old_logp, idx, plan, first_minibatch=i == 0,
-                                               selection=sel, metrics=metrics))
+                totals.append(
+                    self._micro_step(
+                        batch, targets, old_logp, idx, plan, first_minibatch=i == 0, selection=sel, metrics=metrics
+                    )
+                )
             self.world.all_reduce_grads(self._trained_params())  # the sum over ranks: the whole mini-batch's gradient
             bad = self._optimizer_step(sum(self.world.gather_objects(totals), []), metrics)
             if bad:
@@ -399,13 +512,20 @@ class Trainer:
                 nonfinite = nonfinite or bad
         self.sched.step()
         metrics.merge_ranks(self.world)
-        return UpdateResult(metrics.reduced(), skipped=skipped, nonfinite=nonfinite,
-                            idle_rows_frac=plan.n_idle / len(batch), n_updates=len(plan.minibatches))
+        return UpdateResult(
+            metrics.reduced(),
+            skipped=skipped,
+            nonfinite=nonfinite,
+            idle_rows_frac=plan.n_idle / len(batch),
+            n_updates=len(plan.minibatches),
+        )
 
     def _trained_params(self) -> list:
         return self.params + (list(self.critic.parameters()) if self.critic is not None else [])
 
-    def _shared_selection(self, batch: RolloutBatch, targets: Targets, step_rows, rows, old_logp, plan: UpdatePlan) -> dict:
+    def _shared_selection(
+        self, batch: RolloutBatch, targets: Targets, step_rows, rows, old_logp, plan: UpdatePlan
+    ) -> dict:
         """_step_selection over every row of the optimizer step (each rank computes it whole: a quantile and a
         covariance over all the step's tokens), then this rank's rows of it (`rows`, a contiguous block of
         `step_rows`, in the same order)."""
@@ -416,7 +536,7 @@ class Trainer:
         if self.world.size == 1:
             return selection
         lo = int((step_rows == rows[0]).nonzero()[0])
-        return {k: v[lo:lo + len(rows)] for k, v in selection.items()}
+        return {k: v[lo : lo + len(rows)] for k, v in selection.items()}
 
     def _plan_update(self, batch: RolloutBatch, targets: Targets) -> UpdatePlan:
         """Mini-batch partitioning: whole groups per mini-batch where there are enough groups, so each prompt's
@@ -427,18 +547,28 @@ class Trainer:
         grouped = G > 1 and n_groups * G == B and n_groups >= train_cfg.updates_per_rollout
         if grouped:
             order = torch.randperm(n_groups, generator=self.shuffle_gen)
-            minibatches = [(g[:, None] * G + torch.arange(G)).reshape(-1) for g in torch.tensor_split(order, train_cfg.updates_per_rollout)]
+            minibatches = [
+                (g[:, None] * G + torch.arange(G)).reshape(-1)
+                for g in torch.tensor_split(order, train_cfg.updates_per_rollout)
+            ]
         else:
             order = torch.randperm(B, generator=self.shuffle_gen)
             minibatches = [mb for mb in torch.tensor_split(order, train_cfg.updates_per_rollout) if len(mb)]
         idle = self._idle_rows(targets, G if grouped else 1)
         # prompt-mean-token-mean: each row's group token count over the whole batch (mini-batches may split groups)
-        group_tokens = (losses.group_token_counts(targets.loss_mask, G) if algo.aggregation == "prompt-mean-token-mean"
-                        else None)
-        return UpdatePlan(minibatches=minibatches, grouped=grouped,
-                          micro_rows=train_cfg.micro_batch_size and (max(G, train_cfg.micro_batch_size // G * G) if grouped else train_cfg.micro_batch_size),
-                          idle=idle, n_idle=int(idle.sum()) if idle is not None else 0,
-                          total_tokens=float(targets.loss_mask.sum()), group_tokens=group_tokens)
+        group_tokens = (
+            losses.group_token_counts(targets.loss_mask, G) if algo.aggregation == "prompt-mean-token-mean" else None
+        )
+        return UpdatePlan(
+            minibatches=minibatches,
+            grouped=grouped,
+            micro_rows=train_cfg.micro_batch_size
+            and (max(G, train_cfg.micro_batch_size // G * G) if grouped else train_cfg.micro_batch_size),
+            idle=idle,
+            n_idle=int(idle.sum()) if idle is not None else 0,
+            total_tokens=float(targets.loss_mask.sum()),
+            group_tokens=group_tokens,
+        )
 
     def _zero_grad(self) -> None:
         self.opt.zero_grad(set_to_none=True)
@@ -461,8 +591,18 @@ class Trainer:
                 p.grad = torch.zeros_like(p)
         return rows
 
-    def _micro_step(self, batch: RolloutBatch, targets: Targets, old_logp, idx, plan: UpdatePlan, *,
-                    first_minibatch: bool, selection: dict | None, metrics: MetricsAccumulator) -> float:
+    def _micro_step(
+        self,
+        batch: RolloutBatch,
+        targets: Targets,
+        old_logp,
+        idx,
+        plan: UpdatePlan,
+        *,
+        first_minibatch: bool,
+        selection: dict | None,
+        metrics: MetricsAccumulator,
+    ) -> float:
         """Forward, total_loss and backward of the micro-batch `idx`; returns its total loss."""
         cfg, algo, train_cfg = self.cfg, self.cfg.algorithm, self.cfg.trainer
         completions, temp = batch.completions, cfg.rollout.temperature
@@ -478,36 +618,45 @@ class Trainer:
             selection = self._token_selection(targets, idx, logp.detach(), old, entropy.detach())
         token_weight, extra = self._token_weight(targets, idx, loss_mask, selection.get("keep"))
         mixes_entropy = algo.ratio == "hybrid" and algo.clip.mix == "entropy"
-        values = (self.critic(batch.prompt_ids[idx], batch.prompt_mask[idx], ids, mask)
-                  if self.critic is not None else None)
-        norm = objective.Normalizers(total_tokens=plan.total_tokens, total_seqs=len(batch), group_size=train_cfg.group_size,
-                                     horizon=algo.horizon, group_tokens=plan.group_tokens[idx] if plan.group_tokens is not None else None)
+        values = (
+            self.critic(batch.prompt_ids[idx], batch.prompt_mask[idx], ids, mask) if self.critic is not None else None
+        )
+        norm = objective.Normalizers(
+            total_tokens=plan.total_tokens,
+            total_seqs=len(batch),
+            group_size=train_cfg.group_size,
+            horizon=algo.horizon,
+            group_tokens=plan.group_tokens[idx] if plan.group_tokens is not None else None,
+        )
         loss, parts = objective.total_loss(
-            logp, old, targets.advantages[idx], mask, loss_mask, aggregation=algo.aggregation, norm=norm,
-            policy=self.policy_knobs, token_weight=token_weight, cov_selected=selection.get("cov_selected"),
+            logp,
+            old,
+            targets.advantages[idx],
+            mask,
+            loss_mask,
+            aggregation=algo.aggregation,
+            norm=norm,
+            policy=self.policy_knobs,
+            token_weight=token_weight,
+            cov_selected=selection.get("cov_selected"),
             mix_entropy=(entropy.detach() / math.log(len(self.policy.tokenizer))) if mixes_entropy else None,
-            ref_logp=targets.ref_logp[idx] if targets.ref_logp is not None else None, kl_coef=algo.kl.coef,
-            kl_estimator=algo.kl.estimator, kl_in_loss=algo.kl.placement == "in_loss", entropy=entropy,
-            entropy_coef=algo.entropy_coef, values=values,
+            ref_logp=targets.ref_logp[idx] if targets.ref_logp is not None else None,
+            kl_coef=algo.kl.coef,
+            kl_estimator=algo.kl.estimator,
+            kl_in_loss=algo.kl.placement == "in_loss",
+            entropy=entropy,
+            entropy_coef=algo.entropy_coef,
+            values=values,
             old_values=targets.old_values[idx] if values is not None else None,
-            returns=targets.returns[idx] if values is not None else None, value_coef=algo.critic.coef,
-            value_clip=algo.critic.value_clip)
+            returns=targets.returns[idx] if values is not None else None,
+            value_coef=algo.critic.coef,
+            value_clip=algo.critic.value_clip,
+        )
         if train_cfg.inject_nan_at_step is not None and self.state.step == train_cfg.inject_nan_at_step:
             loss = loss * float("nan")
         total = float(loss.detach())
         loss.backward()
-        weight = float(mask.sum())
-        if parts.kl_ref is not None:  # token means, weighted by tokens: the same whatever the micro-batch split
-            metrics.add("kl/ref", parts.kl_ref, weight=weight, kind="weighted")
-        if parts.value is not None:
-            metrics.add("loss/value", float(parts.value.detach()), kind="sum")
-        metrics.add("loss/policy", float(parts.policy.detach()), kind="sum")
-        for k, v in {**parts.policy_metrics, **extra}.items():
-            # a mean over responses is weighted by responses, one over tokens by tokens: the same whatever the split
-            w = _responses(mask) if k in _PER_RESPONSE_METRICS else weight
-            metrics.add(k, v, weight=w, kind=_POLICY_METRIC_KINDS.get(k, "weighted"))
-        metrics.add("policy/entropy", float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1)), weight=weight,
-                    kind="weighted")
+        _add_micro_metrics(metrics, parts, extra, mask, entropy.detach())
         return total
 
     def _update_forward(self, batch: RolloutBatch, idx, grouped: bool, first_minibatch: bool) -> torch.Tensor:
@@ -517,12 +666,25 @@ class Trainer:
         completions, model = batch.completions, self.policy.model
         logits = None
         if grouped and first_minibatch:
-            logits = fast.recorded_update_forward(model, completions.recording, idx, batch.prompt_ids[idx], batch.prompt_mask[idx],
-                                                   completions.ids[idx], group_size=self.cfg.trainer.group_size,
-                                                   flop_observer=self.flop_observer)
+            logits = fast.recorded_update_forward(
+                model,
+                completions.recording,
+                idx,
+                batch.prompt_ids[idx],
+                batch.prompt_mask[idx],
+                completions.ids[idx],
+                group_size=self.cfg.trainer.group_size,
+                flop_observer=self.flop_observer,
+            )
         if logits is None:
-            logits = self._logits(model, batch.prompt_ids[idx], batch.prompt_mask[idx], completions.ids[idx], completions.mask[idx],
-                                  grouped=grouped)
+            logits = self._logits(
+                model,
+                batch.prompt_ids[idx],
+                batch.prompt_mask[idx],
+                completions.ids[idx],
+                completions.mask[idx],
+                grouped=grouped,
+            )
         return logits
 
     def _optimizer_step(self, totals: list[float], metrics: MetricsAccumulator) -> str | None:
@@ -558,9 +720,18 @@ class Trainer:
         if algo.surrogate in losses.COV_SURROGATES:
             # the shuffle generator: seeded by the run and saved in checkpoints, so a resumed run draws the same
             out["cov_selected"] = losses.cov_selection(
-                logp, old_logp, targets.advantages[rows], loss_mask, surrogate=algo.surrogate, eps_low=algo.clip.eps_low,
-                eps_high=algo.clip.eps_high, cov_ratio=algo.clip.cov_ratio, cov_lb=algo.clip.cov_lb, cov_ub=algo.clip.cov_ub,
-                generator=self.shuffle_gen)
+                logp,
+                old_logp,
+                targets.advantages[rows],
+                loss_mask,
+                surrogate=algo.surrogate,
+                eps_low=algo.clip.eps_low,
+                eps_high=algo.clip.eps_high,
+                cov_ratio=algo.clip.cov_ratio,
+                cov_lb=algo.clip.cov_lb,
+                cov_ub=algo.clip.cov_ub,
+                generator=self.shuffle_gen,
+            )
         return out
 
     @torch.no_grad()
@@ -573,14 +744,17 @@ class Trainer:
         logps, entropies = [], []
         for idx in micro:
             ids, mask = completions.ids[idx], completions.mask[idx]
-            logits = self._logits(self.policy.model, batch.prompt_ids[idx], batch.prompt_mask[idx], ids, mask, grouped=grouped)
+            logits = self._logits(
+                self.policy.model, batch.prompt_ids[idx], batch.prompt_mask[idx], ids, mask, grouped=grouped
+            )
             logps.append(token_logp(logits, ids, temp) * mask)
             entropies.append(losses.entropy_from_logits(logits / temp if temp != 1.0 else logits, chunk_size=1024))
             del logits
         rows = torch.cat(micro)
         logp = torch.cat(logps)
-        return self._token_selection(targets, rows, logp, old_logp[rows] if old_logp is not None else logp,
-                                     torch.cat(entropies))
+        return self._token_selection(
+            targets, rows, logp, old_logp[rows] if old_logp is not None else logp, torch.cat(entropies)
+        )
 
     def _token_weight(self, targets: Targets, idx, loss_mask, keep) -> tuple[torch.Tensor | None, dict]:
         """policy_loss's token_weight: the rollout-mismatch weights times the top-entropy mask (None if neither)."""
@@ -596,7 +770,12 @@ class Trainer:
         advantage 0, in whole groups of `unit` rows), or None when skipping them would change the update:
         a KL term in the loss, an entropy bonus or a critic make every row count."""
         algo, train_cfg = self.cfg.algorithm, self.cfg.trainer
-        if not train_cfg.skip_zero_advantage or self.ref is not None or algo.entropy_coef > 0 or self.critic is not None:
+        if (
+            not train_cfg.skip_zero_advantage
+            or self.ref is not None
+            or algo.entropy_coef > 0
+            or self.critic is not None
+        ):
             return None
         if self._reads_step_statistics():  # the entropy threshold and the covariance are over every row
             return None
@@ -606,17 +785,25 @@ class Trainer:
 
     # ------------------------------------------------------------------ metrics
     def _collect_metrics(self, collected: Collected) -> dict[str, Any]:
-        return {"step": self.state.step, "tokens/step": collected.generated_tokens, "tokens/generated": self.state.tokens,
-                "sampling/rounds": collected.rounds, "sampling/groups_drawn": collected.groups_drawn,
-                "sampling/groups_dropped": collected.groups_dropped}
+        return {
+            "step": self.state.step,
+            "tokens/step": collected.generated_tokens,
+            "tokens/generated": self.state.tokens,
+            "sampling/rounds": collected.rounds,
+            "sampling/groups_drawn": collected.groups_drawn,
+            "sampling/groups_dropped": collected.groups_dropped,
+        }
 
     def _batch_metrics(self, batch: RolloutBatch) -> dict[str, Any]:
         completions, rewards = batch.completions, batch.rewards
         grp = rewards.view(-1, self.cfg.trainer.group_size)
-        return {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()) if len(rewards) > 1 else 0.0,
-                "accuracy/train": float(batch.correct.float().mean()),
-                "groups/zero_variance_frac": float((grp.max(1).values == grp.min(1).values).float().mean()),
-                **length_stats(completions.lengths.cpu(), batch.correct, completions.truncated.cpu())}
+        return {
+            "reward/mean": float(rewards.mean()),
+            "reward/std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+            "accuracy/train": float(batch.correct.float().mean()),
+            "groups/zero_variance_frac": float((grp.max(1).values == grp.min(1).values).float().mean()),
+            **length_stats(completions.lengths.cpu(), batch.correct, completions.truncated.cpu()),
+        }
 
     def _skip_update_for_nonfinite_rewards(self, batch: RolloutBatch, row: dict) -> None:
         """A verifier returned nan/inf: skip this step's update (and count it), the LR schedule still moves."""
@@ -630,27 +817,44 @@ class Trainer:
         self.state.skipped_updates += up.skipped
         self.state.note_nonfinite(up.nonfinite if up.skipped else None)
         m = up.metrics
-        return {"optim/skipped_updates": self.state.skipped_updates, "optim/nonfinite": int(up.skipped > 0),
-                "objective/per_token": m.get("objective_per_token"), "objective/per_response": m.get("objective_per_response"),
-                "objective/optimized": -m.get("loss/policy", float("nan")),
-                "clip/frac_low": m.get("clip_frac_low"), "clip/frac_high": m.get("clip_frac_high"),
-                "clip/dual_frac": m.get("dual_clip_frac"), "ratio/mean": m.get("ratio_mean"),
-                "ratio/min": m.get("ratio_min"), "ratio/max": m.get("ratio_max"),
-                "kl/rollout": m.get("approx_kl"), "kl/ref": m.get("kl/ref"),
-                "policy/entropy": m.get("policy/entropy"), "loss/policy": m.get("loss/policy"),
-                "update/idle_rows_frac": up.idle_rows_frac,
-                "loss/value": m.get("loss/value"), "optim/grad_norm": m.get("optim/grad_norm"),
-                "optim/lr": self.sched.get_last_lr()[0],
-                **{"policy/" + k: m[k] for k in _VARIANT_METRICS if k in m}}
+        return {
+            "optim/skipped_updates": self.state.skipped_updates,
+            "optim/nonfinite": int(up.skipped > 0),
+            "objective/per_token": m.get("objective_per_token"),
+            "objective/per_response": m.get("objective_per_response"),
+            "objective/optimized": -m.get("loss/policy", float("nan")),
+            "clip/frac_low": m.get("clip_frac_low"),
+            "clip/frac_high": m.get("clip_frac_high"),
+            "clip/dual_frac": m.get("dual_clip_frac"),
+            "ratio/mean": m.get("ratio_mean"),
+            "ratio/min": m.get("ratio_min"),
+            "ratio/max": m.get("ratio_max"),
+            "kl/rollout": m.get("approx_kl"),
+            "kl/ref": m.get("kl/ref"),
+            "policy/entropy": m.get("policy/entropy"),
+            "loss/policy": m.get("loss/policy"),
+            "update/idle_rows_frac": up.idle_rows_frac,
+            "loss/value": m.get("loss/value"),
+            "optim/grad_norm": m.get("optim/grad_norm"),
+            "optim/lr": self.sched.get_last_lr()[0],
+            **{"policy/" + k: m[k] for k in _VARIANT_METRICS if k in m},
+        }
 
     def _finish_row(self, row: dict, collected: Collected, t_start: float, t_update: float) -> dict:
         row.setdefault("optim/nonfinite", 0)
         row["verifier/errors"] = self.state.verifier_errors
         now = time.perf_counter()
         self.state.elapsed += now - t_start
-        row.update({"time/rollout_s": collected.rollout_s, "time/scoring_s": collected.scoring_s, "time/update_s": now - t_update,
-                    "time/step_s": now - t_start, "time/elapsed_s": self.state.elapsed,
-                    "perf/tokens_per_s": collected.generated_tokens / max(now - t_start, 1e-9)})
+        row.update(
+            {
+                "time/rollout_s": collected.rollout_s,
+                "time/scoring_s": collected.scoring_s,
+                "time/update_s": now - t_update,
+                "time/step_s": now - t_start,
+                "time/elapsed_s": self.state.elapsed,
+                "perf/tokens_per_s": collected.generated_tokens / max(now - t_start, 1e-9),
+            }
+        )
         return row
 
     # ------------------------------------------------------------------ eval
@@ -660,23 +864,32 @@ class Trainer:
         train_cfg = self.cfg.trainer
         correct, lengths, samples = 0, 0.0, []
         starts = list(range(0, len(self.eval_prompts), train_cfg.eval_batch_size))
-        for i in starts[self.world.rank::self.world.size]:
-            chunk = self.eval_prompts[i:i + train_cfg.eval_batch_size]
+        for i in starts[self.world.rank :: self.world.size]:
+            chunk = self.eval_prompts[i : i + train_cfg.eval_batch_size]
             _, _, completions = self._sample(chunk, repeat=1, greedy=True)
             texts, rewards, corr, _ = self._score(chunk, completions, 1)
             correct += int(corr.sum())
             lengths += float(completions.lengths.sum())
             for j in range(min(len(chunk), train_cfg.n_samples_logged)):
-                samples.append((i + j, {"step": self.state.step, "prompt": chunk[j].example.prompt[: train_cfg.sample_max_chars],
-                                        "completion": texts[j][: train_cfg.sample_max_chars],
-                                        "answer": chunk[j].example.answer[: train_cfg.sample_max_chars],
-                                        "reward": float(rewards[j]), "correct": bool(corr[j])}))
+                samples.append(
+                    (
+                        i + j,
+                        {
+                            "step": self.state.step,
+                            "prompt": chunk[j].example.prompt[: train_cfg.sample_max_chars],
+                            "completion": texts[j][: train_cfg.sample_max_chars],
+                            "answer": chunk[j].example.answer[: train_cfg.sample_max_chars],
+                            "reward": float(rewards[j]),
+                            "correct": bool(corr[j]),
+                        },
+                    )
+                )
         if self.world.size > 1:
             parts = self.world.gather_objects((correct, lengths, samples))
             correct, lengths = sum(p[0] for p in parts), sum(p[1] for p in parts)
             samples = sorted((s for p in parts for s in p[2]), key=lambda s: s[0])
         n = len(self.eval_prompts)
-        samples = [s for _, s in samples[:train_cfg.n_samples_logged]]
+        samples = [s for _, s in samples[: train_cfg.n_samples_logged]]
         return {"eval/accuracy": correct / n, "eval/mean_length": lengths / n, "eval/n": n}, samples
 
     def _recompute_logp(self, batch: RolloutBatch) -> torch.Tensor:
@@ -688,6 +901,7 @@ class Trainer:
             ids, mask = completions.ids[r], completions.mask[r]
             logits = self._logits(self.policy.model, batch.prompt_ids[r], batch.prompt_mask[r], ids, mask)
             return token_logp(logits, ids, self.cfg.rollout.temperature) * mask
+
         return self._by_rank(batch, logp)
 
 
@@ -718,6 +932,24 @@ class UpdateResult:
 # means over responses, weighted by responses
 _POLICY_METRIC_KINDS = {"ratio_min": "min", "ratio_max": "max"}
 _PER_RESPONSE_METRICS = {"objective_per_response"}
+
+
+def _add_micro_metrics(
+    metrics: MetricsAccumulator, parts, extra: dict, mask: torch.Tensor, entropy: torch.Tensor
+) -> None:
+    """One micro-batch's loss parts and diagnostics, each with the weight that makes its reduction the whole
+    mini-batch's (and the whole batch's over ranks): tokens for token means, responses for response means."""
+    weight = float(mask.sum())
+    if parts.kl_ref is not None:
+        metrics.add("kl/ref", parts.kl_ref, weight=weight, kind="weighted")
+    if parts.value is not None:
+        metrics.add("loss/value", float(parts.value.detach()), kind="sum")
+    metrics.add("loss/policy", float(parts.policy.detach()), kind="sum")
+    for k, v in {**parts.policy_metrics, **extra}.items():
+        w = _responses(mask) if k in _PER_RESPONSE_METRICS else weight
+        metrics.add(k, v, weight=w, kind=_POLICY_METRIC_KINDS.get(k, "weighted"))
+    entropy_mean = float((entropy * mask).sum() / mask.sum().clamp(min=1))
+    metrics.add("policy/entropy", entropy_mean, weight=weight, kind="weighted")
 
 
 def _responses(mask: torch.Tensor) -> float:
@@ -762,8 +994,13 @@ class MetricsAccumulator:
 def _no_completions(device, *, with_logp: bool) -> Completions:
     """A rank's empty share of a sampling round (0 rows), in the shapes the gather pads."""
     empty = torch.zeros((0, 0), dtype=torch.long, device=device)
-    return Completions(empty, empty.clone(), torch.zeros((0, 0), device=device) if with_logp else None,
-                       torch.zeros(0, dtype=torch.bool, device=device), torch.zeros(0, dtype=torch.long, device=device))
+    return Completions(
+        empty,
+        empty.clone(),
+        torch.zeros((0, 0), device=device) if with_logp else None,
+        torch.zeros(0, dtype=torch.bool, device=device),
+        torch.zeros(0, dtype=torch.long, device=device),
+    )
 
 
 def _adamw(params, **kw):

@@ -8,8 +8,10 @@ from rlcompare.algos import accepted, advantages, losses
 
 
 def test_validating_a_config_imports_neither_torch_nor_transformers():
-    code = ("import sys; from rlcompare.config import validate; "
-            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    code = (
+        "import sys; from rlcompare.config import validate; "
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
 
@@ -29,9 +31,15 @@ def test_config_takes_every_math_name_from_accepted():
     # config validates against the accepted module's own objects, never a copy that could drift
     from rlcompare import config
 
-    pairs = {"RATIOS": "RATIO_LEVELS", "AGGREGATIONS": "AGGREGATIONS", "ESTIMATORS": "ADVANTAGE_ESTIMATORS",
-             "SCALES": "ESTIMATOR_SCALES", "KL_ESTIMATORS": "KL_ESTIMATORS", "KL_PLACEMENTS": "KL_PLACEMENTS",
-             "MIXES": "MIXES"}
+    pairs = {
+        "RATIOS": "RATIO_LEVELS",
+        "AGGREGATIONS": "AGGREGATIONS",
+        "ESTIMATORS": "ADVANTAGE_ESTIMATORS",
+        "SCALES": "ESTIMATOR_SCALES",
+        "KL_ESTIMATORS": "KL_ESTIMATORS",
+        "KL_PLACEMENTS": "KL_PLACEMENTS",
+        "MIXES": "MIXES",
+    }
     for mine, theirs in pairs.items():
         assert getattr(config, mine) is getattr(accepted, theirs), mine
     assert config.SCALES["group"] is accepted.GROUP_SCALES

@@ -193,8 +193,11 @@ def test_gae_padding_invariance():
     # extra padding columns appended on the right
     extra = torch.full((rewards.shape[0], 3), 7.0, dtype=torch.float64)
     adv3, ret3 = gae_advantages(
-        torch.cat([rewards, extra], 1), torch.cat([values, extra], 1), torch.cat([mask, torch.zeros(5, 3, dtype=mask.dtype)], 1),
-        gamma=1.0, lam=0.95,
+        torch.cat([rewards, extra], 1),
+        torch.cat([values, extra], 1),
+        torch.cat([mask, torch.zeros(5, 3, dtype=mask.dtype)], 1),
+        gamma=1.0,
+        lam=0.95,
     )
     assert torch.equal(adv3[:, :7], adv) and torch.equal(ret3[:, :7], ret)
     assert torch.equal(adv3[:, 7:], torch.zeros(5, 3, dtype=torch.float64))

@@ -29,10 +29,15 @@ def test_batch_normalisations_worked_example():
     signs = [1, -1, -1, 1]
     assert group_advantages(R, 2, eps=0.0).tolist() == pytest.approx([s * 0.707107 for s in signs], abs=1e-6)
     assert group_advantages(R, 2, scale="batch").tolist() == pytest.approx([s * 0.866024 for s in signs], abs=1e-6)
-    assert group_advantages(R, 2, scale="batch", eps=1e-4).tolist() == pytest.approx([s * 0.865875 for s in signs], abs=1e-6)
-    assert group_advantages(R, 2, scale="batch-centered", std_ddof=0, eps=0.0).tolist() == pytest.approx(signs, abs=1e-9)
+    assert group_advantages(R, 2, scale="batch", eps=1e-4).tolist() == pytest.approx(
+        [s * 0.865875 for s in signs], abs=1e-6
+    )
+    assert group_advantages(R, 2, scale="batch-centered", std_ddof=0, eps=0.0).tolist() == pytest.approx(
+        signs, abs=1e-9
+    )
     assert group_advantages(R, 2, scale="batch-centered", std_ddof=1, eps=0.0).tolist() == pytest.approx(
-        [s * 0.866025 for s in signs], abs=1e-6)
+        [s * 0.866025 for s in signs], abs=1e-6
+    )
 
 
 def test_batch_centered_differs_from_batch_when_group_means_differ():
@@ -68,11 +73,15 @@ def test_reinforce_pp_worked_example():
     rewards = outcome_token_rewards(scores, mask, kl=kl, beta=0.1)
     assert rewards.tolist() == [pytest.approx([-0.01, -0.02, 0.97]), pytest.approx([0.0, 0.01, -0.01])]
     verl = reinforce_pp_advantages(scores, mask, kl=kl, beta=0.1)  # Bessel std 0.524090
-    assert verl.tolist() == [pytest.approx([0.887253, 0.906333, 0.944495], abs=1e-6),
-                             pytest.approx([-0.906333, -0.906333, -0.925414], abs=1e-6)]
+    assert verl.tolist() == [
+        pytest.approx([0.887253, 0.906333, 0.944495], abs=1e-6),
+        pytest.approx([-0.906333, -0.906333, -0.925414], abs=1e-6),
+    ]
     openrlhf = reinforce_pp_advantages(scores, mask, kl=kl, beta=0.1, std_ddof=0)  # population std 0.478426
-    assert openrlhf.tolist() == [pytest.approx([0.971937, 0.992839, 1.034642], abs=1e-6),
-                                 pytest.approx([-0.992839, -0.992839, -1.013740], abs=1e-6)]
+    assert openrlhf.tolist() == [
+        pytest.approx([0.971937, 0.992839, 1.034642], abs=1e-6),
+        pytest.approx([-0.992839, -0.992839, -1.013740], abs=1e-6),
+    ]
 
 
 def test_reinforce_pp_baseline_worked_example():
@@ -81,8 +90,12 @@ def test_reinforce_pp_baseline_worked_example():
     mask = torch.tensor([[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 1, 1]])
     verl = reinforce_pp_advantages(R, mask, baseline="group", group_size=2)  # std sqrt(2/8) = 0.5
     pos, neg = 2 / 3, -4 / 3
-    assert verl.tolist() == [pytest.approx([pos] * 3, abs=1e-6), pytest.approx([neg, 0, 0], abs=1e-6),
-                             pytest.approx([neg, neg, 0], abs=1e-6), pytest.approx([pos] * 3, abs=1e-6)]
+    assert verl.tolist() == [
+        pytest.approx([pos] * 3, abs=1e-6),
+        pytest.approx([neg, 0, 0], abs=1e-6),
+        pytest.approx([neg, neg, 0], abs=1e-6),
+        pytest.approx([pos] * 3, abs=1e-6),
+    ]
     openrlhf = reinforce_pp_advantages(R, mask, baseline="group", group_size=2, std_ddof=0)  # std sqrt(2/9)
     assert openrlhf[0, 0].item() == pytest.approx(0.707107, abs=1e-6)
     assert openrlhf[1, 0].item() == pytest.approx(-1.414214, abs=1e-6)
@@ -120,8 +133,10 @@ def _reference_whiten(values, mask, ddof, eps):
     real = [(i, t) for i in range(len(values)) for t in range(len(values[0])) if mask[i, t]]
     mean = sum(values[i][t] for i, t in real) / len(real)
     var = sum((values[i][t] - mean) ** 2 for i, t in real) / (len(real) - ddof)
-    return [[(values[i][t] - mean) / math.sqrt(var + eps) if mask[i, t] else 0.0 for t in range(len(values[0]))]
-            for i in range(len(values))]
+    return [
+        [(values[i][t] - mean) / math.sqrt(var + eps) if mask[i, t] else 0.0 for t in range(len(values[0]))]
+        for i in range(len(values))
+    ]
 
 
 def test_reinforce_pp_against_an_independent_loop():
@@ -135,15 +150,21 @@ def test_reinforce_pp_against_an_independent_loop():
         A = reinforce_pp_advantages(scores, mask, kl=kl, beta=beta, gamma=gamma, std_ddof=ddof)
         # the score sits on each row's last real token; -beta kl on every real token
         last = [max(t for t in range(T) if mask[i, t]) for i in range(B)]
-        tr = [[(float(scores[i]) if t == last[i] else 0.0) - (beta * float(kl[i, t]) if mask[i, t] else 0.0)
-               for t in range(T)] for i in range(B)]
+        tr = [
+            [
+                (float(scores[i]) if t == last[i] else 0.0) - (beta * float(kl[i, t]) if mask[i, t] else 0.0)
+                for t in range(T)
+            ]
+            for i in range(B)
+        ]
         want = _reference_whiten(_reference_returns(tr, mask, gamma), mask, ddof, 1e-8)
         assert A.tolist() == [pytest.approx(row, abs=1e-9) for row in want]
         if gamma == 1.0:
             seq = [sum(tr[i][t] for t in range(T) if mask[i, t]) for i in range(B)]
-            centred = [seq[i] - sum(seq[(i // G) * G:(i // G + 1) * G]) / G for i in range(B)]
-            want = _reference_whiten([[centred[i] if mask[i, t] else 0.0 for t in range(T)] for i in range(B)],
-                                     mask, ddof, 1e-8)
+            centred = [seq[i] - sum(seq[(i // G) * G : (i // G + 1) * G]) / G for i in range(B)]
+            want = _reference_whiten(
+                [[centred[i] if mask[i, t] else 0.0 for t in range(T)] for i in range(B)], mask, ddof, 1e-8
+            )
             got = reinforce_pp_advantages(scores, mask, kl=kl, beta=beta, baseline="group", group_size=G, std_ddof=ddof)
             assert got.tolist() == [pytest.approx(row, abs=1e-9) for row in want]
 

@@ -25,7 +25,9 @@ SEQ_EPS = dict(seq_eps_low=0.05, seq_eps_high=0.08)
 def one_token(rho, adv, **kw):
     """policy_loss on a single token with ratio rho; returns (loss, grad wrt logp, metrics)."""
     logp = torch.tensor([[math.log(rho)]], dtype=torch.float64, requires_grad=True)
-    loss, metrics = policy_loss(logp, torch.zeros(1, 1, dtype=torch.float64), torch.tensor([adv], dtype=torch.float64), torch.ones(1, 1), **kw)
+    loss, metrics = policy_loss(
+        logp, torch.zeros(1, 1, dtype=torch.float64), torch.tensor([adv], dtype=torch.float64), torch.ones(1, 1), **kw
+    )
     loss.backward()
     return loss.item(), logp.grad.item(), metrics
 
@@ -191,8 +193,19 @@ def test_on_policy_all_ratio_levels_agree(aggregation):
         assert torch.allclose(grad, ref_grad, atol=1e-12), r
         assert m["ratio_mean"] == pytest.approx(1.0) and m["clip_frac_low"] == m["clip_frac_high"] == 0.0
     # entropy mixing: same on-policy loss value (its sequence branch redistributes the gradient)
-    loss, _, _ = _loss_and_grad(logp, old, adv, mask, ratio="hybrid", mix="entropy", entropy=torch.rand(4, 6),
-                             aggregation=aggregation, horizon=8, group_size=2, **SEQ_EPS)
+    loss, _, _ = _loss_and_grad(
+        logp,
+        old,
+        adv,
+        mask,
+        ratio="hybrid",
+        mix="entropy",
+        entropy=torch.rand(4, 6),
+        aggregation=aggregation,
+        horizon=8,
+        group_size=2,
+        **SEQ_EPS,
+    )
     assert torch.allclose(loss, ref_loss, atol=1e-12)
 
 
@@ -249,13 +262,30 @@ def test_hybrid_hand_case():
 # ---------------------------------------------------------------- independent loop implementation
 
 
-def reference_policy_loss(logp, old, adv, mask, *, ratio, aggregation, eps_low, eps_high, dual_clip,
-                          seq_eps_low, seq_eps_high, horizon, entropy, group_size):
+def reference_policy_loss(
+    logp,
+    old,
+    adv,
+    mask,
+    *,
+    ratio,
+    aggregation,
+    eps_low,
+    eps_high,
+    dual_clip,
+    seq_eps_low,
+    seq_eps_high,
+    horizon,
+    entropy,
+    group_size,
+):
     """Straightforward per-token loop (torch scalars so autograd gives the gradient)."""
     B, T = mask.shape
     n_tokens = int(mask.sum())
     # ScaleRL's prompt-mean: each prompt's group of group_size rows weighs 1/n_prompts, split over its tokens
-    group_tokens = [int(mask[(i // group_size) * group_size:(i // group_size + 1) * group_size].sum()) for i in range(B)]
+    group_tokens = [
+        int(mask[(i // group_size) * group_size : (i // group_size + 1) * group_size].sum()) for i in range(B)
+    ]
     total = logp.new_zeros(())
 
     def surrogate(rho, a, lo, hi):
@@ -305,8 +335,16 @@ def test_policy_loss_matches_reference_loop(ratio, aggregation):
     eps = (0.2, 0.28) if r in ("token", "hybrid") else (0.05, 0.08)
     seen = {"clip": 0.0, "dual": 0.0}
     for adv, dual in itertools.product([adv_seq, adv_tok], [None, 1.5, 1.05]):
-        kw = dict(aggregation=aggregation, eps_low=eps[0], eps_high=eps[1], dual_clip=dual, horizon=9,
-                  seq_eps_low=0.02, seq_eps_high=0.03, group_size=2)
+        kw = dict(
+            aggregation=aggregation,
+            eps_low=eps[0],
+            eps_high=eps[1],
+            dual_clip=dual,
+            horizon=9,
+            seq_eps_low=0.02,
+            seq_eps_high=0.03,
+            group_size=2,
+        )
         extra = dict(mix="entropy", entropy=ent) if ent is not None else {}
         loss, grad, m = _loss_and_grad(logp, old, adv, mask, ratio=r, **kw, **extra)
         lp = logp.clone().requires_grad_(True)
@@ -315,7 +353,9 @@ def test_policy_loss_matches_reference_loop(ratio, aggregation):
         assert loss.item() == pytest.approx(ref.item(), abs=1e-5)
         assert torch.allclose(grad, lp.grad, atol=1e-5)
         assert torch.isfinite(grad).all() and (grad[~mask] == 0).all()
-        seen["clip"] += m["clip_frac_low"] + m["clip_frac_high"] + m.get("seq_clip_frac_low", 0) + m.get("seq_clip_frac_high", 0)
+        seen["clip"] += (
+            m["clip_frac_low"] + m["clip_frac_high"] + m.get("seq_clip_frac_low", 0) + m.get("seq_clip_frac_high", 0)
+        )
         seen["dual"] += m["dual_clip_frac"]
     # the random case really exercises both clips, not just the unclipped branch
     assert seen["clip"] > 0 and seen["dual"] > 0
@@ -326,9 +366,7 @@ def test_policy_loss_matches_reference_loop(ratio, aggregation):
 
 def _ragged():
     # real losses: row 0 [1, 2, 3], row 1 [4], row 2 empty, row 3 [5, 6]; 99 = padding
-    loss = torch.tensor(
-        [[1.0, 2.0, 3.0, 99.0], [4.0, 99.0, 99.0, 99.0], [99.0] * 4, [5.0, 6.0, 99.0, 99.0]]
-    )
+    loss = torch.tensor([[1.0, 2.0, 3.0, 99.0], [4.0, 99.0, 99.0, 99.0], [99.0] * 4, [5.0, 6.0, 99.0, 99.0]])
     mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0], [1, 1, 0, 0]])
     return loss, mask
 

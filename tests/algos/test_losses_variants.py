@@ -52,40 +52,64 @@ E_CASES = {
     "ppo": (dict(), -0.1125, [[0, -1 / 6, -1 / 12], [0, 0.104167, 0.166667]]),
     "cispo_minimax_verl_example": (
         dict(surrogate="cispo", cispo_w_min=None, cispo_w_max=1.2),
-        0.239159, [[-0.2, -0.166667, -0.083333], [0.058333, 0.1, 0.1]]),
+        0.239159,
+        [[-0.2, -0.166667, -0.083333], [0.058333, 0.1, 0.1]],
+    ),
     "cispo_verl_defaults": (
         dict(surrogate="cispo", cispo_w_min=0.8, cispo_w_max=1.2),
-        0.312511, [[-0.2, -0.166667, -0.133333], [0.066667, 0.1, 0.1]]),
+        0.312511,
+        [[-0.2, -0.166667, -0.133333], [0.066667, 0.1, 0.1]],
+    ),
     "cispo_trl_scalerl": (
         dict(surrogate="cispo"),  # defaults: w_min None, w_max 5
-        0.245192, [[-0.25, -0.166667, -0.083333], [0.058333, 0.104167, 0.166667]]),
+        0.245192,
+        [[-0.25, -0.166667, -0.083333], [0.058333, 0.104167, 0.166667]],
+    ),
     "cispo_trl_epsilon_high_unset": (
         dict(surrogate="cispo", cispo_w_max=0.2),
-        0.068916, [[-0.033333] * 3, [0.016667] * 3]),
+        0.068916,
+        [[-0.033333] * 3, [0.016667] * 3],
+    ),
     "sapo": (
         dict(surrogate="sapo", aggregation="seq-mean-token-mean"),
-        -0.451454, [[-0.235004, -0.166667, -0.078335], [0.056910, 0.102393, 0.128018]]),
+        -0.451454,
+        [[-0.235004, -0.166667, -0.078335], [0.056910, 0.102393, 0.128018]],
+    ),
     "gmpo": (
         dict(surrogate="gmpo", aggregation="seq-mean-token-mean"),
-        -0.152186, [[0, -0.151151, -0.151151], [0.100423, 0.100423, 0.100423]]),
+        -0.152186,
+        [[0, -0.151151, -0.151151], [0.100423, 0.100423, 0.100423]],
+    ),
     "dppo_tv": (
         dict(surrogate="dppo-tv"),  # delta 0.15 / 0.15, C 20
-        0.096558, [[0, -0.166667, -0.083333], [0.058333, 0.104167, 0.166667]]),
+        0.096558,
+        [[0, -0.166667, -0.083333], [0.058333, 0.104167, 0.166667]],
+    ),
     "dppo_kl": (
         dict(surrogate="dppo-kl", dppo_delta_low=0.05, dppo_delta_high=0.05),
-        0.096558, [[0, -0.166667, -0.083333], [0.058333, 0.104167, 0.166667]]),
+        0.096558,
+        [[0, -0.166667, -0.083333], [0.058333, 0.104167, 0.166667]],
+    ),
     "kl_cov_beta_1": (
         dict(surrogate="kl-cov", cov_ratio=2e-4, kl_cov_coef=1.0),  # k = max(1, int(0.0012)) = 1 -> token (1, 0)
-        -0.111388, [[-0.25, -0.166667, -0.083333], [-0.108333, 0.104167, 0.166667]]),
+        -0.111388,
+        [[-0.25, -0.166667, -0.083333], [-0.108333, 0.104167, 0.166667]],
+    ),
     "kl_cov_verl_beta": (
         dict(surrogate="kl-cov", cov_ratio=2e-4, kl_cov_coef=0.1),
-        -0.164889, [[-0.25, -0.166667, -0.083333], [0.041667, 0.104167, 0.166667]]),
+        -0.164889,
+        [[-0.25, -0.166667, -0.083333], [0.041667, 0.104167, 0.166667]],
+    ),
     "clip_cov_verl_defaults": (
         dict(surrogate="clip-cov"),  # no Cov in (1, 5): exactly PPO
-        -0.1125, [[0, -1 / 6, -1 / 12], [0, 0.104167, 0.166667]]),
+        -0.1125,
+        [[0, -1 / 6, -1 / 12], [0, 0.104167, 0.166667]],
+    ),
     "clip_cov_authors": (
         dict(surrogate="clip-cov", eps_low=1.0, eps_high=1.0, cov_lb=0.28, cov_ub=5.0),  # removes (1, 0)
-        -0.229167, [[-0.25, -0.166667, -0.083333], [0, 0.104167, 0.166667]]),
+        -0.229167,
+        [[-0.25, -0.166667, -0.083333], [0, 0.104167, 0.166667]],
+    ),
 }
 
 
@@ -112,10 +136,14 @@ def test_example_e_covariance_and_what_each_variant_reports():
     assert m["sapo_weight_mean"] == pytest.approx(5.606707 / 6, abs=1e-6)
     # GMPO clips token (0, 0) only; R = [0.906907, 1.205071]
     _, _, m = loss_grad(logp, old, adv, mask, surrogate="gmpo")
-    assert m["gmpo_clip_frac"] == pytest.approx(1 / 6) and m["gmpo_ratio_mean"] == pytest.approx((0.906907 + 1.205071) / 2, abs=1e-6)
+    assert m["gmpo_clip_frac"] == pytest.approx(1 / 6) and m["gmpo_ratio_mean"] == pytest.approx(
+        (0.906907 + 1.205071) / 2, abs=1e-6
+    )
     # DPPO masks (0, 0); KL-Cov and Clip-Cov (authors) select one token
     assert loss_grad(logp, old, adv, mask, surrogate="dppo-tv")[2]["dppo_mask_frac"] == pytest.approx(1 / 6)
-    assert loss_grad(logp, old, adv, mask, surrogate="kl-cov", cov_ratio=2e-4)[2]["cov_selected_frac"] == pytest.approx(1 / 6)
+    assert loss_grad(logp, old, adv, mask, surrogate="kl-cov", cov_ratio=2e-4)[2]["cov_selected_frac"] == pytest.approx(
+        1 / 6
+    )
     assert loss_grad(logp, old, adv, mask, surrogate="clip-cov")[2]["cov_selected_frac"] == 0.0
 
 
@@ -178,15 +206,34 @@ def test_cispo_without_cap_is_the_unclipped_surrogate_gradient():
 def test_gmpo_with_infinite_range_is_unclipped_gspo(aggregation):
     logp, old, mask, adv_seq, _ = random_batch(3)
     inf = float("inf")
-    l_gspo, g_gspo, _ = loss_grad(logp, old, adv_seq, mask, ratio="sequence", eps_low=inf, eps_high=inf,
-                                  aggregation=aggregation, **AGG_KW)
-    l, g, _ = loss_grad(logp, old, adv_seq, mask, surrogate="gmpo", gmpo_eps_low=inf, gmpo_eps_high=inf,
-                        aggregation=aggregation, **AGG_KW)
+    l_gspo, g_gspo, _ = loss_grad(
+        logp, old, adv_seq, mask, ratio="sequence", eps_low=inf, eps_high=inf, aggregation=aggregation, **AGG_KW
+    )
+    l, g, _ = loss_grad(
+        logp,
+        old,
+        adv_seq,
+        mask,
+        surrogate="gmpo",
+        gmpo_eps_low=inf,
+        gmpo_eps_high=inf,
+        aggregation=aggregation,
+        **AGG_KW,
+    )
     assert l == pytest.approx(l_gspo, abs=1e-12)
     torch.testing.assert_close(g, g_gspo, atol=1e-12, rtol=0)
     # with GMPO's own range (0.4) something is clipped on this batch, and the gradient moves
-    _, g_clipped, m = loss_grad(logp, old, adv_seq, mask, surrogate="gmpo", aggregation=aggregation, gmpo_eps_low=0.1,
-                                gmpo_eps_high=0.1, **AGG_KW)
+    _, g_clipped, m = loss_grad(
+        logp,
+        old,
+        adv_seq,
+        mask,
+        surrogate="gmpo",
+        aggregation=aggregation,
+        gmpo_eps_low=0.1,
+        gmpo_eps_high=0.1,
+        **AGG_KW,
+    )
     assert m["gmpo_clip_frac"] > 0 and not torch.allclose(g_clipped, g_gspo)
 
 
@@ -252,8 +299,9 @@ def test_cov_selection_counts_and_draws():
     candidates = mask & (cov > 0.0) & (cov < 5.0)
     assert not (a & ~candidates).any() and not torch.equal(a, c)
     # a ratio covering every candidate removes all of them (deterministic)
-    everything = cov_selection(logp, old, adv_seq, mask, surrogate="clip-cov", cov_ratio=1.0, cov_lb=0.0, eps_low=10.0,
-                               eps_high=10.0)
+    everything = cov_selection(
+        logp, old, adv_seq, mask, surrogate="clip-cov", cov_ratio=1.0, cov_lb=0.0, eps_low=10.0, eps_high=10.0
+    )
     assert torch.equal(everything, candidates)
 
 
@@ -261,15 +309,25 @@ def test_cov_selection_counts_and_draws():
 # PPO on E, token-mean, rho = [[1.2, 0.5, 6.0], [1.0, 2.5, 0.9]] (products 3.6 and 2.25)
 
 MISMATCH_CASES = [
-    ("token-truncate", dict(c_max=3.0), [[1.2, 0.5, 3], [1, 2.5, 0.9]], -0.09625,
-     [[0, -0.083333, -0.25], [0, 0.260417, 0.15]]),
+    (
+        "token-truncate",
+        dict(c_max=3.0),
+        [[1.2, 0.5, 3], [1, 2.5, 0.9]],
+        -0.09625,
+        [[0, -0.083333, -0.25], [0, 0.260417, 0.15]],
+    ),
     ("token-mask", dict(c_max=3.0), [[1.2, 0.5, 0], [1, 2.5, 0.9]], 0.15375, [[0, -0.083333, 0], [0, 0.260417, 0.15]]),
     ("sequence-truncate", dict(c_max=3.0), [[3] * 3, [2.25] * 3], -0.590625, [[0, -0.5, -0.25], [0, 0.234375, 0.375]]),
     ("sequence-mask", dict(c_max=3.0), [[0] * 3, [2.25] * 3], 0.759375, [[0, 0, 0], [0, 0.234375, 0.375]]),
     ("icepop", dict(), [[1.2, 0.5, 0], [1, 2.5, 0.9]], 0.15375, [[0, -0.083333, 0], [0, 0.260417, 0.15]]),
     ("token-truncate", dict(), [[1.2, 0.5, 2], [1, 2, 0.9]], -0.065, [[0, -0.083333, -0.166667], [0, 0.208333, 0.15]]),
-    ("token-truncate", dict(c_min=0.5, c_max=5.0), [[1.2, 0.5, 5], [1, 2.5, 0.9]], -0.262917,
-     [[0, -0.083333, -0.416667], [0, 0.260417, 0.15]]),
+    (
+        "token-truncate",
+        dict(c_min=0.5, c_max=5.0),
+        [[1.2, 0.5, 5], [1, 2.5, 0.9]],
+        -0.262917,
+        [[0, -0.083333, -0.416667], [0, 0.260417, 0.15]],
+    ),
 ]
 
 
@@ -294,7 +352,9 @@ def test_mismatch_metrics_hand_counted():
     _, m = mismatch_weights(old, sampler, mask, mode="token-truncate", c_max=3.0)
     assert m["mismatch_truncated_frac"] == pytest.approx(1 / 6) and m["mismatch_masked_frac"] == 0.0
     assert m["mismatch_weight_mean"] == pytest.approx(9.1 / 6)
-    assert m["mismatch_logp_gap_mean"] == pytest.approx(sum(gaps) / 6) and m["mismatch_logp_gap_max"] == pytest.approx(math.log(6))
+    assert m["mismatch_logp_gap_mean"] == pytest.approx(sum(gaps) / 6) and m["mismatch_logp_gap_max"] == pytest.approx(
+        math.log(6)
+    )
     _, m = mismatch_weights(old, sampler, mask, mode="sequence-mask", c_max=3.0)
     assert m["mismatch_masked_frac"] == pytest.approx(0.5) and m["mismatch_weight_mean"] == pytest.approx(6.75 / 6)
 
@@ -434,8 +494,10 @@ def test_prompt_mean_micro_batches_and_errors():
     whole = sum(aggregate(loss[s], mask[s], "prompt-mean-token-mean", **kw) for s in (slice(0, 2), slice(2, 4)))
     assert whole.item() == pytest.approx(4.75)
     counts = group_token_counts(mask, 2)
-    split = sum(aggregate(loss[s], mask[s], "prompt-mean-token-mean", group_tokens=counts[s], **kw)
-                for s in (slice(0, 1), slice(1, 3), slice(3, 4)))
+    split = sum(
+        aggregate(loss[s], mask[s], "prompt-mean-token-mean", group_tokens=counts[s], **kw)
+        for s in (slice(0, 1), slice(1, 3), slice(3, 4))
+    )
     assert split.item() == pytest.approx(4.75)
     with pytest.raises(ValueError, match=r"group_size must be a positive int .*'prompt-mean-token-mean', got None"):
         aggregate(loss, mask, "prompt-mean-token-mean")
@@ -456,12 +518,27 @@ def test_micro_batches_sum_to_the_full_batch(surrogate, aggregation):
     sampler = old - 0.3 * torch.randn(8, 6, generator=torch.Generator().manual_seed(5), dtype=F64)
     w, _ = mismatch_weights(old, torch.where(mask, sampler, old), mask, mode="token-truncate")
     weight = w * entropy_mask(H, mask, quantile=0.5)  # one threshold for the whole batch
-    kw = dict(surrogate=surrogate, aggregation=aggregation, horizon=9, group_size=2, token_weight=weight, cov_lb=0.0,
-              cov_ratio=0.2)
+    kw = dict(
+        surrogate=surrogate,
+        aggregation=aggregation,
+        horizon=9,
+        group_size=2,
+        token_weight=weight,
+        cov_lb=0.0,
+        cov_ratio=0.2,
+    )
     sel = None
     if surrogate in ("clip-cov", "kl-cov"):
-        sel = cov_selection(logp, old, adv_tok, mask, surrogate=surrogate, cov_ratio=0.2, cov_lb=0.0,
-                            generator=torch.Generator().manual_seed(0))
+        sel = cov_selection(
+            logp,
+            old,
+            adv_tok,
+            mask,
+            surrogate=surrogate,
+            cov_ratio=0.2,
+            cov_lb=0.0,
+            generator=torch.Generator().manual_seed(0),
+        )
         kw["cov_selected"] = sel
     full, g_full, _ = loss_grad(logp, old, adv_tok, mask, **kw)
     totals = dict(total_tokens=int(mask.sum()), total_seqs=8, group_tokens=group_token_counts(mask, 2))
@@ -564,8 +641,18 @@ def reference_cov_selection(logp, adv, mask, *, surrogate, ratio, lb, ub):
     return [[(i, t) in chosen for t in range(T)] for i in range(B)]
 
 
-KNOBS = dict(cispo_w_min=0.9, cispo_w_max=1.1, sapo_tau_pos=1.3, sapo_tau_neg=2.0, gmpo_eps_low=0.2,
-             gmpo_eps_high=0.3, dppo_delta_low=0.05, dppo_delta_high=0.08, dppo_cap=1.3, kl_cov_coef=0.7)
+KNOBS = dict(
+    cispo_w_min=0.9,
+    cispo_w_max=1.1,
+    sapo_tau_pos=1.3,
+    sapo_tau_neg=2.0,
+    gmpo_eps_low=0.2,
+    gmpo_eps_high=0.3,
+    dppo_delta_low=0.05,
+    dppo_delta_high=0.08,
+    dppo_cap=1.3,
+    kl_cov_coef=0.7,
+)
 
 
 @pytest.mark.parametrize("aggregation", AGGREGATIONS)
@@ -575,12 +662,23 @@ def test_independent_reimplementation_on_random_padded_batches(surrogate, aggreg
     for seed, per_token, weighted in itertools.product((11, 12), (False, True), (False, True)):
         logp, old, mask, adv_seq, adv_tok = random_batch(seed, B=6, T=7, off=0.4)
         adv = adv_tok if per_token else adv_seq
-        weight = (torch.rand(6, 7, generator=torch.Generator().manual_seed(seed), dtype=F64) * 2 if weighted
-                  else torch.ones(6, 7, dtype=F64))
+        weight = (
+            torch.rand(6, 7, generator=torch.Generator().manual_seed(seed), dtype=F64) * 2
+            if weighted
+            else torch.ones(6, 7, dtype=F64)
+        )
         # Clip-Cov: a PPO range that clips nothing and a ratio that takes every candidate make the draw deterministic
         eps = 1e9 if surrogate == "clip-cov" else 0.2
-        kw = dict(surrogate=surrogate, aggregation=aggregation, horizon=9, group_size=2,
-                  token_weight=weight if weighted else None, eps_low=eps, eps_high=eps, **KNOBS)
+        kw = dict(
+            surrogate=surrogate,
+            aggregation=aggregation,
+            horizon=9,
+            group_size=2,
+            token_weight=weight if weighted else None,
+            eps_low=eps,
+            eps_high=eps,
+            **KNOBS,
+        )
         selected = None
         if surrogate in ("clip-cov", "kl-cov"):
             cov_kw = dict(ratio=0.15 if surrogate == "kl-cov" else 1.0, lb=0.05, ub=5.0)
@@ -588,14 +686,36 @@ def test_independent_reimplementation_on_random_padded_batches(surrogate, aggreg
             selected = reference_cov_selection(logp, adv, mask, surrogate=surrogate, **cov_kw)
         loss, grad, m = loss_grad(logp, old, adv, mask, **kw)
         lp = logp.detach().clone().requires_grad_(True)
-        ref = reference_loss(lp, old, adv, mask, surrogate=surrogate, aggregation=aggregation, G=2, horizon=9,
-                             weight=weight.tolist(), knobs=KNOBS, selected=selected, eps=eps)
+        ref = reference_loss(
+            lp,
+            old,
+            adv,
+            mask,
+            surrogate=surrogate,
+            aggregation=aggregation,
+            G=2,
+            horizon=9,
+            weight=weight.tolist(),
+            knobs=KNOBS,
+            selected=selected,
+            eps=eps,
+        )
         ref.backward()
         assert loss == pytest.approx(ref.item(), abs=1e-6)
         torch.testing.assert_close(grad, lp.grad, atol=1e-6, rtol=0)
         assert torch.isfinite(grad).all() and (grad[~mask] == 0).all()
-        seen += sum(m.get(k, 0.0) for k in ("clip_frac_low", "clip_frac_high", "is_clip_frac_low", "is_clip_frac_high",
-                                            "gmpo_clip_frac", "dppo_mask_frac", "cov_selected_frac"))
+        seen += sum(
+            m.get(k, 0.0)
+            for k in (
+                "clip_frac_low",
+                "clip_frac_high",
+                "is_clip_frac_low",
+                "is_clip_frac_high",
+                "gmpo_clip_frac",
+                "dppo_mask_frac",
+                "cov_selected_frac",
+            )
+        )
     # the random batches really exercise each variant's clip / mask / selection
     assert seen > 0
 

@@ -34,7 +34,9 @@ def _inputs(seed=0):
 POLICY = dict(surrogate="clip", ratio="token", eps_low=0.2, eps_high=0.28, dual_clip=None)
 
 
-def _readable(logp, old, ref, ent, values, old_values, returns, adv, mask, *, beta, c_h, c_v, eps=(0.2, 0.28), clip_v=0.2):
+def _readable(
+    logp, old, ref, ent, values, old_values, returns, adv, mask, *, beta, c_h, c_v, eps=(0.2, 0.28), clip_v=0.2
+):
     """The token-mean total loss, one token at a time (docs/algorithms.md §3-5)."""
     n = float(mask.sum())
     policy = kl = entropy = value = 0.0
@@ -49,16 +51,35 @@ def _readable(logp, old, ref, ent, values, old_values, returns, adv, mask, *, be
             kl = kl + (torch.exp(x) - x - 1) / n
             entropy = entropy + ent[i, t] / n
             v_clipped = old_values[i, t] + (values[i, t] - old_values[i, t]).clamp(-clip_v, clip_v)
-            value = value + 0.5 * torch.maximum((values[i, t] - returns[i, t]) ** 2, (v_clipped - returns[i, t]) ** 2) / n
+            value = (
+                value + 0.5 * torch.maximum((values[i, t] - returns[i, t]) ** 2, (v_clipped - returns[i, t]) ** 2) / n
+            )
     return policy + beta * kl - c_h * entropy + c_v * value
 
 
 def _total(logp, old, ref, ent, values, old_values, returns, adv, mask, rows=slice(None), *, beta, c_h, c_v):
     norm = objective.Normalizers(total_tokens=float(mask.sum()), total_seqs=B, group_size=G)
     return objective.total_loss(
-        logp[rows], old[rows], adv[rows], mask[rows], mask[rows], aggregation="token-mean", norm=norm, policy=POLICY,
-        ref_logp=ref[rows], kl_coef=beta, kl_estimator="k3", kl_in_loss=True, entropy=ent[rows], entropy_coef=c_h,
-        values=values[rows], old_values=old_values[rows], returns=returns[rows], value_coef=c_v, value_clip=0.2)
+        logp[rows],
+        old[rows],
+        adv[rows],
+        mask[rows],
+        mask[rows],
+        aggregation="token-mean",
+        norm=norm,
+        policy=POLICY,
+        ref_logp=ref[rows],
+        kl_coef=beta,
+        kl_estimator="k3",
+        kl_in_loss=True,
+        entropy=ent[rows],
+        entropy_coef=c_h,
+        values=values[rows],
+        old_values=old_values[rows],
+        returns=returns[rows],
+        value_coef=c_v,
+        value_clip=0.2,
+    )
 
 
 def test_total_loss_equals_the_formula_token_by_token_value_and_gradient():
@@ -85,12 +106,32 @@ def test_micro_batches_sum_to_the_whole_batch_loss():
 def test_terms_that_are_off_are_absent():
     logp, old, ref, ent, _, _, _, adv, mask = _inputs()
     norm = objective.Normalizers(total_tokens=float(mask.sum()), total_seqs=B, group_size=G)
-    loss, parts = objective.total_loss(logp, old, adv, mask, mask, aggregation="seq-mean-token-mean", norm=norm,
-                                       policy=POLICY, ref_logp=ref, kl_in_loss=False, entropy=ent)
+    loss, parts = objective.total_loss(
+        logp,
+        old,
+        adv,
+        mask,
+        mask,
+        aggregation="seq-mean-token-mean",
+        norm=norm,
+        policy=POLICY,
+        ref_logp=ref,
+        kl_in_loss=False,
+        entropy=ent,
+    )
     assert parts.kl is None and parts.entropy_bonus is None and parts.value is None
     assert parts.kl_ref == pytest.approx(float((losses.kl_divergence(logp, ref) * mask).sum() / mask.sum()))
-    ploss, _ = losses.policy_loss(logp, old, adv, mask, aggregation="seq-mean-token-mean", total_tokens=float(mask.sum()),
-                                  total_seqs=B, group_size=G, **POLICY)
+    ploss, _ = losses.policy_loss(
+        logp,
+        old,
+        adv,
+        mask,
+        aggregation="seq-mean-token-mean",
+        total_tokens=float(mask.sum()),
+        total_seqs=B,
+        group_size=G,
+        **POLICY,
+    )
     assert torch.equal(loss, ploss)
 
 
@@ -126,7 +167,9 @@ def test_gae_needs_values_and_returns_them_with_the_returns():
     values = torch.tensor([[0.1, 0.2, 0.3], [0.0, -0.1, 0.0]])
     with pytest.raises(ValueError, match="critic"):
         objective.advantages("gae", rewards, mask, group_size=1)
-    got = objective.advantages("gae", rewards, mask, group_size=1, scale="none", values=values, gae_gamma=1.0, gae_lam=1.0)
+    got = objective.advantages(
+        "gae", rewards, mask, group_size=1, scale="none", values=values, gae_gamma=1.0, gae_lam=1.0
+    )
     # gamma = lambda = 1: the advantage is the return to go (the outcome) minus the value
     want = torch.where(mask.bool(), rewards[:, None] - values, torch.zeros(()))
     torch.testing.assert_close(got.advantages, want)

@@ -33,8 +33,16 @@ def test_flop_counter_hook_on_a_real_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=16, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
-                      intermediate_size=64, max_position_embeddings=32, tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        vocab_size=16,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        tie_word_embeddings=True,
+    )
     model = LlamaForCausalLM(cfg)
     n = sum(p.numel() for p in model.parameters())
     c = bench.FlopCounter(n, 1, 32).attach(model)
@@ -55,8 +63,16 @@ def test_flop_counter_counts_static_and_transformers_decoding_alike():
     from rlcompare.rollout import sample
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=16, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
-                      intermediate_size=64, max_position_embeddings=32, tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        vocab_size=16,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        tie_word_embeddings=True,
+    )
     model = LlamaForCausalLM(cfg).eval()
     n = sum(p.numel() for p in model.parameters())
     ids, mask = torch.randint(1, 16, (2, 4)), torch.ones((2, 4), dtype=torch.long)
@@ -67,8 +83,11 @@ def test_flop_counter_counts_static_and_transformers_decoding_alike():
         c._handle.remove()
         counted[kv] = (c.calls, c.tokens_no_grad, c.snapshot())
     # prefill of 2 prompts x 4 tokens, then 2 decode steps of 4 rows x 1 token at contexts 5 and 6
-    want = (bench.forward_flops(n, 1, 32, 2, 4, 4) + bench.forward_flops(n, 1, 32, 4, 1, 5)
-            + bench.forward_flops(n, 1, 32, 4, 1, 6))
+    want = (
+        bench.forward_flops(n, 1, 32, 2, 4, 4)
+        + bench.forward_flops(n, 1, 32, 4, 1, 5)
+        + bench.forward_flops(n, 1, 32, 4, 1, 6)
+    )
     assert counted["auto"] == counted["dynamic"] == (3, 16, want)
 
 
@@ -105,15 +124,24 @@ def test_informative_frac():
 
 
 def _fake(tool, step_s, flops, tokens, mem):
-    return {"tool": tool, "params": 1000, "step_s": step_s, "flops": flops, "tokens": tokens,
-            "informative": [0.5] * len(step_s), "peak_mem_mib": mem, "threads": 2}
+    return {
+        "tool": tool,
+        "params": 1000,
+        "step_s": step_s,
+        "flops": flops,
+        "tokens": tokens,
+        "informative": [0.5] * len(step_s),
+        "peak_mem_mib": mem,
+        "threads": 2,
+    }
 
 
 def test_table_and_json_on_a_fake_result():
     rlc = _fake("rlcompare", [9.0, 1.0, 2.0, 3.0], [1e9] * 4, [100] * 4, 500.0)  # first step is warm-up
     trl = _fake("trl", [9.0, 4.0, 6.0, 8.0], [1e9] * 4, [100] * 4, 700.0)
-    row = bench.result_row("0.5M", 535424, steps=3, warmup=1, threads=2, device="cpu", peak_gflops=10.0,
-                           rlc=rlc, trl_res=trl, weights="/w")
+    row = bench.result_row(
+        "0.5M", 535424, steps=3, warmup=1, threads=2, device="cpu", peak_gflops=10.0, rlc=rlc, trl_res=trl, weights="/w"
+    )
     assert row["rlcompare_s_per_step"] == 2.0 and row["trl_s_per_step"] == 6.0
     assert row["ratio"] == 3.0
     assert row["rlcompare_tokens_per_s"] == pytest.approx(300 / 6.0, abs=0.1)
@@ -122,9 +150,21 @@ def test_table_and_json_on_a_fake_result():
     assert row["rlcompare_peak_mem_mib"] == 500.0
     line = bench.json_line(row)
     parsed = json.loads(line)
-    for key in ("size", "params", "trl_s_per_step", "rlcompare_s_per_step", "ratio", "matmul_peak_gflops",
-                "rlcompare_gflops", "trl_gflops", "rlcompare_tokens_per_s", "trl_tokens_per_s",
-                "rlcompare_peak_mem_mib", "trl_peak_mem_mib", "weights"):
+    for key in (
+        "size",
+        "params",
+        "trl_s_per_step",
+        "rlcompare_s_per_step",
+        "ratio",
+        "matmul_peak_gflops",
+        "rlcompare_gflops",
+        "trl_gflops",
+        "rlcompare_tokens_per_s",
+        "trl_tokens_per_s",
+        "rlcompare_peak_mem_mib",
+        "trl_peak_mem_mib",
+        "weights",
+    ):
         assert key in parsed
     assert "\n" not in line
     table = bench.format_table([row])
@@ -135,13 +175,33 @@ def test_table_and_json_on_a_fake_result():
 
 def test_without_trl_the_row_has_no_ratio():
     rlc = _fake("rlcompare", [1.0, 1.0], [1e9, 1e9], [10, 10], 100.0)
-    row = bench.result_row("4.2M", 4_200_000, steps=1, warmup=1, threads=1, device="cpu", peak_gflops=5.0,
-                           rlc=rlc, trl_res=None, weights="/w")
+    row = bench.result_row(
+        "4.2M",
+        4_200_000,
+        steps=1,
+        warmup=1,
+        threads=1,
+        device="cpu",
+        peak_gflops=5.0,
+        rlc=rlc,
+        trl_res=None,
+        weights="/w",
+    )
     assert row["ratio"] is None and row["trl_s_per_step"] is None and row["trl_gflops"] is None
     assert row["rlcompare_s_per_step"] == 1.0
     assert "-" in bench.format_table([row]).splitlines()[2]
-    err = bench.result_row("4.2M", 1, steps=1, warmup=0, threads=1, device="cpu", peak_gflops=5.0,
-                           rlc=rlc, trl_res={"error": "exit 1: boom"}, weights="/w")
+    err = bench.result_row(
+        "4.2M",
+        1,
+        steps=1,
+        warmup=0,
+        threads=1,
+        device="cpu",
+        peak_gflops=5.0,
+        rlc=rlc,
+        trl_res={"error": "exit 1: boom"},
+        weights="/w",
+    )
     assert err["trl_error"] == "exit 1: boom" and err["ratio"] is None
     assert math.isclose(err["rlcompare_s_per_step"], 1.0)
 

@@ -15,8 +15,15 @@ from omegaconf import OmegaConf
 from rlcompare.config import NON_NEGATIVE, RANGES, ConfigError, Range, numeric_keys, validate
 
 # The keys issue 18 names; the walk must find every one of them.
-ISSUE_FLOATS = {"trainer.lr", "trainer.max_grad_norm", "algorithm.kl.coef", "algorithm.entropy_coef",
-                "verifier.timeout_s", "algorithm.clip.eps_low", "algorithm.advantage.eps"}
+ISSUE_FLOATS = {
+    "trainer.lr",
+    "trainer.max_grad_norm",
+    "algorithm.kl.coef",
+    "algorithm.entropy_coef",
+    "verifier.timeout_s",
+    "algorithm.clip.eps_low",
+    "algorithm.advantage.eps",
+}
 ISSUE_POSITIVE = {"model.num_heads", "model.hidden_size", "model.warm_start.steps", "verifier.max_chars"}
 
 
@@ -68,12 +75,15 @@ def test_every_float_key_refuses_nan_and_inf_naming_the_key(base, bad):
         assert str(e.value).startswith(f"{key}={bad} is not a finite number; use a finite number"), (key, str(e.value))
 
 
-@pytest.mark.parametrize("key,value,shown", [
-    ("trainer.betas", [math.nan, 0.99], "trainer.betas[0]=nan"),
-    ("trainer.betas", [0.9, math.inf], "trainer.betas[1]=inf"),
-    ("verifier.components", [{"name": "exact_match", "weight": math.nan}], "verifier.components[0].weight=nan"),
-    ("prompts.extra", {"scale": -math.inf}, "prompts.extra.scale=-inf"),
-])
+@pytest.mark.parametrize(
+    "key,value,shown",
+    [
+        ("trainer.betas", [math.nan, 0.99], "trainer.betas[0]=nan"),
+        ("trainer.betas", [0.9, math.inf], "trainer.betas[1]=inf"),
+        ("verifier.components", [{"name": "exact_match", "weight": math.nan}], "verifier.components[0].weight=nan"),
+        ("prompts.extra", {"scale": -math.inf}, "prompts.extra.scale=-inf"),
+    ],
+)
 def test_a_non_finite_number_inside_a_list_or_mapping_is_named(base, key, value, shown):
     with pytest.raises(ConfigError, match=rf"^{re.escape(shown)} is not a finite number"):
         validate(_with(base, key, value))
@@ -93,42 +103,51 @@ def test_every_numeric_key_refuses_a_value_outside_its_range_naming_key_and_valu
         for value in _outside(RANGES.get(key, NON_NEGATIVE), kind):
             with pytest.raises(ConfigError) as e:
                 validate(_with(base, key, value))
-            assert str(e.value).startswith(f"{key}={value!r}") or str(e.value).startswith(f"{key}={value} "), \
-                (key, value, str(e.value))
+            assert str(e.value).startswith(f"{key}={value!r}") or str(e.value).startswith(f"{key}={value} "), (
+                key,
+                value,
+                str(e.value),
+            )
 
 
-@pytest.mark.parametrize("override,message", [
-    # issue 18: raw ZeroDivisionError before; now named
-    ("model.num_heads=0", r"^model\.num_heads=0 must be >= 1$"),
-    ("model.hidden_size=0", r"^model\.hidden_size=0 must be >= 1$"),
-    # accepted before: -1 steps saved an untrained model; 0 divided by zero in the schedule
-    ("model.warm_start.steps=-1", r"^model\.warm_start\.steps=-1 must be >= 1$"),
-    ("model.warm_start.steps=0", r"^model\.warm_start\.steps=0 must be >= 1$"),
-    # accepted before: the verifier read nothing and a 100-step run "completed" at accuracy 0
-    ("+verifier.max_chars=0", r"^verifier\.max_chars=0 must be >= 1$"),
-    ("+verifier.max_chars=-5", r"^verifier\.max_chars=-5 must be >= 1$"),
-    # negative coefficients silently switched a term off (`entropy_coef > 0` in the trainer)
-    ("algorithm.entropy_coef=-0.01", r"^algorithm\.entropy_coef=-0\.01 must be >= 0$"),
-    # random.Random(-1) draws the same stream as random.Random(1)
-    ("seed=-1", r"^seed=-1 must be >= 0$"),
-    ("prompts.data_seed=-3", r"^prompts\.data_seed=-3 must be >= 0$"),
-    ("+verifier.workers=0", r"^verifier\.workers=0 must be >= 1$"),
-    ("model.warm_start.noisy_label_frac=1.5", r"^model\.warm_start\.noisy_label_frac=1\.5 must be in \[0, 1\]$"),
-    ("+model.lora.dropout=1.0", r"^model\.lora\.dropout=1\.0 must be in \[0, 1\)$"),
-    # finite but overflowing the workers' timers (score_batch raised OverflowError)
-    ("verifier.timeout_s=1e300", r"^verifier\.timeout_s=1e\+300 must be <= 3600"),
-    # float32 logits divided by 1e-320 (which rounds to 0 in float32) are inf: every log-prob nan
-    ("rollout.temperature=1e-320", r"^rollout\.temperature=1e-320 must be >= 1e-06$"),
-    # the issue's non-finite examples, each named with what it accepts
-    ("trainer.lr=inf", r"^trainer\.lr=inf is not a finite number; use a finite number > 0$"),
-    ("trainer.max_grad_norm=nan", r"^trainer\.max_grad_norm=nan is not a finite number; use a finite number > 0$"),
-    ("algorithm.kl.coef=nan", r"^algorithm\.kl\.coef=nan is not a finite number; use a finite number >= 0$"),
-    ("verifier.timeout_s=inf", r"^verifier\.timeout_s=inf is not a finite number; use a finite number > 0$"),
-    ("algorithm.clip.eps_low=nan", r"^algorithm\.clip\.eps_low=nan is not a finite number"),
-    ("algorithm.advantage.eps=nan", r"^algorithm\.advantage\.eps=nan is not a finite number"),
-    # a wrong type names key and value too
-    ("model.num_heads=inf", r"^model\.num_heads=inf is not accepted \(bad value for 'model\.num_heads'\): .*Integer"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        # issue 18: raw ZeroDivisionError before; now named
+        ("model.num_heads=0", r"^model\.num_heads=0 must be >= 1$"),
+        ("model.hidden_size=0", r"^model\.hidden_size=0 must be >= 1$"),
+        # accepted before: -1 steps saved an untrained model; 0 divided by zero in the schedule
+        ("model.warm_start.steps=-1", r"^model\.warm_start\.steps=-1 must be >= 1$"),
+        ("model.warm_start.steps=0", r"^model\.warm_start\.steps=0 must be >= 1$"),
+        # accepted before: the verifier read nothing and a 100-step run "completed" at accuracy 0
+        ("+verifier.max_chars=0", r"^verifier\.max_chars=0 must be >= 1$"),
+        ("+verifier.max_chars=-5", r"^verifier\.max_chars=-5 must be >= 1$"),
+        # negative coefficients silently switched a term off (`entropy_coef > 0` in the trainer)
+        ("algorithm.entropy_coef=-0.01", r"^algorithm\.entropy_coef=-0\.01 must be >= 0$"),
+        # random.Random(-1) draws the same stream as random.Random(1)
+        ("seed=-1", r"^seed=-1 must be >= 0$"),
+        ("prompts.data_seed=-3", r"^prompts\.data_seed=-3 must be >= 0$"),
+        ("+verifier.workers=0", r"^verifier\.workers=0 must be >= 1$"),
+        ("model.warm_start.noisy_label_frac=1.5", r"^model\.warm_start\.noisy_label_frac=1\.5 must be in \[0, 1\]$"),
+        ("+model.lora.dropout=1.0", r"^model\.lora\.dropout=1\.0 must be in \[0, 1\)$"),
+        # finite but overflowing the workers' timers (score_batch raised OverflowError)
+        ("verifier.timeout_s=1e300", r"^verifier\.timeout_s=1e\+300 must be <= 3600"),
+        # float32 logits divided by 1e-320 (which rounds to 0 in float32) are inf: every log-prob nan
+        ("rollout.temperature=1e-320", r"^rollout\.temperature=1e-320 must be >= 1e-06$"),
+        # the issue's non-finite examples, each named with what it accepts
+        ("trainer.lr=inf", r"^trainer\.lr=inf is not a finite number; use a finite number > 0$"),
+        ("trainer.max_grad_norm=nan", r"^trainer\.max_grad_norm=nan is not a finite number; use a finite number > 0$"),
+        ("algorithm.kl.coef=nan", r"^algorithm\.kl\.coef=nan is not a finite number; use a finite number >= 0$"),
+        ("verifier.timeout_s=inf", r"^verifier\.timeout_s=inf is not a finite number; use a finite number > 0$"),
+        ("algorithm.clip.eps_low=nan", r"^algorithm\.clip\.eps_low=nan is not a finite number"),
+        ("algorithm.advantage.eps=nan", r"^algorithm\.advantage\.eps=nan is not a finite number"),
+        # a wrong type names key and value too
+        (
+            "model.num_heads=inf",
+            r"^model\.num_heads=inf is not accepted \(bad value for 'model\.num_heads'\): .*Integer",
+        ),
+    ],
+)
 def test_the_issue_cases_fail_with_key_value_and_what_is_accepted(compose, override, message):
     with pytest.raises(ConfigError, match=message):
         validate(compose(override))
@@ -136,7 +155,9 @@ def test_the_issue_cases_fail_with_key_value_and_what_is_accepted(compose, overr
 
 def test_tiny_model_heads_need_an_even_dimension_for_rotary_embeddings(compose):
     # 12 / 4 = 3 dimensions per head: transformers' Llama failed at the first forward (size 3 vs 4)
-    with pytest.raises(ConfigError, match=r"^model\.hidden_size=12 / model\.num_heads=4 = 3 dimensions per head must be even"):
+    with pytest.raises(
+        ConfigError, match=r"^model\.hidden_size=12 / model\.num_heads=4 = 3 dimensions per head must be even"
+    ):
         validate(compose("model.hidden_size=12"))
     validate(compose("model.hidden_size=16"))  # 4 per head
 
@@ -156,14 +177,20 @@ def test_arithmetic_template_must_format_the_question(compose, template):
     validate(compose("prompts.template='Q: {question}'"))
 
 
-@pytest.mark.parametrize("overrides,message", [
-    # 10^8 examples were built in memory before training (the machine ran out of memory)
-    (["prompts.n_train=100000000"], r"^prompts\.n_train=100000000 must be <= 1000000 for a generated prompt set"),
-    (["prompts=countdown", "prompts.n_train=1000000"], r"^prompts\.n_train=1000000 must be <= 100000 for a generated prompt set \(prompts\.kind=countdown\)"),
-    (["prompts=countdown", "prompts.n_eval=2000000"], r"^prompts\.n_eval=2000000 must be <= 100000"),
-    # (2000+1)^2 = 4 million pairs took minutes to build
-    (["prompts.max_operand=2000"], r"^prompts\.max_operand=2000 must be <= 999"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        # 10^8 examples were built in memory before training (the machine ran out of memory)
+        (["prompts.n_train=100000000"], r"^prompts\.n_train=100000000 must be <= 1000000 for a generated prompt set"),
+        (
+            ["prompts=countdown", "prompts.n_train=1000000"],
+            r"^prompts\.n_train=1000000 must be <= 100000 for a generated prompt set \(prompts\.kind=countdown\)",
+        ),
+        (["prompts=countdown", "prompts.n_eval=2000000"], r"^prompts\.n_eval=2000000 must be <= 100000"),
+        # (2000+1)^2 = 4 million pairs took minutes to build
+        (["prompts.max_operand=2000"], r"^prompts\.max_operand=2000 must be <= 999"),
+    ],
+)
 def test_generated_prompt_sets_are_bounded(compose, overrides, message):
     with pytest.raises(ConfigError, match=message):
         validate(compose(*overrides))

@@ -48,8 +48,8 @@ def test_hydra_exclude_keys_equal_the_python_list():
 
 def test_docs_components_lists_the_keys_a_sweep_never_counts():
     text = (ROOT / "docs" / "components.md").read_text()
-    para = text[text.index("**Keys that never count as a change**"):]
-    para = para[:para.index("\n\n")]
+    para = text[text.index("**Keys that never count as a change**") :]
+    para = para[: para.index("\n\n")]
     listed = re.findall(r"`([a-z_.]+)`", para.split(":", 1)[1].split("):", 1)[1])
     assert listed == list(operational.SWEEP_IGNORED)
 

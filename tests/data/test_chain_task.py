@@ -83,7 +83,12 @@ def test_bad_chain_settings_name_the_key():
 
 def test_prompts_chain_picks_its_budget_and_verifier_and_the_command_line_still_wins(compose):
     cfg = validate(compose("prompts=chain", fast=False))
-    assert (cfg.prompts.kind, cfg.budget.name, cfg.budget.max_new_tokens, cfg.verifier.number) == ("chain", "lab", 48, "last")
+    assert (cfg.prompts.kind, cfg.budget.name, cfg.budget.max_new_tokens, cfg.verifier.number) == (
+        "chain",
+        "lab",
+        48,
+        "last",
+    )
     assert compose("prompts=chain", "budget=tiny", fast=False).budget.name == "tiny"
     default = compose(fast=False)
     assert (default.budget.name, default.verifier.get("number", "first")) == ("smoke", "first")

@@ -27,11 +27,21 @@ def cfg(**kw):
 
 
 def conf_file(name, **kw):
-    return OmegaConf.merge(OmegaConf.structured(PromptsConfig), OmegaConf.load(ROOT / f"conf/prompts/{name}.yaml"), OmegaConf.create(kw))
+    return OmegaConf.merge(
+        OmegaConf.structured(PromptsConfig), OmegaConf.load(ROOT / f"conf/prompts/{name}.yaml"), OmegaConf.create(kw)
+    )
 
 
 def gsm8k(path="gsm8k_sample.jsonl", **kw):
-    base = dict(name="gsm8k", kind="file", path=str(DATA / path), answer_extractor="gsm8k", n_train=0, n_eval=100, eval_fraction=0.2)
+    base = dict(
+        name="gsm8k",
+        kind="file",
+        path=str(DATA / path),
+        answer_extractor="gsm8k",
+        n_train=0,
+        n_eval=100,
+        eval_fraction=0.2,
+    )
     return cfg(**{**base, **kw})
 
 
@@ -62,8 +72,18 @@ def test_json_list_file(tmp_path):
 
 
 def test_math_sample_boxed_extraction():
-    s = datasets.build(cfg(name="math", kind="file", path=str(DATA / "math_sample.jsonl"), answer_extractor="boxed",
-                           fields={"question": "problem", "answer": "solution"}, template="boxed", n_train=0, n_eval=100))
+    s = datasets.build(
+        cfg(
+            name="math",
+            kind="file",
+            path=str(DATA / "math_sample.jsonl"),
+            answer_extractor="boxed",
+            fields={"question": "problem", "answer": "solution"},
+            template="boxed",
+            n_train=0,
+            n_eval=100,
+        )
+    )
     answers = {ex.answer for ex in s.train + s.eval}
     assert {"\\frac{5}{6}", "5\\sqrt{2}", "\\frac{\\sqrt{2}}{2}", "\\{1,2,3\\}", "(-2, 2)", "9\\pi"} <= answers
     assert all("\\boxed{}" in ex.prompt for ex in s.train)
@@ -72,17 +92,20 @@ def test_math_sample_boxed_extraction():
     assert v.score("so the answer is \\boxed{\\sqrt{2}/2}", "\\frac{\\sqrt{2}}{2}").correct
 
 
-@pytest.mark.parametrize("raw, extractor, expected", [
-    ("work\n#### 1,000", "gsm8k", "1000"),
-    ("#### 42 ", "gsm8k", "42"),
-    ("so $\\boxed{\\frac{a}{b}}$ and \\boxed{\\frac{\\sqrt{2}}{2}}.", "boxed", "\\frac{\\sqrt{2}}{2}"),
-    ("\\boxed{\\{1,2\\}}", "boxed", "\\{1,2\\}"),
-    (" 7 ", "none", "7"),
-    (42, "none", "42"),
-    (42.0, "none", "42"),
-    ("no marker", "gsm8k", None),
-    ("no box", "boxed", None),
-])
+@pytest.mark.parametrize(
+    "raw, extractor, expected",
+    [
+        ("work\n#### 1,000", "gsm8k", "1000"),
+        ("#### 42 ", "gsm8k", "42"),
+        ("so $\\boxed{\\frac{a}{b}}$ and \\boxed{\\frac{\\sqrt{2}}{2}}.", "boxed", "\\frac{\\sqrt{2}}{2}"),
+        ("\\boxed{\\{1,2\\}}", "boxed", "\\{1,2\\}"),
+        (" 7 ", "none", "7"),
+        (42, "none", "42"),
+        (42.0, "none", "42"),
+        ("no marker", "gsm8k", None),
+        ("no box", "boxed", None),
+    ],
+)
 def test_extract_answer(raw, extractor, expected):
     assert datasets.extract_answer(raw, extractor) == expected
 
@@ -114,7 +137,9 @@ def test_eval_path_is_a_separate_split():
 def test_templates_named_and_literal():
     r1 = datasets.build(gsm8k(template="r1"))
     assert all(e.prompt.endswith("Assistant: <think>") and "<answer>" in e.prompt for e in r1.train)
-    lit = datasets.build(gsm8k(template="Q: {question}\nA: {not a placeholder} \\boxed{}", chat=True, system_prompt="Be brief."))
+    lit = datasets.build(
+        gsm8k(template="Q: {question}\nA: {not a placeholder} \\boxed{}", chat=True, system_prompt="Be brief.")
+    )
     assert lit.train[0].prompt.startswith("Q: ") and lit.train[0].prompt.endswith("A: {not a placeholder} \\boxed{}")
     assert lit.chat is True and lit.system_prompt == "Be brief."
     with pytest.raises(ValueError, match=r"prompts.template='fancy'.*plain, boxed, r1, r1_chat"):
@@ -138,8 +163,13 @@ def test_missing_file():
 
 def test_missing_field_names_file_field_and_columns():
     path = str(DATA / "math_sample.jsonl")
-    with pytest.raises(ValueError, match=(r"prompts.path='.*math_sample.jsonl': field 'question' \(prompts.fields.question\) "
-                                          r"not found; columns are: problem, solution, level, type")):
+    with pytest.raises(
+        ValueError,
+        match=(
+            r"prompts.path='.*math_sample.jsonl': field 'question' \(prompts.fields.question\) "
+            r"not found; columns are: problem, solution, level, type"
+        ),
+    ):
         datasets.build(cfg(kind="file", path=path))
     with pytest.raises(ValueError, match=r"field 'answer' \(prompts.fields.answer\) not found"):
         datasets.build(cfg(kind="file", path=path, fields={"question": "problem", "answer": "answer"}))
@@ -160,7 +190,9 @@ def test_empty_split(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(ValueError, match=r"empty.jsonl.*the eval split is empty"):
-        datasets.build(cfg(kind="file", path=str(DATA / "gsm8k_sample.jsonl"), eval_path=str(empty), answer_extractor="gsm8k"))
+        datasets.build(
+            cfg(kind="file", path=str(DATA / "gsm8k_sample.jsonl"), eval_path=str(empty), answer_extractor="gsm8k")
+        )
 
 
 def test_extractor_finds_nothing(tmp_path):
@@ -237,13 +269,26 @@ def test_countdown_generator_is_deterministic_solvable_and_disjoint():
 
 
 def test_countdown_generator_settings():
-    s = datasets.build(cfg(kind="countdown", n_train=20, n_eval=5, min_numbers=2, max_numbers=2, max_number=9, max_target=50, template="plain"))
+    s = datasets.build(
+        cfg(
+            kind="countdown",
+            n_train=20,
+            n_eval=5,
+            min_numbers=2,
+            max_numbers=2,
+            max_number=9,
+            max_target=50,
+            template="plain",
+        )
+    )
     assert all(len(e.meta["nums"]) == 2 and max(e.meta["nums"]) <= 9 for e in s.train)
     assert s.train[0].prompt.startswith("Using the numbers")
     with pytest.raises(ValueError, match="prompts.n_train > 0"):
         datasets.build(cfg(kind="countdown", n_train=0, n_eval=5))
     with pytest.raises(ValueError, match="distinct puzzles"):
-        datasets.build(cfg(kind="countdown", n_train=500, n_eval=5, min_numbers=2, max_numbers=2, max_number=3, max_target=9))
+        datasets.build(
+            cfg(kind="countdown", n_train=500, n_eval=5, min_numbers=2, max_numbers=2, max_number=3, max_target=9)
+        )
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
@@ -264,7 +309,9 @@ def test_countdown_from_file(tmp_path, fmt):
 def test_countdown_file_missing_field(tmp_path):
     p = tmp_path / "x.jsonl"
     p.write_text('{"numbers": [1, 2], "target": 3}\n' * 5)
-    with pytest.raises(ValueError, match=r"field 'nums' \(prompts.fields.nums\) not found; columns are: numbers, target"):
+    with pytest.raises(
+        ValueError, match=r"field 'nums' \(prompts.fields.nums\) not found; columns are: numbers, target"
+    ):
         datasets.build(cfg(kind="countdown", path=str(p)))
 
 

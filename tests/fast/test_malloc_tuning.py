@@ -44,8 +44,12 @@ print(sorted(faults)[2])
 
 
 def _median_faults_per_step(keep: bool, tmp_path, threads: int = 2) -> float:
-    out = subprocess.run([sys.executable, "-c", WORKLOAD, str(keep).lower(), str(tmp_path), str(threads)], capture_output=True,
-                         text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    out = subprocess.run(
+        [sys.executable, "-c", WORKLOAD, str(keep).lower(), str(tmp_path), str(threads)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return float(out.stdout.split()[-1])
 

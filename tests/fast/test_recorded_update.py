@@ -80,7 +80,7 @@ def test_replay_gives_the_gradient_of_the_ordinary_forward(case):
     assert isinstance(rec, static_decode.ProjectionRecord)
     assert rec.rows is not None and 0 < len(rec.rows) < 3 * G  # some rows ended early and left the decoder
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(1))
-    adv[G:2 * G] = 0.0  # one group without gradient: its rows are skipped in the backward
+    adv[G : 2 * G] = 0.0  # one group without gradient: its rows are skipped in the backward
     (want_logits, want), (got_logits, got) = _ordinary_and_replay(model, rec, torch.arange(3 * G), pi, pm, comp, adv)
     m = comp.mask.bool()
     torch.testing.assert_close(got_logits[m], want_logits[m], atol=1e-5, rtol=0)
@@ -95,17 +95,26 @@ def test_long_rows_take_the_fused_attention_kernel_with_the_same_gradient(monkey
     monkeypatch.setattr(recorded_update, "_EXPLICIT_ATTENTION_BYTES", 0)
     calls = []
     sdpa = recorded_update.F.scaled_dot_product_attention
-    monkeypatch.setattr(recorded_update.F, "scaled_dot_product_attention",
-                        lambda *a, **k: calls.append(k["attn_mask"].dtype) or sdpa(*a, **k))
+    monkeypatch.setattr(
+        recorded_update.F,
+        "scaled_dot_product_attention",
+        lambda *a, **k: calls.append(k["attn_mask"].dtype) or sdpa(*a, **k),
+    )
     model = _eos_model()  # Llama with grouped key/value heads (4 query heads, 2 key/value heads)
     pi, pm, comp = _rollout(model)
     calls.clear()  # the sampler's own calls
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(1))
     model.train()
-    want = _grads(model, lambda: grouped_sequence_logits(model, pi, pm, comp.ids, comp.mask, group_size=G), comp, adv)[1]
+    want = _grads(model, lambda: grouped_sequence_logits(model, pi, pm, comp.ids, comp.mask, group_size=G), comp, adv)[
+        1
+    ]
     calls.clear()
-    got = _grads(model, lambda: rebuilt_logits(model, comp.recording.projections, torch.arange(3 * G), pi, pm, comp.ids, group_size=G),
-                 comp, adv)[1]
+    got = _grads(
+        model,
+        lambda: rebuilt_logits(model, comp.recording.projections, torch.arange(3 * G), pi, pm, comp.ids, group_size=G),
+        comp,
+        adv,
+    )[1]
     assert calls and set(calls) == {torch.bool}
     _assert_same_grads(got, want, floor=1e-3)
 
@@ -127,24 +136,32 @@ def test_the_backward_computes_only_rows_with_a_gradient(monkeypatch):
     """Projection-backward FLOPs, counted by hand: 2 (dX) + 2 (dW) FLOPs per weight per live token row. Live: the
     real prompt tokens of the groups with a gradient, and, in their completions, every fed token that precedes a
     real token (a completion of n tokens feeds n - 1 of them)."""
-    monkeypatch.setattr(recorded_update, "_FLOP_PER_BYTE", {"cpu": 0.0})  # skip dead rows however few (see the next test)
+    monkeypatch.setattr(
+        recorded_update, "_FLOP_PER_BYTE", {"cpu": 0.0}
+    )  # skip dead rows however few (see the next test)
     model = _eos_model("qwen2")  # biases too
     pi, pm, comp = _rollout(model)
     adv = torch.zeros(3 * G)
-    adv[2 * G:] = torch.linspace(-1, 1, G)  # only group 2 has a gradient
+    adv[2 * G :] = torch.linspace(-1, 1, G)  # only group 2 has a gradient
     flops = []
 
     class Observer:  # fast.FlopObserver
         add = staticmethod(flops.append)
 
     model.train()
-    logits = rebuilt_logits(model, comp.recording.projections, torch.arange(3 * G), pi, pm, comp.ids, group_size=G,
-                           flop_observer=Observer())
+    logits = rebuilt_logits(
+        model, comp.recording.projections, torch.arange(3 * G), pi, pm, comp.ids, group_size=G, flop_observer=Observer()
+    )
     n_forward = len(flops)  # attention and LM head, counted when the forward is built
     _loss(logits, comp, adv).backward()
-    weights = sum(m.weight.numel() for layer in model.model.layers for mods in static_decode.projection_modules(layer) for m in mods)
+    weights = sum(
+        m.weight.numel()
+        for layer in model.model.layers
+        for mods in static_decode.projection_modules(layer)
+        for m in mods
+    )
     prompt_tokens = len(PROMPTS[2])
-    completion_tokens = int((comp.lengths[2 * G:] - 1).clamp(min=0).sum())
+    completion_tokens = int((comp.lengths[2 * G :] - 1).clamp(min=0).sum())
     assert sum(flops[n_forward:]) == 4.0 * weights * (prompt_tokens + completion_tokens)
 
 
@@ -162,8 +179,9 @@ def test_dead_rows_are_skipped_only_when_that_saves_more_than_the_copies():
     assert live.pick(4096, 4096, 0.0) is None  # nothing dead: nothing to skip
 
 
-@pytest.mark.parametrize("split", [["trainer.updates_per_rollout=1"],
-                                   ["trainer.updates_per_rollout=2", "trainer.micro_batch_size=4"]])
+@pytest.mark.parametrize(
+    "split", [["trainer.updates_per_rollout=1"], ["trainer.updates_per_rollout=2", "trainer.micro_batch_size=4"]]
+)
 def test_the_first_update_runs_no_forward_projection_and_moves_the_weights_the_same(compose, tmp_path, split):
     """Trainer level. With the rebuild the policy's projections are never called during the first update (the
     sampler computed them; with 2 mini-batches of 2 groups, in micro-batches of one group, the second mini-batch
@@ -175,8 +193,11 @@ def test_the_first_update_runs_no_forward_projection_and_moves_the_weights_the_s
         b = tr.collect().batch
         b.rewards = torch.linspace(0, 1, len(b.rewards))  # every group informative
         calls = []
-        hooks = [m.register_forward_hook(lambda *a: calls.append(1)) for m in tr.policy.model.modules()
-                 if isinstance(m, torch.nn.Linear) and m is not tr.policy.model.lm_head]
+        hooks = [
+            m.register_forward_hook(lambda *a: calls.append(1))
+            for m in tr.policy.model.modules()
+            if isinstance(m, torch.nn.Linear) and m is not tr.policy.model.lm_head
+        ]
         grads = record_step_gradients(tr)
         up = tr.update(b, tr.advantages(b), None).metrics
         for h in hooks:
@@ -206,15 +227,22 @@ def test_a_record_is_reused_when_its_shapes_match():
     rec = second.recording.projections
     assert rec.rows is not None and len(rec.rows) < 3 * G  # rows left the decoder: their later positions unwritten
     fed = second.ids.shape[1] - 1
-    for buf in ([t for layer in rec.prompt for t in layer if t is not None]
-                + [t[:, :fed] for layer in rec.completion for t in layer if t is not None]):
+    for buf in [t for layer in rec.prompt for t in layer if t is not None] + [
+        t[:, :fed] for layer in rec.completion for t in layer if t is not None
+    ]:
         assert bool(torch.isfinite(buf).all())  # written by this rollout, or zeroed when the row left
     pir, pmr = pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0)
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(3))
     (_, want), (_, got) = _ordinary_and_replay(model, rec, torch.arange(3 * G), pir, pmr, second, adv)
     _assert_same_grads(got, want)
-    longer = sample(model, pi, pm, generator=torch.Generator().manual_seed(5), record=first.recording,
-                    **{**KW, "max_new_tokens": 30})
+    longer = sample(
+        model,
+        pi,
+        pm,
+        generator=torch.Generator().manual_seed(5),
+        record=first.recording,
+        **{**KW, "max_new_tokens": 30},
+    )
     assert longer.recording.projections is not first_rec  # other shapes: a new record
 
 
@@ -231,7 +259,10 @@ def test_replay_is_off_where_it_would_not_be_exact():
     assert "LoRA" in can_rebuild(lora, 40)
     # and the sampler keeps no record where the decoder is transformers' own
     pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
-    assert sample(_model("llama"), pi, pm, record=True, kv_cache="dynamic", **{**KW, "max_new_tokens": 4}).recording is None
+    assert (
+        sample(_model("llama"), pi, pm, record=True, kv_cache="dynamic", **{**KW, "max_new_tokens": 4}).recording
+        is None
+    )
     # nor where the update would not be exact: the speed layer reads these from the model itself (gradient
     # checkpointing as transformers enables it) and from the sampler's autocast; the decoder is still the fast one
     from rlcompare import fast
@@ -251,15 +282,19 @@ def test_a_single_new_token_replays_from_the_prompt_alone():
     assert comp.ids.shape[1] == 1 and comp.recording.projections.completion[0][0].shape[0] == 0  # no token is ever fed
     pir, pmr = pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0)
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(4))
-    (_, want), (_, got) = _ordinary_and_replay(model, comp.recording.projections, torch.arange(3 * G), pir, pmr, comp, adv)
+    (_, want), (_, got) = _ordinary_and_replay(
+        model, comp.recording.projections, torch.arange(3 * G), pir, pmr, comp, adv
+    )
     _assert_same_grads(got, want, eps=1e-12)
 
 
 def _mlp_inputs(model, ids, mask):
     """Each layer's MLP input `[B, T, H]` in transformers' own forward of `ids` (left-padded by `mask`)."""
     seen = []
-    hooks = [layer.mlp.register_forward_hook(lambda mod, args, out: seen.append(args[0].detach()))
-             for layer in model.model.layers]
+    hooks = [
+        layer.mlp.register_forward_hook(lambda mod, args, out: seen.append(args[0].detach()))
+        for layer in model.model.layers
+    ]
     try:
         with torch.no_grad():
             model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0), use_cache=False)
@@ -288,11 +323,16 @@ def test_the_record_holds_the_mlp_activations_instead_of_gate_and_up():
         with torch.no_grad():
             g, u = mlp.gate_proj(h), mlp.up_proj(h)
         s = torch.sigmoid(g)
-        want = {static_decode.ACT: g * s, static_decode.GATED: g * s * u,
-                static_decode.GATE_GRAD: u * s * (1 + g * (1 - s))}
+        want = {
+            static_decode.ACT: g * s,
+            static_decode.GATED: g * s * u,
+            static_decode.GATE_GRAD: u * s * (1 + g * (1 - s)),
+        }
         for slot, w in want.items():
             torch.testing.assert_close(rec.prompt[li][slot][real], w[::G, :P][real], atol=1e-5, rtol=1e-4)
-            torch.testing.assert_close(rec.completion[li][slot].transpose(0, 1)[fed], w[:, P:][fed], atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(
+                rec.completion[li][slot].transpose(0, 1)[fed], w[:, P:][fed], atol=1e-5, rtol=1e-4
+            )
 
 
 @pytest.mark.parametrize("case", ["llama-gqa", "qwen2-bias", "qwen3-qk-norm"])
@@ -313,8 +353,10 @@ def test_the_record_holds_queries_and_keys_roped_except_for_qwen3(case):
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     outs = {}
     attn0 = model.model.layers[0].self_attn
-    hooks = [getattr(attn0, f"{n}_proj").register_forward_hook(lambda m, a, o, n=n: outs.__setitem__(n, o.detach()))
-             for n in "qkv"]
+    hooks = [
+        getattr(attn0, f"{n}_proj").register_forward_hook(lambda m, a, o, n=n: outs.__setitem__(n, o.detach()))
+        for n in "qkv"
+    ]
     try:
         with torch.no_grad():
             model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
@@ -332,8 +374,9 @@ def test_the_record_holds_queries_and_keys_roped_except_for_qwen3(case):
     real = pm[::G].bool()
     fed = torch.arange(T1)[None] < (comp.lengths - 1)[:, None]
     torch.testing.assert_close(rec.prompt[0][static_decode.QKV][real], want[::G, :P][real], atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(rec.completion[0][static_decode.QKV].transpose(0, 1)[fed], want[:, P:][fed],
-                               atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        rec.completion[0][static_decode.QKV].transpose(0, 1)[fed], want[:, P:][fed], atol=1e-5, rtol=1e-4
+    )
 
 
 def test_the_replay_runs_no_silu():
@@ -358,19 +401,34 @@ def test_a_batch_that_ends_before_the_limit_replays_from_a_copy_of_its_positions
     with torch.no_grad():
         model.lm_head.bias[TOK.eos_token_id] = 4.0
     pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
-    comp = sample(model, pi, pm, generator=torch.Generator().manual_seed(0), record=True, **{**KW, "max_new_tokens": 40})
+    comp = sample(
+        model, pi, pm, generator=torch.Generator().manual_seed(0), record=True, **{**KW, "max_new_tokens": 40}
+    )
     assert 1 < comp.ids.shape[1] < 40 and comp.ids.shape[1] - 1 < comp.recording.projections.n_fed
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(4))
     (want_logits, want), (got_logits, got) = _ordinary_and_replay(
-        model, comp.recording.projections, torch.arange(3 * G), pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0), comp, adv)
+        model,
+        comp.recording.projections,
+        torch.arange(3 * G),
+        pi.repeat_interleave(G, 0),
+        pm.repeat_interleave(G, 0),
+        comp,
+        adv,
+    )
     m = comp.mask.bool()
     torch.testing.assert_close(got_logits[m], want_logits[m], atol=1e-5, rtol=0)
     _assert_same_grads(got, want, floor=1e-3)
 
 
-@pytest.mark.parametrize("extra, reads", [(["trainer.updates_per_rollout=1"], False), (["trainer.updates_per_rollout=2"], True),
-                                          (["trainer.updates_per_rollout=2", "trainer.recompute_old_logp=true"], False),
-                                          (["algorithm=ppo", "trainer.updates_per_rollout=1"], True)])
+@pytest.mark.parametrize(
+    "extra, reads",
+    [
+        (["trainer.updates_per_rollout=1"], False),
+        (["trainer.updates_per_rollout=2"], True),
+        (["trainer.updates_per_rollout=2", "trainer.recompute_old_logp=true"], False),
+        (["algorithm=ppo", "trainer.updates_per_rollout=1"], True),
+    ],
+)
 def test_the_sampler_keeps_log_probs_only_where_they_are_read(compose, tmp_path, extra, reads):
     """One update per batch is on-policy and takes its old log-probs from its own forward, so the sampler skips
     them; several updates take the sampler's as old log-probs (unless recomputed), PPO's KL penalty in the reward

@@ -15,14 +15,23 @@ from rlcompare.models import build_char_tokenizer
 from rlcompare.rollout import CacheDecoder, left_pad, make_decoder, sample, token_logp
 
 TOK = build_char_tokenizer()
-IDS = dict(vocab_size=len(TOK), pad_token_id=TOK.pad_token_id, bos_token_id=TOK.bos_token_id, eos_token_id=TOK.eos_token_id)
+IDS = dict(
+    vocab_size=len(TOK), pad_token_id=TOK.pad_token_id, bos_token_id=TOK.bos_token_id, eos_token_id=TOK.eos_token_id
+)
 
 
 def _model(arch: str, **extra):
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    kw = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
-              max_position_embeddings=128, **IDS)
+    kw = dict(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        **IDS,
+    )
     kw.update(extra)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(arch, **kw)).eval()
@@ -42,8 +51,16 @@ CASES = {
     "qwen3-qk-norm": ("qwen3", {"head_dim": 16}),  # head_dim != hidden / heads, as in Qwen3-0.6B (128 vs 64)
     "mistral": ("mistral", {"sliding_window": None}),
     # 256 wide: the projections go through oneDNN with packed weights (rlcompare.fast.onednn) where available
-    "llama-wide": ("llama", {"hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 4,
-                             "intermediate_size": 512, "num_hidden_layers": 1}),
+    "llama-wide": (
+        "llama",
+        {
+            "hidden_size": 256,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 4,
+            "intermediate_size": 512,
+            "num_hidden_layers": 1,
+        },
+    ),
 }
 
 
@@ -56,8 +73,9 @@ def test_each_step_equals_a_full_forward_of_the_whole_sequence(case):
     dec = make_decoder(model, pi.shape[1] + 6)
     assert isinstance(dec, static_decode.StaticDecoder)
     with torch.inference_mode():
-        _assert_steps_are_full_forwards(model, dec, dec.prefill(pi, pm, pos), [list(p) for p in PROMPTS],
-                                        pos[:, -1:] + 1, steps=6, seed=1)
+        _assert_steps_are_full_forwards(
+            model, dec, dec.prefill(pi, pm, pos), [list(p) for p in PROMPTS], pos[:, -1:] + 1, steps=6, seed=1
+        )
 
 
 def _assert_steps_are_full_forwards(model, dec, logits, seqs, next_pos, *, steps, seed):
@@ -94,8 +112,9 @@ def test_each_copy_of_a_prompt_decodes_from_its_own_cache_and_never_reads_unwrit
         for cache in dec.keys + dec.values:
             assert cache.shape[0] == 6
             cache[:, :, P:] = float("nan")
-        _assert_steps_are_full_forwards(model, dec, logits, seqs, pos[:, -1:].repeat_interleave(2, 0) + 1,
-                                        steps=5, seed=2)
+        _assert_steps_are_full_forwards(
+            model, dec, logits, seqs, pos[:, -1:].repeat_interleave(2, 0) + 1, steps=5, seed=2
+        )
     assert seqs[0] != seqs[1]
 
 
@@ -139,7 +158,9 @@ def test_bf16_autocast_stays_close_to_the_model_under_the_same_autocast(case):
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         for i, p in enumerate(PROMPTS):
             n = int(fast.lengths[i])
-            logits = model(input_ids=torch.tensor([p + fast.ids[i, :n].tolist()])).logits[0, len(p) - 1:len(p) - 1 + n]
+            logits = model(input_ids=torch.tensor([p + fast.ids[i, :n].tolist()])).logits[
+                0, len(p) - 1 : len(p) - 1 + n
+            ]
             # bf16 keeps ~3 significant digits; log-probs of ~-4.4 agree to a few hundredths
             torch.testing.assert_close(token_logp(logits, fast.ids[i, :n]), fast.logp[i, :n], atol=5e-2, rtol=0)
 
@@ -165,11 +186,14 @@ def test_lora_adapters_are_applied_through_their_modules():
     assert not torch.allclose(base.logp, fast.logp)
 
 
-@pytest.mark.parametrize("arch,extra,reason", [
-    ("mistral", {"sliding_window": 8}, "sliding window 8 < 20"),
-    ("qwen2", {"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 0}, "sliding window 8 < 20"),
-    ("gemma", {"head_dim": 8}, "GemmaForCausalLM is not one of"),
-])
+@pytest.mark.parametrize(
+    "arch,extra,reason",
+    [
+        ("mistral", {"sliding_window": 8}, "sliding window 8 < 20"),
+        ("qwen2", {"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 0}, "sliding window 8 < 20"),
+        ("gemma", {"head_dim": 8}, "GemmaForCausalLM is not one of"),
+    ],
+)
 def test_unsupported_models_keep_the_transformers_cache(arch, extra, reason):
     model = _model(arch, **extra)
     assert reason in static_decode.supports(model, 20)
@@ -193,8 +217,14 @@ def test_bf16_weights_as_on_a_gpu_by_default_match_the_transformers_cache():
     # model.dtype=auto loads bf16 weights on a GPU and samples under bf16 autocast: the same dtypes on the CPU
     model = _model("qwen2").to(torch.bfloat16)
     pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
-    kw = dict(max_new_tokens=8, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id, repeats=2,
-              autocast_dtype=torch.bfloat16, greedy=True)
+    kw = dict(
+        max_new_tokens=8,
+        eos_id=TOK.eos_token_id,
+        pad_id=TOK.pad_token_id,
+        repeats=2,
+        autocast_dtype=torch.bfloat16,
+        greedy=True,
+    )
     fast = sample(model, pi, pm, kv_cache="auto", **kw)
     ref = sample(model, pi, pm, kv_cache="dynamic", **kw)
     assert isinstance(make_decoder(model, 20), static_decode.StaticDecoder)
@@ -269,8 +299,12 @@ def test_rope_backward_is_the_derivative():
     x = torch.tensor([[0.3, -1.2, 2.0, 0.7]], requires_grad=True)
     y = static_decode.apply_rope(x, cos, signed_sin)
     assert y.grad_fn is not None and "_Rope" in type(y.grad_fn).__name__
-    torch.testing.assert_close(y.detach(), torch.tensor([[0.3 * 0.6 - 0.8 * 2.0, -1.2 * 0.28 - 0.96 * 0.7,
-                                                          2.0 * 0.6 + 0.8 * 0.3, 0.7 * 0.28 + 0.96 * -1.2]]))
+    torch.testing.assert_close(
+        y.detach(),
+        torch.tensor(
+            [[0.3 * 0.6 - 0.8 * 2.0, -1.2 * 0.28 - 0.96 * 0.7, 2.0 * 0.6 + 0.8 * 0.3, 0.7 * 0.28 + 0.96 * -1.2]]
+        ),
+    )
     (y * torch.tensor([1.0, 3.0, 2.0, 5.0])).sum().backward()
     torch.testing.assert_close(x.grad, torch.tensor([[2.2, 5.64, 0.4, -1.48]]), atol=1e-6, rtol=0)
     g = torch.Generator().manual_seed(0)
@@ -280,9 +314,16 @@ def test_rope_backward_is_the_derivative():
     assert torch.autograd.gradcheck(lambda a: static_decode._Rope.apply(a, c, s), (xs,))
 
 
-@pytest.mark.parametrize("version,refused", [
-    ("4.55.4", True), ("4.56.0", False), ("5.24.0", False), ("5.25.0.dev0", True), ("6.0.0", True),
-])
+@pytest.mark.parametrize(
+    "version,refused",
+    [
+        ("4.55.4", True),
+        ("4.56.0", False),
+        ("5.24.0", False),
+        ("5.25.0.dev0", True),
+        ("6.0.0", True),
+    ],
+)
 def test_the_fast_path_refuses_transformers_outside_its_tested_range(version, refused):
     why = static_decode.transformers_version_refusal(version)
     assert (why is not None) == refused
@@ -307,5 +348,15 @@ def test_an_untested_transformers_falls_back_to_the_transformers_cache(monkeypat
     assert fast.decoder_for(model, 20) is None and fast.decoder_for(model, 20, record=True) is None
     assert sample(model, pi, pm, record=True, **kw).recording is None
     rows = torch.arange(len(recorded.ids))
-    assert fast.recorded_update_forward(model, recorded.recording, rows, pi.repeat_interleave(2, 0),
-                                         pm.repeat_interleave(2, 0), recorded.ids, group_size=2) is None
+    assert (
+        fast.recorded_update_forward(
+            model,
+            recorded.recording,
+            rows,
+            pi.repeat_interleave(2, 0),
+            pm.repeat_interleave(2, 0),
+            recorded.ids,
+            group_size=2,
+        )
+        is None
+    )

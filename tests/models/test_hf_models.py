@@ -22,13 +22,22 @@ from rlcompare.train.tracking import read_jsonl
 from rlcompare.train.trainer import Trainer
 
 CTX = 256
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 DATA = Path(__file__).resolve().parents[1] / "data"
 TASKS = {  # prompt set overrides, verifier
     "gsm8k": (["prompts=gsm8k", "prompts.kind=file", f"prompts.path={DATA / 'gsm8k_sample.jsonl'}"], "exact_match"),
-    "math": (["prompts=math", "prompts.kind=file", f"prompts.path={DATA / 'math_sample.jsonl'}",
-              "verifier.isolation=inline"], "math_verify"),  # no worker processes in a short test
+    "math": (
+        [
+            "prompts=math",
+            "prompts.kind=file",
+            f"prompts.path={DATA / 'math_sample.jsonl'}",
+            "verifier.isolation=inline",
+        ],
+        "math_verify",
+    ),  # no worker processes in a short test
     "countdown": (["prompts=countdown", f"prompts.path={DATA / 'countdown_sample.jsonl'}"], "countdown"),
 }
 # A from-scratch model's reward is 0 on every task, so no gradient; to see weights move, reward a completion
@@ -47,13 +56,31 @@ def _tokenizer(chat: bool):
 def _config(arch: str, tok):
     from transformers import GPT2Config, LlamaConfig, Qwen2Config
 
-    ids = dict(vocab_size=len(tok), pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    ids = dict(
+        vocab_size=len(tok), pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id
+    )
     if arch == "llama":
-        return LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                           intermediate_size=64, max_position_embeddings=CTX, tie_word_embeddings=True, **ids)
+        return LlamaConfig(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=CTX,
+            tie_word_embeddings=True,
+            **ids,
+        )
     if arch == "qwen2":
-        return Qwen2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                           intermediate_size=64, max_position_embeddings=CTX, tie_word_embeddings=False, **ids)
+        return Qwen2Config(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=CTX,
+            tie_word_embeddings=False,
+            **ids,
+        )
     # GPT-2 has dropout 0.1 by default: load_policy must turn it off
     return GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=CTX, **ids)
 
@@ -72,16 +99,36 @@ def _save(folder: Path, arch: str, chat: bool) -> str:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("hf_models")
-    return {"llama": _save(root / "llama", "llama", chat=True), "qwen2": _save(root / "qwen2", "qwen2", chat=True),
-            "gpt2": _save(root / "gpt2", "gpt2", chat=False)}
+    return {
+        "llama": _save(root / "llama", "llama", chat=True),
+        "qwen2": _save(root / "qwen2", "qwen2", chat=True),
+        "gpt2": _save(root / "gpt2", "gpt2", chat=False),
+    }
 
 
 def _overrides(path: str, task: str = "gsm8k", *extra: str) -> list[str]:
     prompts, verifier = TASKS[task]
-    return ["logger=none", "trainer.progress=false", "trainer.threads=1",  # conftest's FAST minus the tiny model's keys
-            "model=hf", f"model.name_or_path={path}", *prompts, "prompts.template=plain", f"verifier={verifier}", "budget=tiny", "budget.max_prompt_tokens=200", "budget.max_new_tokens=8",
-            "budget.max_steps=2", "trainer.prompts_per_step=2", "trainer.group_size=2", "prompts.n_eval=2",
-            "trainer.eval_every=2", "trainer.updates_per_rollout=1", "trainer.lr=1e-2", *extra]
+    return [
+        "logger=none",
+        "trainer.progress=false",
+        "trainer.threads=1",  # conftest's FAST minus the tiny model's keys
+        "model=hf",
+        f"model.name_or_path={path}",
+        *prompts,
+        "prompts.template=plain",
+        f"verifier={verifier}",
+        "budget=tiny",
+        "budget.max_prompt_tokens=200",
+        "budget.max_new_tokens=8",
+        "budget.max_steps=2",
+        "trainer.prompts_per_step=2",
+        "trainer.group_size=2",
+        "prompts.n_eval=2",
+        "trainer.eval_every=2",
+        "trainer.updates_per_rollout=1",
+        "trainer.lr=1e-2",
+        *extra,
+    ]
 
 
 def _trainer(compose, tmp_path, *overrides) -> Trainer:
@@ -99,12 +146,15 @@ def _weights(module) -> dict:
 
 
 # ----------------------------------------------------------------------------- end to end
-@pytest.mark.parametrize("arch,task,extra", [
-    ("llama", "gsm8k", ["prompts.chat=true"]),
-    ("qwen2", "math", ["model.lora.enabled=true", "algorithm=dapo"]),
-    ("llama", "countdown", ["model.lora.enabled=true", "prompts.chat=true", "prompts.system_prompt=be brief"]),
-    ("gpt2", "countdown", ["algorithm=ppo"]),  # another architecture through the same path
-])
+@pytest.mark.parametrize(
+    "arch,task,extra",
+    [
+        ("llama", "gsm8k", ["prompts.chat=true"]),
+        ("qwen2", "math", ["model.lora.enabled=true", "algorithm=dapo"]),
+        ("llama", "countdown", ["model.lora.enabled=true", "prompts.chat=true", "prompts.system_prompt=be brief"]),
+        ("gpt2", "countdown", ["algorithm=ppo"]),  # another architecture through the same path
+    ],
+)
 def test_hf_model_trains_end_to_end(compose, models, arch, task, extra):
     s = train(compose(*_overrides(models[arch], task, *extra), f"run_name={arch}_{task}", fast=False))
     assert s["status"] == "completed" and s["steps"] == 2
@@ -121,8 +171,11 @@ def test_hf_model_trains_end_to_end(compose, models, arch, task, extra):
 # ----------------------------------------------------------------------------- LoRA
 def test_lora_trains_only_adapters_and_the_reference_is_the_base(compose, models, tmp_path):
     path = models["qwen2"]
-    tr = _trainer(compose, tmp_path, *_overrides(path, "gsm8k", "model.lora.enabled=true", "model.lora.r=4",
-                                                 "algorithm.kl.coef=0.1", *REWARDED))
+    tr = _trainer(
+        compose,
+        tmp_path,
+        *_overrides(path, "gsm8k", "model.lora.enabled=true", "model.lora.r=4", "algorithm.kl.coef=0.1", *REWARDED),
+    )
     model = tr.policy.model
     assert tr.policy.lora and tr.ref is not None and tr.ref.model is None  # no second copy
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
@@ -154,12 +207,15 @@ def test_sampling_with_lora_uses_the_kv_cache_without_deprecated_arguments(compo
     base = model.get_base_model()
     assert _cache_kwarg(model) == _cache_kwarg(base)
     lengths = []
-    hook = base.register_forward_pre_hook(lambda mod, args, kw: lengths.append(kw["input_ids"].shape[1]), with_kwargs=True)
+    hook = base.register_forward_pre_hook(
+        lambda mod, args, kw: lengths.append(kw["input_ids"].shape[1]), with_kwargs=True
+    )
     pi, pm = left_pad([p.ids for p in tr.train_prompts[:2]], tr.pad_id, "cpu")
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*past_key_values.*")  # "`past_key_values` is deprecated ..."
-        comp = sample(model.eval(), pi, pm, max_new_tokens=5, eos_id=tr.eos_ids, pad_id=tr.pad_id, greedy=True,
-                      kv_cache="dynamic")  # transformers' cache through the peft wrapper
+        comp = sample(
+            model.eval(), pi, pm, max_new_tokens=5, eos_id=tr.eos_ids, pad_id=tr.pad_id, greedy=True, kv_cache="dynamic"
+        )  # transformers' cache through the peft wrapper
     hook.remove()
     assert lengths[0] == pi.shape[1] and set(lengths[1:]) == {1}  # one token per step: the cache is used
     with torch.no_grad():
@@ -178,8 +234,18 @@ def test_kl_coef_zero_loads_no_reference(compose, models, tmp_path):
 
 @pytest.mark.parametrize("lora", [False, True])
 def test_ppo_critic_starts_from_the_policy_weights_and_both_train(compose, models, tmp_path, lora):
-    tr = _trainer(compose, tmp_path, *_overrides(models["llama"], "gsm8k", "algorithm=ppo", f"model.lora.enabled={lora}",
-                                                 "algorithm.critic.lr=1e-2", *REWARDED))
+    tr = _trainer(
+        compose,
+        tmp_path,
+        *_overrides(
+            models["llama"],
+            "gsm8k",
+            "algorithm=ppo",
+            f"model.lora.enabled={lora}",
+            "algorithm.critic.lr=1e-2",
+            *REWARDED,
+        ),
+    )
     body = tr.policy.model.get_base_model().model if lora else tr.policy.model.model
     critic_body = tr.critic.body.state_dict()
     assert critic_body.keys() == body.state_dict().keys()
@@ -202,14 +268,19 @@ def test_ppo_critic_starts_from_the_policy_weights_and_both_train(compose, model
 
 # ----------------------------------------------------------------------------- chat template, context
 def test_chat_template_is_applied(compose, models, tmp_path):
-    tr = _trainer(compose, tmp_path, *_overrides(models["llama"], "gsm8k", "prompts.chat=true", "prompts.system_prompt=sys"))
+    tr = _trainer(
+        compose, tmp_path, *_overrides(models["llama"], "gsm8k", "prompts.chat=true", "prompts.system_prompt=sys")
+    )
     tok = tr.policy.tokenizer
     start, end = tok.convert_tokens_to_ids("<|im_start|>"), tok.convert_tokens_to_ids("<|im_end|>")
     enc = lambda text: tok(text, add_special_tokens=False).input_ids
     for p in tr.train_prompts + tr.eval_prompts:
         assert p.ids[0] == start and p.ids.count(start) == 3 and p.ids.count(end) == 2
-        assert p.ids == (enc("<|im_start|>system\nsys<|im_end|>\n<|im_start|>user\n") + enc(p.example.prompt)
-                         + enc("<|im_end|>\n<|im_start|>assistant\n"))
+        assert p.ids == (
+            enc("<|im_start|>system\nsys<|im_end|>\n<|im_start|>user\n")
+            + enc(p.example.prompt)
+            + enc("<|im_end|>\n<|im_start|>assistant\n")
+        )
     plain = _trainer(compose, tmp_path, *_overrides(models["llama"], "gsm8k"))
     assert all(start not in p.ids and p.ids[0] == tok.bos_token_id for p in plain.train_prompts)
 
@@ -222,8 +293,11 @@ def test_chat_without_a_chat_template_is_a_clear_error(compose, models, tmp_path
 def test_budget_beyond_the_model_context_is_a_clear_error(compose, models, tmp_path):
     for arch, lora in (("llama", False), ("qwen2", True), ("gpt2", False)):  # GPT-2: n_positions
         with pytest.raises(ConfigError, match=rf"= {CTX + 8} exceeds the model's context \({CTX} positions\)"):
-            _trainer(compose, tmp_path, *_overrides(models[arch], "gsm8k", f"budget.max_prompt_tokens={CTX}",
-                                                    f"model.lora.enabled={lora}"))
+            _trainer(
+                compose,
+                tmp_path,
+                *_overrides(models[arch], "gsm8k", f"budget.max_prompt_tokens={CTX}", f"model.lora.enabled={lora}"),
+            )
 
 
 def test_missing_model_folder_is_a_clear_error(compose, tmp_path):
@@ -236,19 +310,26 @@ def test_missing_model_folder_is_a_clear_error(compose, tmp_path):
 
 # ----------------------------------------------------------------------------- dtype, attention, checkpointing
 def test_dtype_attention_and_dropout_settings(compose, models, tmp_path):
-    tr = _trainer(compose, tmp_path, *_overrides(models["qwen2"], "gsm8k", "model.dtype=bfloat16",
-                                                 "model.attn_implementation=eager"))
+    tr = _trainer(
+        compose,
+        tmp_path,
+        *_overrides(models["qwen2"], "gsm8k", "model.dtype=bfloat16", "model.attn_implementation=eager"),
+    )
     m = tr.policy.model
     assert next(m.parameters()).dtype == torch.bfloat16 and m.config._attn_implementation == "eager"
     tr.step()
-    tr = _trainer(compose, tmp_path, *_overrides(models["qwen2"], "gsm8k", "model.dtype=bfloat16", "model.lora.enabled=true",
-                                                 *REWARDED))
+    tr = _trainer(
+        compose,
+        tmp_path,
+        *_overrides(models["qwen2"], "gsm8k", "model.dtype=bfloat16", "model.lora.enabled=true", *REWARDED),
+    )
     lora = {n: p.detach().clone() for n, p in tr.policy.model.named_parameters() if p.requires_grad}
     assert lora and all(p.dtype == torch.float32 for p in lora.values())  # bf16 base, fp32 adapters
     tr.step()
     assert any(not torch.equal(p, lora[n]) for n, p in tr.policy.model.named_parameters() if n in lora)
-    gpt2 = _trainer(compose, tmp_path, *_overrides(models["gpt2"], "gsm8k", "model.dtype=float32",
-                                                   "model.attn_implementation=sdpa"))
+    gpt2 = _trainer(
+        compose, tmp_path, *_overrides(models["gpt2"], "gsm8k", "model.dtype=float32", "model.attn_implementation=sdpa")
+    )
     m = gpt2.policy.model
     assert next(m.parameters()).dtype == torch.float32 and m.config._attn_implementation == "sdpa"
     assert all(mod.p == 0 for mod in m.modules() if isinstance(mod, torch.nn.Dropout))  # GPT-2's 0.1 turned off
@@ -257,16 +338,29 @@ def test_dtype_attention_and_dropout_settings(compose, models, tmp_path):
 
 @pytest.mark.parametrize("lora,algorithm", [(False, "grpo"), (True, "ppo")])
 def test_gradient_checkpointing_keeps_the_sampling_cache_and_trains(compose, models, tmp_path, lora, algorithm):
-    tr = _trainer(compose, tmp_path, *_overrides(models["llama"], "gsm8k", "model.gradient_checkpointing=true",
-                                                 f"model.lora.enabled={lora}", f"algorithm={algorithm}", *REWARDED))
+    tr = _trainer(
+        compose,
+        tmp_path,
+        *_overrides(
+            models["llama"],
+            "gsm8k",
+            "model.gradient_checkpointing=true",
+            f"model.lora.enabled={lora}",
+            f"algorithm={algorithm}",
+            *REWARDED,
+        ),
+    )
     model = tr.policy.model
     base = model.get_base_model() if lora else model
     assert base.model.gradient_checkpointing and base.config.use_cache
     lengths = []
-    hook = base.register_forward_pre_hook(lambda mod, args, kw: lengths.append(kw["input_ids"].shape[1]), with_kwargs=True)
+    hook = base.register_forward_pre_hook(
+        lambda mod, args, kw: lengths.append(kw["input_ids"].shape[1]), with_kwargs=True
+    )
     pi, pm = left_pad([p.ids for p in tr.train_prompts[:2]], tr.pad_id, "cpu")
-    comp = sample(model.eval(), pi, pm, max_new_tokens=5, eos_id=tr.eos_ids, pad_id=tr.pad_id, greedy=True,
-                  kv_cache="dynamic")
+    comp = sample(
+        model.eval(), pi, pm, max_new_tokens=5, eos_id=tr.eos_ids, pad_id=tr.pad_id, greedy=True, kv_cache="dynamic"
+    )
     hook.remove()
     assert lengths[0] == pi.shape[1] and set(lengths[1:]) == {1}
     with torch.no_grad():
@@ -305,15 +399,24 @@ def test_several_eos_ids_from_the_generation_config(compose, models, tmp_path):
 
 def test_lora_target_modules_that_match_nothing_is_a_clear_error(compose, models, tmp_path):
     with pytest.raises(ConfigError, match="model.lora.target_modules"):
-        _trainer(compose, tmp_path, *_overrides(models["llama"], "gsm8k", "model.lora.enabled=true",
-                                                "model.lora.target_modules=[no_such_proj]"))
+        _trainer(
+            compose,
+            tmp_path,
+            *_overrides(
+                models["llama"], "gsm8k", "model.lora.enabled=true", "model.lora.target_modules=[no_such_proj]"
+            ),
+        )
 
 
 # Other architectures, built from their transformers configs: the sampler's log-probs (KV cache, prompt
 # prefilled once per group, rows dropped as they end) must equal those of one full forward per sequence, left
 # padding and all, for rotary, ALiBi, learned-position and sliding-window models alike.
 OTHER_ARCHES = {
-    "gpt_neox": {}, "opt": {}, "bloom": {}, "phi3": {}, "mixtral": {"num_local_experts": 2, "num_experts_per_tok": 1},
+    "gpt_neox": {},
+    "opt": {},
+    "bloom": {},
+    "phi3": {},
+    "mixtral": {"num_local_experts": 2, "num_experts_per_tok": 1},
     "gemma2": {"head_dim": 8, "sliding_window": 4},  # window shorter than prompt + completion
 }
 
@@ -322,10 +425,20 @@ def _save_arch(folder: Path, arch: str) -> str:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     tok = _tokenizer(chat=False)
-    cfg = AutoConfig.for_model(arch, vocab_size=len(tok), pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-                               eos_token_id=tok.eos_token_id, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                               num_key_value_heads=2, intermediate_size=64, max_position_embeddings=CTX,
-                               **OTHER_ARCHES.get(arch, {}))
+    cfg = AutoConfig.for_model(
+        arch,
+        vocab_size=len(tok),
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=CTX,
+        **OTHER_ARCHES.get(arch, {}),
+    )
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(cfg).save_pretrained(folder)
     tok.save_pretrained(folder)
@@ -341,14 +454,24 @@ def test_other_architectures_sample_and_score_the_same_log_probs(tmp_path, arch)
     tok = AutoTokenizer.from_pretrained(path)
     seqs = [[tok.bos_token_id] + [10 + i, 11, 12] * (1 + i % 3) for i in range(3)]  # 4, 7, 10 tokens: left padding
     pi, pm = left_pad(seqs, tok.pad_token_id, "cpu")
-    comp = sample(model, pi, pm, max_new_tokens=8, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, repeats=3,
-                  generator=torch.Generator().manual_seed(0))
+    comp = sample(
+        model,
+        pi,
+        pm,
+        max_new_tokens=8,
+        eos_id=tok.eos_token_id,
+        pad_id=tok.pad_token_id,
+        repeats=3,
+        generator=torch.Generator().manual_seed(0),
+    )
     rows = comp.mask.bool()
     assert rows.sum() > 20
     with torch.no_grad():
         for i in range(comp.ids.shape[0]):  # each sequence alone, no padding, no cache
             p, n = seqs[i // 3], int(comp.lengths[i])
-            logits = model(input_ids=torch.tensor([p + comp.ids[i, :n].tolist()])).logits[0, len(p) - 1:len(p) - 1 + n]
+            logits = model(input_ids=torch.tensor([p + comp.ids[i, :n].tolist()])).logits[
+                0, len(p) - 1 : len(p) - 1 + n
+            ]
             torch.testing.assert_close(token_logp(logits, comp.ids[i, :n]), comp.logp[i, :n], atol=1e-5, rtol=0)
 
 

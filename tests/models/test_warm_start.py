@@ -28,8 +28,15 @@ DEFAULT_INIT_WEIGHTS_HASH = "ffae552b83d9c1ad"
 # The lab task's (prompts=chain, docs/claims.md): `python scripts/make_warm_start.py prompts=chain`
 LAB_INIT_WEIGHTS_HASH = "8c9ed7db31104695"
 # run settings only: no model.* or prompts.* override, so the warm start is the embedded default's
-RUN_ONLY = ["budget=tiny", "logger=none", "trainer.progress=false", "trainer.threads=1",
-            "trainer.prompts_per_step=2", "trainer.group_size=2", "trainer.eval_every=3"]
+RUN_ONLY = [
+    "budget=tiny",
+    "logger=none",
+    "trainer.progress=false",
+    "trainer.threads=1",
+    "trainer.prompts_per_step=2",
+    "trainer.group_size=2",
+    "trainer.eval_every=3",
+]
 REGENERATE = "regenerate it with `python scripts/make_warm_start.py` and update DEFAULT_INIT_WEIGHTS_HASH"
 
 
@@ -45,7 +52,9 @@ def _default_key(cfg) -> str:
 
 
 def _lab_key(cfg) -> str:
-    return models._warm_start_key(cfg.model, models.warm_start_table(build_prompts(cfg.prompts), cfg.prompts), cfg.prompts)
+    return models._warm_start_key(
+        cfg.model, models.warm_start_table(build_prompts(cfg.prompts), cfg.prompts), cfg.prompts
+    )
 
 
 def _file_hash(folder: Path) -> str:
@@ -78,8 +87,9 @@ def test_the_shipped_file_is_the_default_configs_warm_start(compose):
     key = _default_key(validate(compose(fast=False)))
     shipped = sorted(p.name for p in models.SHIPPED_WARM_STARTS.iterdir() if p.is_dir())
     lab = _lab_key(validate(compose("prompts=chain", fast=False)))
-    assert shipped == sorted([key, lab]), (f"shipped warm starts {shipped}, the default config's key is {key} and the "
-                                           f"lab task's {lab}: {REGENERATE}")
+    assert shipped == sorted([key, lab]), (
+        f"shipped warm starts {shipped}, the default config's key is {key} and the lab task's {lab}: {REGENERATE}"
+    )
     folder = models.SHIPPED_WARM_STARTS / key
     manifest = json.loads((folder / models.SHIPPED_MANIFEST).read_text())
     assert manifest["key"] == key and manifest["init_weights_hash"] == DEFAULT_INIT_WEIGHTS_HASH
@@ -151,8 +161,12 @@ def test_a_cached_warm_start_without_safetensors_is_refused_not_unpickled(compos
 # ----------------------------------------------------------------------------- the shipped loader
 def _shipped_copy(tmp_path: Path) -> Path:
     """A copy of the default's shipped warm start (the folder order on disk is arbitrary: the lab task ships one too)."""
-    src = next(p for p in sorted(models.SHIPPED_WARM_STARTS.iterdir()) if p.is_dir()
-               and json.loads((p / models.SHIPPED_MANIFEST).read_text())["init_weights_hash"] == DEFAULT_INIT_WEIGHTS_HASH)
+    src = next(
+        p
+        for p in sorted(models.SHIPPED_WARM_STARTS.iterdir())
+        if p.is_dir()
+        and json.loads((p / models.SHIPPED_MANIFEST).read_text())["init_weights_hash"] == DEFAULT_INIT_WEIGHTS_HASH
+    )
     dst = tmp_path / src.name
     shutil.copytree(src, dst)
     return dst
@@ -190,23 +204,47 @@ def test_the_wheel_ships_conf_and_the_warm_start_and_a_wheel_install_finds_them(
         shutil.copytree(REPO / name, src / name, ignore=ignore)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, src / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-                    "-w", str(tmp_path / "dist"), str(src)], check=True, capture_output=True, cwd=tmp_path)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+    )
     wheel = next((tmp_path / "dist").glob("rlcompare-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     conf_files = {f"rlcompare/conf/{p.relative_to(REPO / 'conf').as_posix()}" for p in (REPO / "conf").rglob("*.yaml")}
     assert conf_files and conf_files <= names, f"missing from the wheel: {sorted(conf_files - names)}"
     modules = {f"rlcompare/{p.relative_to(REPO / 'rlcompare').as_posix()}" for p in (REPO / "rlcompare").rglob("*.py")}
-    assert modules <= names, f"missing from the wheel (a subpackage not in pyproject's `packages`?): {sorted(modules - names)}"
-    shipped = {f"rlcompare/models/warmstart/{p.relative_to(models.SHIPPED_WARM_STARTS).as_posix()}"
-               for p in models.SHIPPED_WARM_STARTS.rglob("*") if p.is_file()}
+    assert modules <= names, (
+        f"missing from the wheel (a subpackage not in pyproject's `packages`?): {sorted(modules - names)}"
+    )
+    shipped = {
+        f"rlcompare/models/warmstart/{p.relative_to(models.SHIPPED_WARM_STARTS).as_posix()}"
+        for p in models.SHIPPED_WARM_STARTS.rglob("*")
+        if p.is_file()
+    }
     assert shipped and shipped <= names
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
-    probe = ("import sys; sys.path.insert(0, sys.argv[1]); from rlcompare import cli, models; "
-             "print(cli.conf_dir()); print(models.SHIPPED_WARM_STARTS)")
-    out = subprocess.run([sys.executable, "-c", probe, str(site)], check=True, capture_output=True, text=True,
-                         cwd=tmp_path).stdout.split()
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from rlcompare import cli, models; "
+        "print(cli.conf_dir()); print(models.SHIPPED_WARM_STARTS)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(site)], check=True, capture_output=True, text=True, cwd=tmp_path
+    ).stdout.split()
     assert out == [str(site / "rlcompare" / "conf"), str(site / "rlcompare" / "models" / "warmstart")]
 
 

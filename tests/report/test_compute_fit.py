@@ -74,9 +74,14 @@ def test_scalerl_linear_grid_recovers_the_documented_fit():
     # neighbours are 100 + 24 * 39,900 / 99 = 9,772.7 (the doc's) and 100 + 25 * 39,900 / 99 = 10,175.8,
     # and the fit must land on one of them.
     c = np.geomspace(1_500.0, 100_000.0, 30)
-    fit = fit_scalerl(c, _truth(c), R0=R0, min_compute=1_500.0,
-                      A_grid=np.round(np.arange(0.45, 0.8 + 1e-9, 0.005), 3),
-                      C_mid_grid=np.linspace(100.0, 40_000.0, 100))
+    fit = fit_scalerl(
+        c,
+        _truth(c),
+        R0=R0,
+        min_compute=1_500.0,
+        A_grid=np.round(np.arange(0.45, 0.8 + 1e-9, 0.005), 3),
+        C_mid_grid=np.linspace(100.0, 40_000.0, 100),
+    )
     assert fit.identifiable, fit.reason
     assert fit.n_points == 30
     assert fit.A == pytest.approx(0.65, abs=1e-9)
@@ -111,8 +116,9 @@ def test_reported_sse_is_the_sum_of_squared_residuals_of_the_returned_curve():
     fit = fit_scalerl(c, r, R0=R0)
     kept = c >= 0.05 * 40_000.0
     assert fit.n_points == int(kept.sum())
-    assert fit.sse == pytest.approx(float(np.sum((r[kept] - _truth(c[kept], b=fit.B, a=fit.A, c_mid=fit.C_mid)) ** 2)),
-                                    rel=1e-9)
+    assert fit.sse == pytest.approx(
+        float(np.sum((r[kept] - _truth(c[kept], b=fit.B, a=fit.A, c_mid=fit.C_mid)) ** 2)), rel=1e-9
+    )
 
 
 def test_early_points_below_min_compute_do_not_move_the_fit():
@@ -131,8 +137,12 @@ def test_points_in_any_order_give_the_same_fit():
     c = np.linspace(1_000.0, 40_000.0, 30)
     r = _truth(c, c_mid=120_000.0)  # not identifiable: the reason reads the largest compute
     forward, backward = fit_scalerl(c, r, R0=R0), fit_scalerl(c[::-1], r[::-1], R0=R0)
-    assert (backward.A, backward.B, backward.C_mid, backward.reason) == (forward.A, forward.B, forward.C_mid,
-                                                                        forward.reason)
+    assert (backward.A, backward.B, backward.C_mid, backward.reason) == (
+        forward.A,
+        forward.B,
+        forward.C_mid,
+        forward.reason,
+    )
 
 
 # ---------------------------------------------------------------- not identifiable
@@ -229,8 +239,11 @@ def test_one_seed_has_no_interval():
 
 def test_a_strong_difference_in_b_excludes_zero_and_the_same_curve_includes_it():
     rng = np.random.default_rng(1)
-    arms = {"slow": _noisy_seeds(rng, 5, b=1.0), "fast": _noisy_seeds(rng, 5, b=3.0),
-            "slow_again": _noisy_seeds(rng, 5, b=1.0)}
+    arms = {
+        "slow": _noisy_seeds(rng, 5, b=1.0),
+        "fast": _noisy_seeds(rng, 5, b=3.0),
+        "slow_again": _noisy_seeds(rng, 5, b=1.0),
+    }
     res = fit_arms(arms, reps=200, seed=0, reference="slow")
     fast, same = res.differences["fast"], res.differences["slow_again"]
     assert fast.reference == "slow" and fast.identifiable

@@ -27,8 +27,13 @@ FP = {  # shaped like rlcompare.train.run.fingerprint()
     "prompts": {"name": "arithmetic", "data_seed": 0, "n_train": 64, "n_eval": 32, "eval_hash": "e0"},
     "verifier": {"name": "exact_match"},
     "budget": {"max_new_tokens": 16, "total_tokens": 200},
-    "sampling": {"temperature": 1.0, "top_p": 1.0, "group_size": 8, "prompts_per_step": 4,
-                 "dynamic_sampling": {"enabled": False, "max_rounds": 3}},
+    "sampling": {
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "group_size": 8,
+        "prompts_per_step": 4,
+        "dynamic_sampling": {"enabled": False, "max_rounds": 3},
+    },
 }
 TOKENS3 = (0, 100, 200)
 
@@ -79,29 +84,66 @@ def make_run(
     (d / "fingerprint.json").write_text(json.dumps(fp))
     with open(d / "eval.jsonl", "w") as f:
         for i, (t, a) in enumerate(zip(tokens, accs)):
-            f.write(json.dumps({"step": i, "tokens/generated": t, "eval/accuracy": a, "eval/mean_length": 12.0,
-                                "eval/n": 32, "time/elapsed_s": t / 5}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "step": i,
+                        "tokens/generated": t,
+                        "eval/accuracy": a,
+                        "eval/mean_length": 12.0,
+                        "eval/n": 32,
+                        "time/elapsed_s": t / 5,
+                    }
+                )
+                + "\n"
+            )
         if torn == "eval":
             f.write('{"step": 99, "tokens/generated": 9')
     mt = metric_tokens if metric_tokens is not None else list(range(50, int(tokens[-1]) + 1, 50))
     with open(d / "metrics.jsonl", "w") as f:
         for i, t in enumerate(mt, start=1):
-            f.write(json.dumps({
-                "step": i, "tokens/step": 50, "tokens/generated": t,
-                "reward/mean": 0.1 * i, "objective/per_token": 0.01 * i, "objective/per_response": 0.02 * i,
-                "length/correct_mean": 10.0 * i, "length/incorrect_mean": 100.0,
-                "clip/frac_low": 0.01, "clip/frac_high": 0.03, "groups/zero_variance_frac": 0.5,
-                "policy/entropy": 1.0 / i, "time/elapsed_s": 10.0 * i,
-            }) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "step": i,
+                        "tokens/step": 50,
+                        "tokens/generated": t,
+                        "reward/mean": 0.1 * i,
+                        "objective/per_token": 0.01 * i,
+                        "objective/per_response": 0.02 * i,
+                        "length/correct_mean": 10.0 * i,
+                        "length/incorrect_mean": 100.0,
+                        "clip/frac_low": 0.01,
+                        "clip/frac_high": 0.03,
+                        "groups/zero_variance_frac": 0.5,
+                        "policy/entropy": 1.0 / i,
+                        "time/elapsed_s": 10.0 * i,
+                    }
+                )
+                + "\n"
+            )
         if torn == "metrics":
             f.write('{"step": 99, "tok')
     if summary:
-        (d / "summary.json").write_text(json.dumps({
-            "status": status, "error": error, "run_name": name, "experiment": experiment, "algorithm": algorithm,
-            "seed": seed, "steps": len(mt), "tokens/generated": tokens[-1], "wall_time_s": 10.0 * len(mt),
-            "eval/accuracy_initial": accs[0], "eval/accuracy_final": accs[-1], "eval/accuracy_best": max(accs),
-            "sweep": sweep,
-        }))
+        (d / "summary.json").write_text(
+            json.dumps(
+                {
+                    "status": status,
+                    "error": error,
+                    "run_name": name,
+                    "experiment": experiment,
+                    "algorithm": algorithm,
+                    "seed": seed,
+                    "steps": len(mt),
+                    "tokens/generated": tokens[-1],
+                    "wall_time_s": 10.0 * len(mt),
+                    "eval/accuracy_initial": accs[0],
+                    "eval/accuracy_final": accs[-1],
+                    "eval/accuracy_best": max(accs),
+                    "sweep": sweep,
+                }
+            )
+        )
     return d
 
 
@@ -113,8 +155,9 @@ def sweep_folder(root):
     for s, accs in GRPO.items():
         make_run(root, f"grpo__s{s}", s, accs, variant="grpo", component="algorithm")
     for s, accs in DAPO.items():
-        make_run(root, f"dapo__s{s}", s, accs, variant="dapo", reference="grpo", component="algorithm",
-                 algorithm="dapo")
+        make_run(
+            root, f"dapo__s{s}", s, accs, variant="dapo", reference="grpo", component="algorithm", algorithm="dapo"
+        )
     return Path(root) / "exp"
 
 
@@ -192,8 +235,15 @@ def test_differences_against_reference(tmp_path):
 def test_constant_shift_gives_zero_width_difference(tmp_path):
     for s in range(3):
         make_run(tmp_path, f"base__s{s}", s, [0.1, 0.2, 0.3], variant="base")
-        make_run(tmp_path, f"better__s{s}", s, [0.1, 0.3, 0.4], variant="better", reference="base",
-                 component="algorithm.clip_eps")
+        make_run(
+            tmp_path,
+            f"better__s{s}",
+            s,
+            [0.1, 0.3, 0.4],
+            variant="better",
+            reference="base",
+            component="algorithm.clip_eps",
+        )
     res = build_report(tmp_path, write=False)
     f = res["differences"].set_index("quantity").loc["final"]
     assert f["diff"] == pytest.approx(0.1)
@@ -203,8 +253,10 @@ def test_constant_shift_gives_zero_width_difference(tmp_path):
     # Mann-Whitney test: its smallest two-sided p-value at 3 vs 3 is 0.1)
     assert (f["poi"], f["poi_high"]) == (1.0, 1.0) and 0.3 < f["poi_low"] < 0.5
     assert f["verdict"] == "too few seeds: inconclusive"
-    assert build_report(tmp_path, write=False, min_seeds=3)["differences"].set_index("quantity").loc[
-        "final", "verdict"] == "better"
+    assert (
+        build_report(tmp_path, write=False, min_seeds=3)["differences"].set_index("quantity").loc["final", "verdict"]
+        == "better"
+    )
     b = row(res["headline"], "base")
     assert b["final_low"] == pytest.approx(0.3) and b["final_high"] == pytest.approx(0.3)
 
@@ -225,8 +277,17 @@ def test_iqm_reported_with_four_seeds(tmp_path):
 
 def two_lengths(root):
     make_run(root, "short__s0", 0, [0.1, 0.2, 0.3], variant="short")
-    make_run(root, "long__s0", 0, [0.1, 0.3, 0.5, 0.9], tokens=(0, 100, 200, 300), variant="long",
-             reference="short", component="budget.total_tokens", fp_changes={"budget.total_tokens": 300})
+    make_run(
+        root,
+        "long__s0",
+        0,
+        [0.1, 0.3, 0.5, 0.9],
+        tokens=(0, 100, 200, 300),
+        variant="long",
+        reference="short",
+        component="budget.total_tokens",
+        fp_changes={"budget.total_tokens": 300},
+    )
     return Path(root)
 
 
@@ -328,12 +389,36 @@ def test_torn_last_lines_are_dropped(tmp_path):
 def test_allowed_component_may_differ(tmp_path):
     for s in range(2):
         make_run(tmp_path, f"grpo__s{s}", s, [0.1, 0.2, 0.3], variant="grpo")
-        make_run(tmp_path, f"t07__s{s}", s, [0.1, 0.2, 0.4], variant="t07", reference="grpo",
-                 component="rollout.temperature", fp_changes={"sampling.temperature": 0.7})
-        make_run(tmp_path, f"g16__s{s}", s, [0.1, 0.2, 0.4], variant="g16", reference="grpo",
-                 component="trainer.group_size", fp_changes={"sampling.group_size": 16})
-        make_run(tmp_path, f"samp__s{s}", s, [0.1, 0.2, 0.4], variant="samp", reference="grpo",
-                 component="sampling", fp_changes={"sampling.top_p": 0.9, "sampling.temperature": 0.5})
+        make_run(
+            tmp_path,
+            f"t07__s{s}",
+            s,
+            [0.1, 0.2, 0.4],
+            variant="t07",
+            reference="grpo",
+            component="rollout.temperature",
+            fp_changes={"sampling.temperature": 0.7},
+        )
+        make_run(
+            tmp_path,
+            f"g16__s{s}",
+            s,
+            [0.1, 0.2, 0.4],
+            variant="g16",
+            reference="grpo",
+            component="trainer.group_size",
+            fp_changes={"sampling.group_size": 16},
+        )
+        make_run(
+            tmp_path,
+            f"samp__s{s}",
+            s,
+            [0.1, 0.2, 0.4],
+            variant="samp",
+            reference="grpo",
+            component="sampling",
+            fp_changes={"sampling.top_p": 0.9, "sampling.temperature": 0.5},
+        )
     res = build_report(tmp_path, write=False)
     assert res["flags"] == []
     assert set(res["differences"]["variant"]) == {"t07", "g16", "samp"}
@@ -344,39 +429,72 @@ def test_algorithm_component_allows_its_sampling_switch(tmp_path):
     # DAPO's preset turns on dynamic sampling, which fingerprint.json records under sampling
     for s in range(2):
         make_run(tmp_path, f"grpo__s{s}", s, [0.1, 0.2, 0.3], variant="grpo")
-        make_run(tmp_path, f"dapo__s{s}", s, [0.1, 0.2, 0.4], variant="dapo", reference="grpo",
-                 component="algorithm", algorithm="dapo", fp_changes={"sampling.dynamic_sampling.enabled": True})
-        make_run(tmp_path, f"lr__s{s}", s, [0.1, 0.2, 0.4], variant="lr", reference="grpo",
-                 component="trainer.lr", fp_changes={"sampling.dynamic_sampling.enabled": True})
+        make_run(
+            tmp_path,
+            f"dapo__s{s}",
+            s,
+            [0.1, 0.2, 0.4],
+            variant="dapo",
+            reference="grpo",
+            component="algorithm",
+            algorithm="dapo",
+            fp_changes={"sampling.dynamic_sampling.enabled": True},
+        )
+        make_run(
+            tmp_path,
+            f"lr__s{s}",
+            s,
+            [0.1, 0.2, 0.4],
+            variant="lr",
+            reference="grpo",
+            component="trainer.lr",
+            fp_changes={"sampling.dynamic_sampling.enabled": True},
+        )
     res = build_report(tmp_path, write=False)
     assert set(res["differences"]["variant"]) == {"dapo"}
-    assert any("`lr` vs reference `grpo`" in f and "sampling.dynamic_sampling.enabled: True vs False" in f
-               for f in res["flags"])
+    assert any(
+        "`lr` vs reference `grpo`" in f and "sampling.dynamic_sampling.enabled: True vs False" in f
+        for f in res["flags"]
+    )
 
 
 def test_reference_option_infers_algorithm_component(tmp_path):
     # plain `rlcompare train` runs (no sweep info), compared with --reference
     for s in range(2):
         make_run(tmp_path, f"grpo__s{s}", s, [0.1, 0.2, 0.3])
-        make_run(tmp_path, f"dapo__s{s}", s, [0.1, 0.2, 0.4], algorithm="dapo",
-                 fp_changes={"sampling.dynamic_sampling.enabled": True})
-        make_run(tmp_path, f"grpo__temp=0.5__s{s}", s, [0.1, 0.2, 0.4],
-                 fp_changes={"sampling.temperature": 0.5})
+        make_run(
+            tmp_path,
+            f"dapo__s{s}",
+            s,
+            [0.1, 0.2, 0.4],
+            algorithm="dapo",
+            fp_changes={"sampling.dynamic_sampling.enabled": True},
+        )
+        make_run(tmp_path, f"grpo__temp=0.5__s{s}", s, [0.1, 0.2, 0.4], fp_changes={"sampling.temperature": 0.5})
     res = build_report(tmp_path, reference="grpo", write=False)
     assert set(res["differences"]["variant"]) == {"dapo"}
     assert any("algorithms differ" in n for n in res["notes"])
     # same algorithm, undeclared change: everything must match
-    assert any("`grpo__temp=0.5` vs reference `grpo`" in f and "sampling.temperature: 0.5 vs 1.0" in f
-               for f in res["flags"])
+    assert any(
+        "`grpo__temp=0.5` vs reference `grpo`" in f and "sampling.temperature: 0.5 vs 1.0" in f for f in res["flags"]
+    )
 
 
 def test_unmatched_fingerprint_is_flagged_and_left_out(tmp_path):
     for s in range(2):
         make_run(tmp_path, f"grpo__s{s}", s, [0.1, 0.2, 0.3], variant="grpo")
         # changes the algorithm but also (wrongly) the verifier and the temperature
-        make_run(tmp_path, f"ppo__s{s}", s, [0.1, 0.2, 0.4], variant="ppo", reference="grpo",
-                 component="algorithm", algorithm="ppo",
-                 fp_changes={"verifier.name": "math_verify", "sampling.temperature": 0.7})
+        make_run(
+            tmp_path,
+            f"ppo__s{s}",
+            s,
+            [0.1, 0.2, 0.4],
+            variant="ppo",
+            reference="grpo",
+            component="algorithm",
+            algorithm="ppo",
+            fp_changes={"verifier.name": "math_verify", "sampling.temperature": 0.7},
+        )
     res = build_report(tmp_path)
     assert res["differences"].empty
     flag = " ".join(res["flags"])
@@ -418,11 +536,18 @@ def test_within_variant_mismatch_is_flagged(tmp_path):
 
 def test_initial_weights_compared_seed_by_seed(tmp_path):
     for s in range(2):
-        make_run(tmp_path, f"grpo__s{s}", s, [0.1, 0.2, 0.3], variant="grpo",
-                 fp_changes={"init_weights_hash": f"w{s}"})
+        make_run(tmp_path, f"grpo__s{s}", s, [0.1, 0.2, 0.3], variant="grpo", fp_changes={"init_weights_hash": f"w{s}"})
         wrong = {"init_weights_hash": "different"} if s == 1 else {"init_weights_hash": f"w{s}"}
-        make_run(tmp_path, f"x__s{s}", s, [0.1, 0.2, 0.3], variant="x", reference="grpo",
-                 component="algorithm", fp_changes=wrong)
+        make_run(
+            tmp_path,
+            f"x__s{s}",
+            s,
+            [0.1, 0.2, 0.3],
+            variant="x",
+            reference="grpo",
+            component="algorithm",
+            fp_changes=wrong,
+        )
     res = build_report(tmp_path, write=False)
     assert res["differences"].empty
     assert any("`x__s1` vs `grpo__s1`: init_weights_hash" in f for f in res["flags"])
@@ -487,20 +612,42 @@ def test_report_files_and_layout(tmp_path, capsys):
     out = tmp_path / "out"
     assert main([str(root), "--out", str(out), "--threshold", "0.25"]) == 0
     assert "wrote" in capsys.readouterr().out
-    for f in ("report.md", "report.csv", "differences.csv", "runs.csv", "accuracy.png", "reward.png",
-              "objective.png", "length.png", "clip.png", "entropy.png"):
+    for f in (
+        "report.md",
+        "report.csv",
+        "differences.csv",
+        "runs.csv",
+        "accuracy.png",
+        "reward.png",
+        "objective.png",
+        "length.png",
+        "clip.png",
+        "entropy.png",
+    ):
         assert (out / f).is_file() and (out / f).stat().st_size > 0, f
     md = (out / "report.md").read_text()
-    order = [md.index(s) for s in ("Compared at equal generated tokens", "## Headline", "## Statistics method",
-                                   "## Comparability", "## Differences against reference", "## Plots", "## Runs")]
+    order = [
+        md.index(s)
+        for s in (
+            "Compared at equal generated tokens",
+            "## Headline",
+            "## Statistics method",
+            "## Comparability",
+            "## Differences against reference",
+            "## Plots",
+            "## Runs",
+        )
+    ]
     assert order == sorted(order)
     method = md.split("## Statistics method")[1].split("## Comparability")[0]
     for name in ("Student t", "Tukey–McLaughlin", "Welch", "Newcombe", "Holm", "fewer than 5 seeds", "IQM"):
         assert name in method, name
     assert "No bootstrap is used" in method
     assert "](accuracy.png)" in md
-    assert "| dapo | grpo | 3 vs 3 | +0.100 [-0.127, +0.327] | too few seeds: inconclusive | too few seeds: " \
-           "inconclusive | 0.78 [" in md
+    assert (
+        "| dapo | grpo | 3 vs 3 | +0.100 [-0.127, +0.327] | too few seeds: inconclusive | too few seeds: "
+        "inconclusive | 0.78 [" in md
+    )
     assert "fewer than 5 seeds on a side" in md
     import pandas as pd
 
@@ -563,7 +710,11 @@ def test_report_never_imports_torch(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-m", "rlcompare.report", str(root), "--out", str(out)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert not marker.exists()
@@ -593,8 +744,9 @@ def five_seed_family(root):
     for s, fin in enumerate(base):
         make_run(root, f"grpo__s{s}", s, [0.1, 0.4, fin], variant="grpo")
         for name, shift in shifts.items():
-            make_run(root, f"{name}__s{s}", s, [0.1, 0.4, fin + shift], variant=name, reference="grpo",
-                     component="algorithm")
+            make_run(
+                root, f"{name}__s{s}", s, [0.1, 0.4, fin + shift], variant=name, reference="grpo", component="algorithm"
+            )
     return Path(root)
 
 
@@ -604,24 +756,34 @@ def test_holm_column_with_five_seeds(tmp_path):
     f = d[d["quantity"] == "final"].set_index("variant")
     # same spread each side: se = sqrt(2 * 0.001 / 5) = 0.02, df = 8; t = shift / 0.02
     assert f.loc["up", "diff_low"] == pytest.approx(0.10 - 2.306004 * 0.02, abs=1e-6)  # t_{0.975, 8}
+
     # t = 5, 3, -2.5, 0.5 with 8 df; for even df, P(|T| <= t) = sin q (1 + c/2 + 1*3 c^2/(2*4) + 1*3*5 c^3/(2*4*6)),
     # q = arctan(t / sqrt(8)), c = cos^2 q (Abramowitz & Stegun 26.7.3)
     def p8(t):
         q = math.atan(abs(t) / math.sqrt(8))
         c = math.cos(q) ** 2
-        return 1 - math.sin(q) * (1 + c / 2 + 3 * c * c / 8 + 15 * c ** 3 / 48)
+        return 1 - math.sin(q) * (1 + c / 2 + 3 * c * c / 8 + 15 * c**3 / 48)
+
     expected = {"up": p8(5), "up2": p8(3), "down": p8(-2.5), "same": p8(0.5)}
     assert f["p_value"].to_dict() == pytest.approx(expected, rel=1e-6)
     assert expected["up"] == pytest.approx(0.00105, abs=1e-5) and expected["up2"] == pytest.approx(0.01707, abs=1e-5)
-    assert f["verdict"].to_dict() == {"up": "better", "up2": "better", "down": "worse",
-                                      "same": "no detectable difference"}
+    assert f["verdict"].to_dict() == {
+        "up": "better",
+        "up2": "better",
+        "down": "worse",
+        "same": "no detectable difference",
+    }
     # Holm over k = 4: 4 x 0.00105 = 0.0042 reject; 3 x 0.01707 = 0.0512 > 0.05 stop
     assert f.loc["up", "p_holm"] == pytest.approx(4 * f.loc["up", "p_value"])
     assert f.loc["up2", "p_holm"] == pytest.approx(3 * f.loc["up2", "p_value"])
     assert f.loc["down", "p_holm"] == pytest.approx(2 * f.loc["down", "p_value"])  # 0.0739 > 0.0512 before it
     assert f.loc["same", "p_holm"] == pytest.approx(f.loc["same", "p_value"])  # 1 x 0.6305
-    assert f["verdict_holm"].to_dict() == {"up": "better", "up2": "no detectable difference",
-                                           "down": "no detectable difference", "same": "no detectable difference"}
+    assert f["verdict_holm"].to_dict() == {
+        "up": "better",
+        "up2": "no detectable difference",
+        "down": "no detectable difference",
+        "same": "no detectable difference",
+    }
     md = Path(res["report_path"]).read_text()
     assert "| up2 | grpo | 5 vs 5 | +0.060 [+0.014, +0.106] | better | no detectable difference | " in md
     assert "fewer than 5 seeds on a side" not in md
@@ -635,8 +797,7 @@ def test_holm_column_with_five_seeds(tmp_path):
 def test_too_few_seeds_stay_out_of_the_holm_family(tmp_path):
     five_seed_family(tmp_path)
     for s in range(3):  # a fifth variant with 3 seeds (and a reference of 5: seeds differ -> unmatched)
-        make_run(tmp_path, f"few__s{s}", s, [0.1, 0.4, 0.95], variant="few", reference="grpo",
-                 component="algorithm")
+        make_run(tmp_path, f"few__s{s}", s, [0.1, 0.4, 0.95], variant="few", reference="grpo", component="algorithm")
     res = build_report(tmp_path, write=False, allow_unmatched=True)
     f = res["differences"]
     f = f[f["quantity"] == "final"].set_index("variant")

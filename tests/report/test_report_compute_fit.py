@@ -42,8 +42,17 @@ def _accuracies(rng, B):
 def _arm(root, variant, B, reference, rng, drop_step0_of=()):
     for s in SEEDS:
         tokens = [float(t) for t in TOKENS]
-        d = make_run(root, f"{variant}__s{s}", s, _accuracies(rng, B), tokens, variant=variant,
-                     reference=reference, component="algorithm", metric_tokens=tokens[1:])
+        d = make_run(
+            root,
+            f"{variant}__s{s}",
+            s,
+            _accuracies(rng, B),
+            tokens,
+            variant=variant,
+            reference=reference,
+            component="algorithm",
+            metric_tokens=tokens[1:],
+        )
         if s in drop_step0_of:  # its eval.jsonl starts at step 1: the run's R0 is unknown
             _drop_step0_eval(d / "eval.jsonl")
 
@@ -84,7 +93,7 @@ def _md_row(md, first_cell):
 
 def _section(md):
     start = md.index("## Compute–performance fit (ScaleRL)")
-    return md[start:md.index("\n## ", start + 1)]
+    return md[start : md.index("\n## ", start + 1)]
 
 
 def _number(cell):
@@ -109,8 +118,22 @@ def test_csv_columns_and_values_against_the_generating_parameters(tokens_report)
     _, folder = tokens_report
     arms = _csv(folder / "compute_fit.csv")
     assert set(arms) == {"slow", "steep", "stuck"}
-    for column in ("compute", "seeds", "R0", "A", "A_low", "A_high", "B", "B_low", "B_high",
-                   "C_mid", "C_mid_low", "C_mid_high", "identifiable", "reason"):
+    for column in (
+        "compute",
+        "seeds",
+        "R0",
+        "A",
+        "A_low",
+        "A_high",
+        "B",
+        "B_low",
+        "B_high",
+        "C_mid",
+        "C_mid_low",
+        "C_mid_high",
+        "identifiable",
+        "reason",
+    ):
         assert column in arms["slow"], column
     for v, b in (("slow", B_SLOW), ("steep", B_STEEP)):
         row = arms[v]
@@ -204,8 +227,10 @@ def test_run_without_step0_eval_is_left_out_of_the_fit_only(tmp_path):
 def test_fit_column_warns_when_bootstrap_refits_are_often_unidentifiable(tokens_report):
     res, _ = tokens_report
     arm = res["compute_fit"].fit.arms["slow"]
-    assert R._fit_verdict(dataclasses.replace(arm, boot_identifiable=0.5)) == \
-        "✓ (only 50% of bootstrap refits identifiable)"
+    assert (
+        R._fit_verdict(dataclasses.replace(arm, boot_identifiable=0.5))
+        == "✓ (only 50% of bootstrap refits identifiable)"
+    )
 
 
 def test_unmatched_pair_is_marked_in_the_fit_differences(tokens_report):

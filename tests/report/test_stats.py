@@ -100,12 +100,12 @@ def test_poi_bootstrap_interval():
     ci = probability_of_improvement([1, 2, 3], [0, 0, 0], ci=True, method="bootstrap")
     assert isinstance(ci, Interval)
     assert (ci.point, ci.low, ci.high) == (1.0, 1.0, 1.0)
-    ci = probability_of_improvement([0.2, 0.3, 0.4, 0.5], [0.1, 0.3, 0.35, 0.4], ci=True, seed=3,
-                                    method="bootstrap")
+    ci = probability_of_improvement([0.2, 0.3, 0.4, 0.5], [0.1, 0.3, 0.35, 0.4], ci=True, seed=3, method="bootstrap")
     assert 0.0 <= ci.low <= ci.point <= ci.high <= 1.0
     assert ci.width > 0
-    assert ci == probability_of_improvement([0.2, 0.3, 0.4, 0.5], [0.1, 0.3, 0.35, 0.4], ci=True, seed=3,
-                                            method="bootstrap")
+    assert ci == probability_of_improvement(
+        [0.2, 0.3, 0.4, 0.5], [0.1, 0.3, 0.35, 0.4], ci=True, seed=3, method="bootstrap"
+    )
     # several tasks: rliable's stratified bootstrap is the default
     two_tasks = probability_of_improvement(np.ones((3, 2)), np.zeros((3, 2)), ci=True)
     assert tuple(two_tasks) == (1.0, 1.0, 1.0)
@@ -188,7 +188,9 @@ def test_matrix_layout_matches_callable_and_named_statistic():
     assert named.low == pytest.approx(func.low) and named.high == pytest.approx(func.high)
     # np.mean / stats.iqm are recognised as vectorisable too
     assert stratified_bootstrap_ci(m, np.mean, reps=300, seed=5) == named
-    assert stratified_bootstrap_ci(m, stats.iqm, reps=300, seed=5) == stratified_bootstrap_ci(m, "iqm", reps=300, seed=5)
+    assert stratified_bootstrap_ci(m, stats.iqm, reps=300, seed=5) == stratified_bootstrap_ci(
+        m, "iqm", reps=300, seed=5
+    )
 
 
 def test_percentile_interval_by_hand():
@@ -278,8 +280,9 @@ def test_difference_is_the_welch_interval_by_hand():
 def test_welch_satterthwaite_df_by_hand():
     # a = [1, 2, 3, 4]: s^2 = 5/3, va = 5/12; b = [2, 4, 9]: mean 5, s^2 = (9 + 1 + 16)/2 = 13, vb = 13/3
     # df = (5/12 + 13/3)^2 / ((5/12)^2 / 3 + (13/3)^2 / 2) = (3249/144) / (4081/432) = 9747/4081 = 2.388385
-    e = stats._difference_estimate(stats._mean_estimate(np.array([1.0, 2, 3, 4])),
-                                   stats._mean_estimate(np.array([2.0, 4, 9])))
+    e = stats._difference_estimate(
+        stats._mean_estimate(np.array([1.0, 2, 3, 4])), stats._mean_estimate(np.array([2.0, 4, 9]))
+    )
     assert float(e.df) == pytest.approx(9747 / 4081, rel=1e-12)
     assert float(e.variance) == pytest.approx(57 / 12)
     d = difference_ci([1, 2, 3, 4], [2, 4, 9])
@@ -287,8 +290,9 @@ def test_welch_satterthwaite_df_by_hand():
     assert d.point == pytest.approx(-2.5)
     assert d.high == pytest.approx(-2.5 + 3.697055 * np.sqrt(57 / 12), abs=1e-5)
     # equal spreads and sizes: df = 2 (n - 1) = 4, as for Student's pooled test
-    e = stats._difference_estimate(stats._mean_estimate(np.array([0.0, 1, 2])),
-                                   stats._mean_estimate(np.array([5.0, 6, 7])))
+    e = stats._difference_estimate(
+        stats._mean_estimate(np.array([0.0, 1, 2])), stats._mean_estimate(np.array([5.0, 6, 7]))
+    )
     assert float(e.df) == pytest.approx(4.0)
 
 
@@ -357,12 +361,15 @@ def test_stats_module_is_numpy_only():
 # ---------------------------------------------------------------- t and normal distributions
 
 
-@pytest.mark.parametrize("p, row", [
-    # printed t tables, df = 1, 2, 3, 4, 5, 9, 10, 30
-    (0.975, [12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.262157, 2.228139, 2.042272]),
-    (0.95, [6.313752, 2.919986, 2.353363, 2.131847, 2.015048, 1.833113, 1.812461, 1.697261]),
-    (0.995, [63.656741, 9.924843, 5.840909, 4.604095, 4.032143, 3.249836, 3.169273, 2.749996]),
-])
+@pytest.mark.parametrize(
+    "p, row",
+    [
+        # printed t tables, df = 1, 2, 3, 4, 5, 9, 10, 30
+        (0.975, [12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.262157, 2.228139, 2.042272]),
+        (0.95, [6.313752, 2.919986, 2.353363, 2.131847, 2.015048, 1.833113, 1.812461, 1.697261]),
+        (0.995, [63.656741, 9.924843, 5.840909, 4.604095, 4.032143, 3.249836, 3.169273, 2.749996]),
+    ],
+)
 def test_t_quantile_table(p, row):
     got = stats.t_quantile(p, np.array([1, 2, 3, 4, 5, 9, 10, 30.0]))
     assert np.allclose(got, row, rtol=0, atol=1.5e-6)
@@ -422,8 +429,8 @@ def _newcombe_variance_by_hand(theta, n, m):
     # and N* = (n + m)/2 - 1 for both n - 1 and m - 1:
     # V = (theta (1 - theta) + N* (Q1 - theta^2) + N* (Q2 - theta^2)) / (n m)
     n_star = (n + m) / 2 - 1
-    q1, q2 = theta / (2 - theta), 2 * theta ** 2 / (1 + theta)
-    return (theta * (1 - theta) + n_star * (q1 - theta ** 2) + n_star * (q2 - theta ** 2)) / (n * m)
+    q1, q2 = theta / (2 - theta), 2 * theta**2 / (1 + theta)
+    return (theta * (1 - theta) + n_star * (q1 - theta**2) + n_star * (q2 - theta**2)) / (n * m)
 
 
 def test_newcombe_variance_by_hand():
@@ -449,7 +456,7 @@ def test_newcombe_bounds_solve_the_score_equation():
     cc = 1 / 50
     for bound in (ci.low, ci.high):
         gap = abs(0.64 - bound) - cc
-        assert gap ** 2 == pytest.approx(z * z * _newcombe_variance_by_hand(bound, 5, 5), rel=1e-7)
+        assert gap**2 == pytest.approx(z * z * _newcombe_variance_by_hand(bound, 5, 5), rel=1e-7)
     assert ci.low < 0.5 < ci.high
 
 
@@ -465,11 +472,11 @@ def test_newcombe_accepted_set_is_one_interval():
     # the bisection assumes the accepted thetas form one interval around theta_hat: check on a grid
     grid = np.linspace(0, 1, 2001)
     for n, m in ((3, 3), (3, 5), (5, 5), (10, 10), (4, 12)):
-        z2 = 1.959963985 ** 2
+        z2 = 1.959963985**2
         for wins in range(0, 2 * n * m + 1, 3):
             theta_hat = wins / (2 * n * m)
             gap = np.maximum(np.abs(theta_hat - grid) - 0.5 / (n * m), 0)
-            ok = gap ** 2 <= z2 * _newcombe_variance_by_hand(grid, n, m)
+            ok = gap**2 <= z2 * _newcombe_variance_by_hand(grid, n, m)
             runs = np.flatnonzero(np.diff(ok.astype(int)) != 0)
             assert len(runs) <= 2, (n, m, theta_hat)
             assert ok[np.argmin(np.abs(grid - theta_hat))]  # and it holds theta_hat
@@ -487,12 +494,20 @@ def test_identical_seeds_give_half_with_a_symmetric_interval():
 def test_batched_intervals_equal_the_scalar_ones():
     rng = np.random.default_rng(11)
     a, b = rng.beta(8, 2, size=(6, 5)), rng.beta(7, 3, size=(6, 5))
-    batch = {"mean": stats.mean_intervals(a), "iqm": stats.iqm_intervals(a), "diff": stats.welch_intervals(a, b),
-             "poi": stats.poi_intervals(a, b)}
+    batch = {
+        "mean": stats.mean_intervals(a),
+        "iqm": stats.iqm_intervals(a),
+        "diff": stats.welch_intervals(a, b),
+        "poi": stats.poi_intervals(a, b),
+    }
     p = stats.welch_p_values(a, b)
     for i in range(6):
-        for name, one in (("mean", mean_ci(a[i])), ("iqm", iqm_ci(a[i])), ("diff", difference_ci(a[i], b[i])),
-                          ("poi", probability_of_improvement(a[i], b[i], ci=True))):
+        for name, one in (
+            ("mean", mean_ci(a[i])),
+            ("iqm", iqm_ci(a[i])),
+            ("diff", difference_ci(a[i], b[i])),
+            ("poi", probability_of_improvement(a[i], b[i], ci=True)),
+        ):
             assert tuple(one) == pytest.approx(tuple(x[i] for x in batch[name]), rel=1e-12), name
         assert stats.welch_p_value(a[i], b[i]) == pytest.approx(p[i], rel=1e-12)
 

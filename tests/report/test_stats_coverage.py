@@ -24,8 +24,9 @@ def cells():
 
 
 def test_every_interval_meets_its_floor(cells):
-    below = [f"{c.interval} | {c.shape} | n={c.seeds}: {c.coverage:.3f} < {c.floor}" for c in cells
-             if c.coverage < c.floor]
+    below = [
+        f"{c.interval} | {c.shape} | n={c.seeds}: {c.coverage:.3f} < {c.floor}" for c in cells if c.coverage < c.floor
+    ]
     assert not below, "\n".join(below)
 
 

@@ -34,60 +34,60 @@ SAME_AS_123 = [
     "123",
     "\\boxed{123}",
     "The answer is 123.",
-    "123.0",                              # decided: the same value (documented)
+    "123.0",  # decided: the same value (documented)
     "123.000 dollars",
     "<answer>123</answer>",
     "<answer> 123 </answer>",
     "#### 123",
     "x = 123",
-    "<answer>120 + 3 = 123</answer>",     # a true equation states its number
+    "<answer>120 + 3 = 123</answer>",  # a true equation states its number
     "<answer>2 * 60 + 3 = 123</answer>",
     "\\boxed{\\frac{246}{2} = 123}",
     "(123)",
     "+123",
-    "**123**",                            # markdown bold
+    "**123**",  # markdown bold
     "The answer is $123$.",
     "\\boxed{123} and again \\boxed{123}",  # the same answer twice is one answer
     "Let me think.\n\\boxed{123}\nDone, 5 stars.",
-    "123\n122 was my first guess",        # unmarked: the first line holding a digit
-    "123\u00a0dollars",                   # a no-break space is a space
+    "123\n122 was my first guess",  # unmarked: the first line holding a digit
+    "123\u00a0dollars",  # a no-break space is a space
     "#### Step 1: add 100 and 23\n100 + 23 = 123\n#### 123",  # only the last ####: markdown headings use it too
 ]
 DIFFERENT_FROM_123 = [
-    "122 or 123",                         # more than one candidate
+    "122 or 123",  # more than one candidate
     "<answer>122 or 123</answer>",
     "\\boxed{122 \\text{ or } 123}",
     "122, 123",
     "<answer>122, 123</answer>",
     "between 122 and 123",
     "<answer>between 122 and 123</answer>",
-    "\\boxed{122} or \\boxed{123}",       # two different final answers
+    "\\boxed{122} or \\boxed{123}",  # two different final answers
     "<answer>122</answer> <answer>123</answer>",
-    "\\boxed{124=123}",                   # a false equation
+    "\\boxed{124=123}",  # a false equation
     "<answer>3 + 4 = 123</answer>",
     "\\boxed{123 = 123.5}",
-    "-(123)",                             # that is -123
+    "-(123)",  # that is -123
     "\\boxed{-(123)}",
-    "−123",                               # U+2212 minus
-    "–123",                               # en dash
-    "－123",                              # full-width minus
+    "−123",  # U+2212 minus
+    "–123",  # en dash
+    "－123",  # full-width minus
     "- 123",
     "minus 123",
-    "123/0",                              # code-like: no value
+    "123/0",  # code-like: no value
     "\\boxed{123/0}",
     "<answer>123/0 = 123</answer>",
-    "120+3",                              # an expression is not a stated number
-    "\\boxed{\\approx 123}",              # not an equality
+    "120+3",  # an expression is not a stated number
+    "\\boxed{\\approx 123}",  # not an equality
     "\\boxed{\\pm 123}",
     "123 < 124",
-    "123!",                               # glued to something: not the number 123
+    "123!",  # glued to something: not the number 123
     "\\sqrt{123}",
     "1e3 123",
     "0x7B",
     "12 3",
     "１２３",
-    "<answer></answer> 123",              # the marker is there and empty: no answer
-    "123 or so",                          # a qualified number is not that number
+    "<answer></answer> 123",  # the marker is there and empty: no answer
+    "123 or so",  # a qualified number is not that number
     "about 123",
     "<answer>at least 123</answer>",
     "not 123",
@@ -106,30 +106,46 @@ def test_exact_match_differents(completion):
     assert not correct(EM, completion, "123")
 
 
-@pytest.mark.parametrize("completion", ["-(123)", "\\boxed{-(123)}", "−123", "–123", "－123", "- 123", "(-123)",
-                                        "<answer>-123</answer>", "x = −123", "\\boxed{- 123}"])
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "-(123)",
+        "\\boxed{-(123)}",
+        "−123",
+        "–123",
+        "－123",
+        "- 123",
+        "(-123)",
+        "<answer>-123</answer>",
+        "x = −123",
+        "\\boxed{- 123}",
+    ],
+)
 def test_exact_match_sign_look_alikes_keep_their_sign(completion):
     assert correct(EM, completion, "-123") and not correct(EM, completion, "123")
 
 
-@pytest.mark.parametrize("completion, answer, expected", [
-    ("1,234", "1234", True),               # decided: a thousands separator (groups of exactly 3)
-    ("1234", "1,234", True),
-    ("\\boxed{1{,}234}", "1234", True),    # LaTeX's braced comma
-    ("1,23,4", "1234", False),
-    ("2^2^2^2", "16", False),              # a power tower is an expression, not a stated number
-    ("2^2^2^2", "65536", False),
-    ("2^2^2^2", "2", False),               # (main read its last number: 2)
-    ("2^2^2^2 = 65536", "65536", True),    # `^` is right-associative: 2^(2^(2^2)) = 2^16
-    ("2^2^2^2 = 16", "16", False),
-    ("2^10 = 1024", "1024", True),
-    ("\\boxed{2^{10} = 1024}", "1024", True),
-    ("9^9^9 = 5", "5", False),             # beyond the limits: cannot be checked, so 0
-    ("<answer>1/2</answer>", "0.5", False),  # an expression, not a number
-    ("<answer>1/2 = 0.5</answer>", "0.5", True),
-    ("0.50", "0.5", True),
-    (".5", "0.5", True),
-])
+@pytest.mark.parametrize(
+    "completion, answer, expected",
+    [
+        ("1,234", "1234", True),  # decided: a thousands separator (groups of exactly 3)
+        ("1234", "1,234", True),
+        ("\\boxed{1{,}234}", "1234", True),  # LaTeX's braced comma
+        ("1,23,4", "1234", False),
+        ("2^2^2^2", "16", False),  # a power tower is an expression, not a stated number
+        ("2^2^2^2", "65536", False),
+        ("2^2^2^2", "2", False),  # (main read its last number: 2)
+        ("2^2^2^2 = 65536", "65536", True),  # `^` is right-associative: 2^(2^(2^2)) = 2^16
+        ("2^2^2^2 = 16", "16", False),
+        ("2^10 = 1024", "1024", True),
+        ("\\boxed{2^{10} = 1024}", "1024", True),
+        ("9^9^9 = 5", "5", False),  # beyond the limits: cannot be checked, so 0
+        ("<answer>1/2</answer>", "0.5", False),  # an expression, not a number
+        ("<answer>1/2 = 0.5</answer>", "0.5", True),
+        ("0.50", "0.5", True),
+        (".5", "0.5", True),
+    ],
+)
 def test_exact_match_decisions(completion, answer, expected):
     assert correct(EM, completion, answer) is expected
 
@@ -164,14 +180,14 @@ MATH_SAME = [
     ("\\boxed{－123}", "-123"),
     ("\\boxed{123} then \\boxed{123}", "123"),
     ("\\boxed{\\frac{1}{2}}", "0.5"),
-    ("\\boxed{(-2, 2)}", "(-2,2)"),        # a tuple/interval reference is compared whole
-    ("\\boxed{2, 1}", "1, 2"),             # a set reference: its own list
-    ("\\boxed{x = 2}", "x = 2"),           # an equation reference
+    ("\\boxed{(-2, 2)}", "(-2,2)"),  # a tuple/interval reference is compared whole
+    ("\\boxed{2, 1}", "1, 2"),  # a set reference: its own list
+    ("\\boxed{x = 2}", "x = 2"),  # an equation reference
 ]
 MATH_DIFFERENT = [
-    ("\\boxed{124=123}", "123"),           # a false equation (math-verify alone compared its right side)
+    ("\\boxed{124=123}", "123"),  # a false equation (math-verify alone compared its right side)
     ("\\boxed{x = 124 = 123}", "123"),
-    ("122 or 123", "123"),                 # math-verify alone read the last number
+    ("122 or 123", "123"),  # math-verify alone read the last number
     ("<answer>122 or 123</answer>", "123"),
     ("122, 123", "123"),
     ("between 122 and 123", "123"),
@@ -181,11 +197,11 @@ MATH_DIFFERENT = [
     ("\\boxed{122} or \\boxed{123}", "123"),
     ("$122$ $123$", "123"),
     ("The sum 100 + 23 is 123", "123"),
-    ("- 123", "123"),                      # math-verify alone dropped the spaced sign
+    ("- 123", "123"),  # math-verify alone dropped the spaced sign
     ("−123", "123"),
     ("\\boxed{-(123)}", "123"),
     ("\\boxed{123/0}", "123"),
-    ("\\boxed{2^2^2^2}", "16"),            # a double superscript is a LaTeX error: scored 0 whatever the reading
+    ("\\boxed{2^2^2^2}", "16"),  # a double superscript is a LaTeX error: scored 0 whatever the reading
     ("\\boxed{2^2^2^2}", "65536"),
     ("\\boxed{2^2^2^2}", "256"),
     ("123!", "123"),
@@ -207,16 +223,19 @@ def test_math_verify_differents(mv, completion, answer):
 
 
 # ---------------------------------------------------------------- countdown, format, weighted
-@pytest.mark.parametrize("completion, expected", [
-    ("<answer>3*5+7</answer>", True),
-    ("<answer>3*5+7</answer> <answer>7+3*5</answer>", True),    # two right answers
-    ("<answer>(3+5)*7</answer> <answer>3*5+7</answer>", False),  # a hedge across tags (main read the last: 1)
-    ("<answer>3*5+7 or 3+5+7</answer>", False),
-    ("<answer>3*5+7, 3+5+7</answer>", False),
-    ("<answer>3*5+7 = 23</answer>", False),
-    ("<answer>3*5+7 = 22</answer>", True),
-    ("<answer>-(3*5+7)</answer>", False),                       # unary minus refused (and it is -22)
-])
+@pytest.mark.parametrize(
+    "completion, expected",
+    [
+        ("<answer>3*5+7</answer>", True),
+        ("<answer>3*5+7</answer> <answer>7+3*5</answer>", True),  # two right answers
+        ("<answer>(3+5)*7</answer> <answer>3*5+7</answer>", False),  # a hedge across tags (main read the last: 1)
+        ("<answer>3*5+7 or 3+5+7</answer>", False),
+        ("<answer>3*5+7, 3+5+7</answer>", False),
+        ("<answer>3*5+7 = 23</answer>", False),
+        ("<answer>3*5+7 = 22</answer>", True),
+        ("<answer>-(3*5+7)</answer>", False),  # unary minus refused (and it is -22)
+    ],
+)
 def test_countdown_final_answer(completion, expected):
     assert correct(build_verifier({"name": "countdown"}), completion, CD) is expected
 
@@ -232,13 +251,14 @@ def test_format_checks_the_form_only_and_weighted_takes_correct_from_its_first_c
     fmt = build_verifier({"name": "format"})
     hedge = "<think>try both</think> <answer>3*5+7 or 3+5+7</answer>"
     assert correct(fmt, hedge, "")  # documented: format rewards the form, never a value
-    mix = build_verifier({"name": "weighted", "components": [{"name": "countdown", "weight": 1.0},
-                                                             {"name": "format", "weight": 0.1}]})
+    mix = build_verifier(
+        {"name": "weighted", "components": [{"name": "countdown", "weight": 1.0}, {"name": "format", "weight": 0.1}]}
+    )
     s = mix.score(hedge, CD)
     assert s.reward == pytest.approx(0.1) and not s.correct
-    s = build_verifier({"name": "weighted", "components": [{"name": "exact_match", "weight": 1.0},
-                                                           {"name": "format", "weight": 0.1}]}).score(
-        "<think>x</think> <answer>122 or 123</answer>", "123")
+    s = build_verifier(
+        {"name": "weighted", "components": [{"name": "exact_match", "weight": 1.0}, {"name": "format", "weight": 0.1}]}
+    ).score("<think>x</think> <answer>122 or 123</answer>", "123")
     assert s.reward == pytest.approx(0.1) and not s.correct
 
 

@@ -41,7 +41,10 @@ def test_a_batch_of_slow_completions_stops_at_the_batch_bound(redos):
     assert error_counts(out) == {"batch_timeout": 16}
     assert elapsed < 12.0  # generous: 1 s bound + a kill; without the bound it is 16 x 2 s = 32 s
     # the killed worker is replaced: the next batch scores normally
-    assert score_batch(redos, ["aab", "ac"], ["", ""], timeout_s=5.0, batch_timeout_s=30.0) == [Score(1.0, True), Score(0.0, False)]
+    assert score_batch(redos, ["aab", "ac"], ["", ""], timeout_s=5.0, batch_timeout_s=30.0) == [
+        Score(1.0, True),
+        Score(0.0, False),
+    ]
 
 
 def test_the_per_completion_bound_still_applies_inside_the_batch_bound(redos):
@@ -80,7 +83,9 @@ def test_inline_scoring_stops_starting_items_at_the_batch_bound():
 def test_score_batch_never_raises_on_any_time_bound(bound):
     em = build_verifier({"name": "exact_match"})
     assert score_batch(em, ["17", "18"], ["17", "17"], timeout_s=bound, batch_timeout_s=bound) in (
-        [Score(1.0, True), Score(0.0, False)], [Score(1.0, True), Score(0.0, False, True)])
+        [Score(1.0, True), Score(0.0, False)],
+        [Score(1.0, True), Score(0.0, False, True)],
+    )
 
 
 @pytest.mark.parametrize("bound", [float("inf"), float("nan"), -1.0])
@@ -153,18 +158,43 @@ def test_two_workers_score_slow_items_side_by_side():
 
 
 # ---------------------------------------------------------------- settings
-@pytest.mark.parametrize("key, value", [("batch_timeout_s", float("inf")), ("batch_timeout_s", float("nan")),
-                                        ("batch_timeout_s", 0), ("batch_timeout_s", -5.0), ("batch_timeout_s", "30"),
-                                        ("workers", 0), ("workers", -2), ("workers", 1.5), ("workers", True)])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("batch_timeout_s", float("inf")),
+        ("batch_timeout_s", float("nan")),
+        ("batch_timeout_s", 0),
+        ("batch_timeout_s", -5.0),
+        ("batch_timeout_s", "30"),
+        ("workers", 0),
+        ("workers", -2),
+        ("workers", 1.5),
+        ("workers", True),
+    ],
+)
 def test_bad_bound_or_worker_settings_name_the_key(key, value):
     with pytest.raises(ValueError, match=rf"verifier\.{key}=.*is not accepted"):
         build_verifier({"name": "math_verify", key: value})
 
 
 def test_cli_refuses_an_infinite_batch_bound_before_the_model_loads(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "rlcompare.cli", "train", "verifier.batch_timeout_s=inf", "trainer.threads=1",
-                          "logger=none", f"results_dir={tmp_path}/results"], capture_output=True, text=True, timeout=180,
-                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rlcompare.cli",
+            "train",
+            "verifier.batch_timeout_s=inf",
+            "trainer.threads=1",
+            "logger=none",
+            f"results_dir={tmp_path}/results",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert out.returncode == 2, out.stderr[-2000:]
     assert "config error: verifier.batch_timeout_s=inf" in out.stderr
     assert "warm start" not in out.stderr

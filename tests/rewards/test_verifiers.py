@@ -36,8 +36,9 @@ def ok(v, completion, answer):
 
 
 # ---------------------------------------------------------------- exact_match
-@pytest.mark.parametrize("a, b", [("1,000", "1000"), ("1000.0", "1000"), ("+1000", "1000"), ("-0.50", "-0.5"),
-                                  ("007", "7"), ("-0", "0")])
+@pytest.mark.parametrize(
+    "a, b", [("1,000", "1000"), ("1000.0", "1000"), ("+1000", "1000"), ("-0.50", "-0.5"), ("007", "7"), ("-0", "0")]
+)
 def test_normalize_number_equivalents(a, b):
     assert normalize_number(a) == normalize_number(b) is not None
 
@@ -47,25 +48,28 @@ def test_normalize_number_refuses_non_plain_numbers(text):
     assert normalize_number(text) is None
 
 
-@pytest.mark.parametrize("completion, answer, expected", [
-    ("17", "17", True),                          # the embedded arithmetic task
-    ("17 and then 5", "17", False),              # two numbers on the answer line: no single value (was True)
-    ("17\nand then 5", "17", True),              # plain completions: the first line holding a digit
-    ("1,000", "1000", True),
-    ("1000.0", "1,000", True),
-    ("+1000", "1000", True),
-    ("18", "17", False),
-    ("", "17", False),
-    ("The sum is 5, so 2+3 = <answer>5</answer>", "5", True),    # <answer> beats the first number
-    ("<answer>3 + 4 = 7</answer>", "7", True),                     # inside a marker: a true equation
-    ("so the answer is \\boxed{1,024}.", "1024", True),
-    ("x = 2, y = 3\n#### 42", "42", True),
-    ("#### 41", "42", False),
-    ("１２３", "123", False),                                        # ASCII digits only
-    ("٣", "3", False),
-    ("<answer>A</answer>", "A", True),                              # non-numeric reference: text match
-    ("<answer>B</answer>", "A", False),
-])
+@pytest.mark.parametrize(
+    "completion, answer, expected",
+    [
+        ("17", "17", True),  # the embedded arithmetic task
+        ("17 and then 5", "17", False),  # two numbers on the answer line: no single value (was True)
+        ("17\nand then 5", "17", True),  # plain completions: the first line holding a digit
+        ("1,000", "1000", True),
+        ("1000.0", "1,000", True),
+        ("+1000", "1000", True),
+        ("18", "17", False),
+        ("", "17", False),
+        ("The sum is 5, so 2+3 = <answer>5</answer>", "5", True),  # <answer> beats the first number
+        ("<answer>3 + 4 = 7</answer>", "7", True),  # inside a marker: a true equation
+        ("so the answer is \\boxed{1,024}.", "1024", True),
+        ("x = 2, y = 3\n#### 42", "42", True),
+        ("#### 41", "42", False),
+        ("１２３", "123", False),  # ASCII digits only
+        ("٣", "3", False),
+        ("<answer>A</answer>", "A", True),  # non-numeric reference: text match
+        ("<answer>B</answer>", "A", False),
+    ],
+)
 def test_exact_match_pairs(completion, answer, expected):
     assert ok(ExactMatch(), completion, answer) is expected
 
@@ -130,21 +134,24 @@ def test_math_verify_unparseable_reference_is_an_error(mv):
 
 
 # ---------------------------------------------------------------- countdown
-@pytest.mark.parametrize("completion, expected", [
-    ("<answer>3*5+7</answer>", True),
-    ("<answer> 3 * 5 + 7 </answer>", True),
-    ("<think>try 3*5=15, 15+7</think>\n<answer>(3 * 5) + 7 = 22</answer>", True),
-    ("I think it is\n3 × 5 + 7", True),                 # last line, × accepted
-    ("7 + 3 × 5 = 22.", True),
-    ("$22 = 7 + 5 \\times 3$", True),
-    ("<answer>3*5+7+7</answer>", False),               # 7 used twice
-    ("<answer>3**5</answer>", False),                  # power refused
-    ("<answer>(3+5)*7</answer>", False),               # 56
-    ("<answer>22</answer>", False),                    # 22 is not a given number
-    ("<answer>-3+25</answer>", False),                 # unary minus refused; 25 not given
-    ("<answer>3*5+7.0</answer>", False),               # decimals refused
-    ("no numbers here", False),
-])
+@pytest.mark.parametrize(
+    "completion, expected",
+    [
+        ("<answer>3*5+7</answer>", True),
+        ("<answer> 3 * 5 + 7 </answer>", True),
+        ("<think>try 3*5=15, 15+7</think>\n<answer>(3 * 5) + 7 = 22</answer>", True),
+        ("I think it is\n3 × 5 + 7", True),  # last line, × accepted
+        ("7 + 3 × 5 = 22.", True),
+        ("$22 = 7 + 5 \\times 3$", True),
+        ("<answer>3*5+7+7</answer>", False),  # 7 used twice
+        ("<answer>3**5</answer>", False),  # power refused
+        ("<answer>(3+5)*7</answer>", False),  # 56
+        ("<answer>22</answer>", False),  # 22 is not a given number
+        ("<answer>-3+25</answer>", False),  # unary minus refused; 25 not given
+        ("<answer>3*5+7.0</answer>", False),  # decimals refused
+        ("no numbers here", False),
+    ],
+)
 def test_countdown_pairs(completion, expected):
     assert ok(build_verifier({"name": "countdown"}), completion, CD) is expected
 
@@ -170,48 +177,57 @@ def test_countdown_bad_reference_is_an_error_not_a_crash():
     v = build_verifier({"name": "countdown"})
     with pytest.raises(ValueError, match="nums"):
         v.score("<answer>1+2</answer>", "{}")
-    assert score_batch(v, ["<answer>1+2</answer>"] * 2, ["not json", '{"nums": "x", "target": 3}'], timeout_s=1) == [Score(0.0, False, True)] * 2
+    assert (
+        score_batch(v, ["<answer>1+2</answer>"] * 2, ["not json", '{"nums": "x", "target": 3}'], timeout_s=1)
+        == [Score(0.0, False, True)] * 2
+    )
 
 
-@pytest.mark.parametrize("text, value, numbers", [
-    ("3*5+7", 22, (3, 5, 7)),
-    ("(1+2)*(3+4)", 21, (1, 2, 3, 4)),
-    ("10/4", Fraction(5, 2), (10, 4)),
-    ("8 - 2 - 1", 5, (8, 2, 1)),        # left associative
-    ("8 / 2 / 2", 2, (8, 2, 2)),
-    ("\\times".join(["2", "3"]), 6, (2, 3)),
-])
+@pytest.mark.parametrize(
+    "text, value, numbers",
+    [
+        ("3*5+7", 22, (3, 5, 7)),
+        ("(1+2)*(3+4)", 21, (1, 2, 3, 4)),
+        ("10/4", Fraction(5, 2), (10, 4)),
+        ("8 - 2 - 1", 5, (8, 2, 1)),  # left associative
+        ("8 / 2 / 2", 2, (8, 2, 2)),
+        ("\\times".join(["2", "3"]), 6, (2, 3)),
+    ],
+)
 def test_countdown_expr_evaluates(text, value, numbers):
     ev = ce.evaluate(text)
     assert ev.value == value and ev.numbers == numbers
 
 
-@pytest.mark.parametrize("text, why", [
-    ("1/0", "division by zero"),
-    ("1/(2-2)", "division by zero"),
-    ("2**3", "power"),
-    ("9**9**9**9", "power"),
-    ("-3+5", "unary"),
-    ("1.5+1", "decimal"),
-    ("１+２", "not allowed"),
-    ("١+٢", "not allowed"),
-    ("__import__('os').system('echo hi')", "not allowed"),
-    ("exec('1')", "not allowed"),
-    ("nan", "not allowed"),
-    ("inf", "not allowed"),
-    ("1\x002", "not allowed"),
-    ("", "empty"),
-    ("(1+2", "unbalanced"),
-    ("1+2)", "after the expression"),
-    ("1 2", "after the expression"),
-    ("1000001", "larger than"),
-    ("99999999999999999999999", "larger than"),
-    ("1000000*1000000*2", "beyond"),
-    ("1/1000000/1000000/7", "beyond"),
-    ("(" * 33 + "1" + ")" * 33, "deeper"),
-    ("(" * 5000 + "1" + ")" * 5000, "longer"),
-    ("1+" * 300 + "1", "longer"),
-])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("1/0", "division by zero"),
+        ("1/(2-2)", "division by zero"),
+        ("2**3", "power"),
+        ("9**9**9**9", "power"),
+        ("-3+5", "unary"),
+        ("1.5+1", "decimal"),
+        ("１+２", "not allowed"),
+        ("١+٢", "not allowed"),
+        ("__import__('os').system('echo hi')", "not allowed"),
+        ("exec('1')", "not allowed"),
+        ("nan", "not allowed"),
+        ("inf", "not allowed"),
+        ("1\x002", "not allowed"),
+        ("", "empty"),
+        ("(1+2", "unbalanced"),
+        ("1+2)", "after the expression"),
+        ("1 2", "after the expression"),
+        ("1000001", "larger than"),
+        ("99999999999999999999999", "larger than"),
+        ("1000000*1000000*2", "beyond"),
+        ("1/1000000/1000000/7", "beyond"),
+        ("(" * 33 + "1" + ")" * 33, "deeper"),
+        ("(" * 5000 + "1" + ")" * 5000, "longer"),
+        ("1+" * 300 + "1", "longer"),
+    ],
+)
 def test_countdown_expr_refuses(text, why):
     with pytest.raises(ce.ExprError, match=why):
         ce.evaluate(text)
@@ -222,14 +238,17 @@ def test_countdown_expr_depth_limit_is_exact():
 
 
 # ---------------------------------------------------------------- format and weighted
-@pytest.mark.parametrize("completion, expected", [
-    ("<think>3*5=15</think> <answer>3*5+7</answer>", True),
-    ("3*5=15</think>\n<answer>3*5+7</answer>\n", True),      # the r1 template already opened <think>
-    ("<answer>3*5+7</answer>", False),
-    ("<think>x</think><answer>1</answer> trailing text", False),
-    ("<think>x</think>", False),
-    ("", False),
-])
+@pytest.mark.parametrize(
+    "completion, expected",
+    [
+        ("<think>3*5=15</think> <answer>3*5+7</answer>", True),
+        ("3*5=15</think>\n<answer>3*5+7</answer>\n", True),  # the r1 template already opened <think>
+        ("<answer>3*5+7</answer>", False),
+        ("<think>x</think><answer>1</answer> trailing text", False),
+        ("<think>x</think>", False),
+        ("", False),
+    ],
+)
 def test_format_default_r1(completion, expected):
     assert ok(build_verifier({"name": "format"}), completion, "") is expected
 
@@ -253,15 +272,25 @@ def test_weighted_sums_and_reports_first_correct():
 
 
 def test_weighted_components_inherit_and_override_settings():
-    v = build_verifier({"name": "weighted", "require_all": True,
-                        "components": [{"name": "countdown", "weight": 2.0}, {"name": "countdown", "weight": 1.0, "require_all": False}]})
+    v = build_verifier(
+        {
+            "name": "weighted",
+            "require_all": True,
+            "components": [
+                {"name": "countdown", "weight": 2.0},
+                {"name": "countdown", "weight": 1.0, "require_all": False},
+            ],
+        }
+    )
     s = v.score("<answer>3*5</answer>", ce.encode_countdown([3, 5, 7], 15))
     assert s.reward == pytest.approx(1.0) and not s.correct
 
 
 # ---------------------------------------------------------------- building
 def test_unknown_verifier_names_the_key_and_the_choices():
-    with pytest.raises(ValueError, match=r"verifier.name='nope'.*exact_match, math_verify, countdown, format, weighted"):
+    with pytest.raises(
+        ValueError, match=r"verifier.name='nope'.*exact_match, math_verify, countdown, format, weighted"
+    ):
         build_verifier({"name": "nope"})
     with pytest.raises(ValueError, match=r"verifier.components\[1\].name='bogus'"):
         build_verifier({"name": "weighted", "components": [{"name": "format"}, {"name": "bogus"}]})
@@ -329,9 +358,18 @@ TIMEOUT_S = 0.5
 
 @pytest.fixture(scope="module")
 def verifiers(mv):
-    vs = {n: build_verifier({"name": n, "timeout_s": TIMEOUT_S, "workers": 1,
-                             "components": [{"name": "countdown", "weight": 1.0}, {"name": "format", "weight": 0.1}]})
-          for n in NAMES if n != "math_verify"}
+    vs = {
+        n: build_verifier(
+            {
+                "name": n,
+                "timeout_s": TIMEOUT_S,
+                "workers": 1,
+                "components": [{"name": "countdown", "weight": 1.0}, {"name": "format", "weight": 0.1}],
+            }
+        )
+        for n in NAMES
+        if n != "math_verify"
+    }
     vs["math_verify"] = mv
     return vs
 

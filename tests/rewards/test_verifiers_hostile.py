@@ -29,33 +29,38 @@ def correct(v, completion, answer):
 
 
 # ---------------------------------------------------------------- exact_match: fixes
-@pytest.mark.parametrize("completion, answer, expected", [
-    # U+2212 MINUS SIGN is a minus: '−5' is -5 (it used to read as 5, i.e. right against 5, wrong against -5)
-    ("<answer>−5</answer>", "5", False),
-    ("<answer>−5</answer>", "-5", True),
-    ("−5", "-5", True),               # plain completion: first number
-    ("\\boxed{-5}", "−5", True),      # a reference written with U+2212
-    ("−0", "0", True),
-    # commas are thousands separators only (groups of 3): a list is not one number
-    ("the roots are 1,2,3", "123", False),     # a list: three numbers, no single value
-    ("<answer>1,2,3</answer>", "123", False),  # marker: a list, no single value
-    ("<answer>1,2,3</answer>", "3", False),    # a list of three candidates (was True: its last number)
-    ("<answer>12,34</answer>", "1234", False),
-    ("<answer>1,000,000</answer>", "1000000", True),
-    ("1,000.5 dollars", "1000.5", True),
-    ("so 1,0000", "10000", False),             # a malformed group: the first number is 1
-    # a leading decimal point: '.5' is 0.5 (it used to read as 5)
-    ("<answer>.5</answer>", "5", False),
-    ("<answer>.5</answer>", "0.5", True),
-    ("-.25", "-0.25", True),
-    # nested answer tags: the innermost content
-    ("<answer><answer>7</answer></answer>", "7", True),
-])
+@pytest.mark.parametrize(
+    "completion, answer, expected",
+    [
+        # U+2212 MINUS SIGN is a minus: '−5' is -5 (it used to read as 5, i.e. right against 5, wrong against -5)
+        ("<answer>−5</answer>", "5", False),
+        ("<answer>−5</answer>", "-5", True),
+        ("−5", "-5", True),  # plain completion: first number
+        ("\\boxed{-5}", "−5", True),  # a reference written with U+2212
+        ("−0", "0", True),
+        # commas are thousands separators only (groups of 3): a list is not one number
+        ("the roots are 1,2,3", "123", False),  # a list: three numbers, no single value
+        ("<answer>1,2,3</answer>", "123", False),  # marker: a list, no single value
+        ("<answer>1,2,3</answer>", "3", False),  # a list of three candidates (was True: its last number)
+        ("<answer>12,34</answer>", "1234", False),
+        ("<answer>1,000,000</answer>", "1000000", True),
+        ("1,000.5 dollars", "1000.5", True),
+        ("so 1,0000", "10000", False),  # a malformed group: the first number is 1
+        # a leading decimal point: '.5' is 0.5 (it used to read as 5)
+        ("<answer>.5</answer>", "5", False),
+        ("<answer>.5</answer>", "0.5", True),
+        ("-.25", "-0.25", True),
+        # nested answer tags: the innermost content
+        ("<answer><answer>7</answer></answer>", "7", True),
+    ],
+)
 def test_exact_match_audit_pairs(completion, answer, expected):
     assert correct(ExactMatch(), completion, answer) is expected
 
 
-@pytest.mark.parametrize("a, b", [("−5", "-5"), ("1,000,000", "1000000"), (".5", "0.5"), ("-.50", "-0.5"), ("1,000.0", "1000")])
+@pytest.mark.parametrize(
+    "a, b", [("−5", "-5"), ("1,000,000", "1000000"), (".5", "0.5"), ("-.50", "-0.5"), ("1,000.0", "1000")]
+)
 def test_normalize_number_audit_equivalents(a, b):
     assert normalize_number(a) == normalize_number(b) is not None
 
@@ -65,18 +70,21 @@ def test_normalize_number_audit_refuses(text):
     assert normalize_number(text) is None
 
 
-@pytest.mark.parametrize("completion, answer, expected", [
-    ("1e3", "1000", False),       # scientific notation is not read (documented: plain decimals only)
-    ("0x10", "16", False),
-    ("1_000", "1000", False),
-    ("1 000", "1000", False),
-    ("1000.", "1000", True),
-    ("$1,000", "1000", True),
-    ("+1,000.00", "1000", True),
-    ("١٠٠٠", "1000", False),      # Arabic-Indic digits
-    ("１０００", "1000", False),    # full-width digits
-    ("1\u200b000", "1000", False),  # a zero-width space splits the number: first number 1
-])
+@pytest.mark.parametrize(
+    "completion, answer, expected",
+    [
+        ("1e3", "1000", False),  # scientific notation is not read (documented: plain decimals only)
+        ("0x10", "16", False),
+        ("1_000", "1000", False),
+        ("1 000", "1000", False),
+        ("1000.", "1000", True),
+        ("$1,000", "1000", True),
+        ("+1,000.00", "1000", True),
+        ("١٠٠٠", "1000", False),  # Arabic-Indic digits
+        ("１０００", "1000", False),  # full-width digits
+        ("1\u200b000", "1000", False),  # a zero-width space splits the number: first number 1
+    ],
+)
 def test_exact_match_other_normalization_edges(completion, answer, expected):
     assert correct(ExactMatch(), completion, answer) is expected
 
@@ -84,26 +92,29 @@ def test_exact_match_other_normalization_edges(completion, answer, expected):
 def test_last_tag_innermost_and_last():
     assert last_tag("<answer><answer>5</answer></answer>") == "5"
     assert last_tag("<answer>a</answer> <answer>b</answer>") == "b"
-    assert last_tag("<answer>a</answer><answer>") == "a"   # an unclosed open after the last close is ignored
+    assert last_tag("<answer>a</answer><answer>") == "a"  # an unclosed open after the last close is ignored
     assert last_tag("</answer><answer>") is None and last_tag("no tags") is None
 
 
 # ---------------------------------------------------------------- countdown: fixes and edges
-@pytest.mark.parametrize("completion, expected", [
-    ("<answer>3*5+7 = 23</answer>", False),          # a false equation (3*5+7 is 22) used to score 1
-    ("<answer>3*5+7 = 3*5+8</answer>", False),
-    ("<answer>3*5+7 = 15+7 = 22</answer>", True),    # a true chain
-    ("<answer>22 = 3*5+7</answer>", True),
-    ("<answer>3*5+7 = 22 (done)</answer>", False),   # a side that is not an expression
-    ("<answer><answer>3*5+7</answer></answer>", True),  # nested tags: the innermost
-    ("<answer>5--5</answer>", False),
-    ("<answer>2(3)</answer>", False),                # implicit multiplication refused
-    ("<answer>3⋅5+7</answer>", True),
-    ("<answer>3*5+７</answer>", False),              # full-width 7 refused
-    ("<answer>\u200b3*5+7</answer>", False),         # zero-width space refused
-    ("<answer>3*5+7\ud800</answer>", False),         # lone surrogate refused
-    ("<answer>" + "(" * 100_000 + "</answer>", False),
-])
+@pytest.mark.parametrize(
+    "completion, expected",
+    [
+        ("<answer>3*5+7 = 23</answer>", False),  # a false equation (3*5+7 is 22) used to score 1
+        ("<answer>3*5+7 = 3*5+8</answer>", False),
+        ("<answer>3*5+7 = 15+7 = 22</answer>", True),  # a true chain
+        ("<answer>22 = 3*5+7</answer>", True),
+        ("<answer>3*5+7 = 22 (done)</answer>", False),  # a side that is not an expression
+        ("<answer><answer>3*5+7</answer></answer>", True),  # nested tags: the innermost
+        ("<answer>5--5</answer>", False),
+        ("<answer>2(3)</answer>", False),  # implicit multiplication refused
+        ("<answer>3⋅5+7</answer>", True),
+        ("<answer>3*5+７</answer>", False),  # full-width 7 refused
+        ("<answer>\u200b3*5+7</answer>", False),  # zero-width space refused
+        ("<answer>3*5+7\ud800</answer>", False),  # lone surrogate refused
+        ("<answer>" + "(" * 100_000 + "</answer>", False),
+    ],
+)
 def test_countdown_audit_pairs(completion, expected):
     assert correct(build_verifier({"name": "countdown"}), completion, CD) is expected
 
@@ -111,16 +122,20 @@ def test_countdown_audit_pairs(completion, expected):
 def test_countdown_many_equals_signs_stay_cheap():
     v = build_verifier({"name": "countdown"})
     t0 = time.perf_counter()
-    assert correct(v, "<answer>3*5+7" + "=22" * 2000 + "</answer>", CD)     # 2001 sides, all 22 (6022 chars)
+    assert correct(v, "<answer>3*5+7" + "=22" * 2000 + "</answer>", CD)  # 2001 sides, all 22 (6022 chars)
     assert not correct(v, "<answer>3*5+7" + "=22" * 1999 + "=21</answer>", CD)
     assert time.perf_counter() - t0 < 3.0  # a bound against runaway cost (measured: milliseconds), not a speed test
 
 
 def test_countdown_hostile_references_are_errors_not_crashes():
     v = build_verifier({"name": "countdown"})
-    refs = ['{"nums": [3, 5, 7], "target": ' + "9" * 5000 + "}",  # int() digit limit -> ValueError
-            "[" * 100_000,                                          # json RecursionError
-            '{"nums": [3, 5, 7], "target": NaN}', '{"nums": [3, 5, 7], "target": 22.0}', "null"]
+    refs = [
+        '{"nums": [3, 5, 7], "target": ' + "9" * 5000 + "}",  # int() digit limit -> ValueError
+        "[" * 100_000,  # json RecursionError
+        '{"nums": [3, 5, 7], "target": NaN}',
+        '{"nums": [3, 5, 7], "target": 22.0}',
+        "null",
+    ]
     out = score_batch(v, ["<answer>3*5+7</answer>"] * len(refs), refs, timeout_s=1.0)
     assert out == [Score(0.0, False, True)] * len(refs)
 
@@ -138,19 +153,24 @@ def test_r1_format_leading_whitespace_is_linear():
     assert time.perf_counter() - t0 < 5.0  # quadratic took ~15 s here; linear takes milliseconds
 
 
-@pytest.mark.parametrize("completion, expected", [
-    ("  <think>x</think><answer>1</answer>", True),
-    ("<think><think>x</think><answer>1</answer>", True),
-    ("x</think>y</think><answer>1</answer>", False),     # text between </think> and <answer>
-    ("<think>x</think><answer>1</answer></answer>", False),
-    ("<think>x</think>\n\n<answer>\n1\n</answer>\n\n", True),
-])
+@pytest.mark.parametrize(
+    "completion, expected",
+    [
+        ("  <think>x</think><answer>1</answer>", True),
+        ("<think><think>x</think><answer>1</answer>", True),
+        ("x</think>y</think><answer>1</answer>", False),  # text between </think> and <answer>
+        ("<think>x</think><answer>1</answer></answer>", False),
+        ("<think>x</think>\n\n<answer>\n1\n</answer>\n\n", True),
+    ],
+)
 def test_r1_format_same_language(completion, expected):
     assert correct(build_verifier({"name": "format"}), completion, "") is expected
 
 
 def test_default_weighted_batch_of_blank_completions_is_fast():
-    v = build_verifier({"name": "weighted", "components": [{"name": "countdown", "weight": 1.0}, {"name": "format", "weight": 0.1}]})
+    v = build_verifier(
+        {"name": "weighted", "components": [{"name": "countdown", "weight": 1.0}, {"name": "format", "weight": 0.1}]}
+    )
     t0 = time.perf_counter()
     out = score_batch(v, [" \n" * 5000] * 16, [CD] * 16, timeout_s=0.5)
     assert time.perf_counter() - t0 < 5.0  # inline: 16 items used to take ~15 s; now milliseconds
@@ -168,8 +188,12 @@ def test_math_verify_inline_call_has_one_deadline_and_counts_the_timeout():
     s = v.score(SLOW, "1")
     assert time.perf_counter() - t0 < 2.5  # one 0.5 s deadline (before: up to 6 one-second ones)
     assert s == Score(0.0, False, True)  # a timeout is an error (before: reward 0 with error=False)
-    assert score_batch(build_verifier({"name": "math_verify", "timeout_s": 0.5, "isolation": "inline"}),
-                       [SLOW, "\\boxed{1}"], ["1", "1"], timeout_s=0.5) == [Score(0.0, False, True), Score(1.0, True, False)]
+    assert score_batch(
+        build_verifier({"name": "math_verify", "timeout_s": 0.5, "isolation": "inline"}),
+        [SLOW, "\\boxed{1}"],
+        ["1", "1"],
+        timeout_s=0.5,
+    ) == [Score(0.0, False, True), Score(1.0, True, False)]
 
 
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="POSIX timers")
@@ -232,7 +256,9 @@ TIMEOUT_S = 0.5
 def _build(name):
     if name == "format_custom":  # a user regex with catastrophic backtracking: runs in a worker
         return build_verifier({"name": "format", "pattern": r"^(\w+\s?)*$", "workers": 1})
-    return build_verifier({"name": name, "components": [{"name": "countdown", "weight": 1.0}, {"name": "format", "weight": 0.1}]})
+    return build_verifier(
+        {"name": name, "components": [{"name": "countdown", "weight": 1.0}, {"name": "format", "weight": 0.1}]}
+    )
 
 
 @pytest.fixture(scope="module")

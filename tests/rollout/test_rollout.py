@@ -14,9 +14,18 @@ from rlcompare.rollout.sampler import _top_p_filter, gumbel_max, left_pad, sampl
 def _model(seed=0):
     tok = build_char_tokenizer()
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=4, intermediate_size=64, max_position_embeddings=64,
-                      pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     model = LlamaForCausalLM(cfg).eval()
     # make EOS likely so that rows finish at different steps (exercises row compaction)
     with torch.no_grad():
@@ -56,8 +65,17 @@ def test_sampler_logp_equals_full_forward_logp_with_shared_prefill_and_compactio
     model, tok = _model()
     pi, pm = _prompts(tok, ["3+4=", "13+14=", "1+1="])
     g = torch.Generator().manual_seed(0)
-    comp = sample(model, pi, pm, max_new_tokens=12, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
-                  temperature=0.7, generator=g, repeats=4)
+    comp = sample(
+        model,
+        pi,
+        pm,
+        max_new_tokens=12,
+        eos_id=tok.eos_token_id,
+        pad_id=tok.pad_token_id,
+        temperature=0.7,
+        generator=g,
+        repeats=4,
+    )
     assert comp.ids.shape[0] == 12
     assert len(set(comp.lengths.tolist())) > 1  # rows finished at different steps
     pi_r, pm_r = pi.repeat_interleave(4, 0), pm.repeat_interleave(4, 0)
@@ -103,8 +121,16 @@ def test_several_eos_ids_stop_a_row():
     model, tok = _model()
     pi, pm = _prompts(tok, ["1+1="])
     stop = [tok.eos_token_id, tok.convert_tokens_to_ids("7")]
-    comp = sample(model, pi, pm, max_new_tokens=16, eos_id=torch.tensor(stop), pad_id=tok.pad_token_id,
-                  generator=torch.Generator().manual_seed(3), repeats=8)
+    comp = sample(
+        model,
+        pi,
+        pm,
+        max_new_tokens=16,
+        eos_id=torch.tensor(stop),
+        pad_id=tok.pad_token_id,
+        generator=torch.Generator().manual_seed(3),
+        repeats=8,
+    )
     for row, n in zip(comp.ids, comp.lengths):
         real = row[: int(n)].tolist()
         assert all(t not in stop for t in real[:-1])  # nothing after the first stop token is kept
@@ -115,8 +141,16 @@ def test_grouped_logits_equal_per_row_logits_in_value_and_gradient():
     model.train()
     G = 3
     pi, pm = _prompts(tok, ["3+4=", "13+14="])
-    comp = sample(model, pi, pm, max_new_tokens=6, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
-                  generator=torch.Generator().manual_seed(0), repeats=G)
+    comp = sample(
+        model,
+        pi,
+        pm,
+        max_new_tokens=6,
+        eos_id=tok.eos_token_id,
+        pad_id=tok.pad_token_id,
+        generator=torch.Generator().manual_seed(0),
+        repeats=G,
+    )
     pi_r, pm_r = pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0)
     from rlcompare.rollout import grouped_sequence_logits
 
@@ -132,4 +166,3 @@ def test_grouped_logits_equal_per_row_logits_in_value_and_gradient():
     assert g_ref.keys() == g_got.keys()
     for n in g_ref:
         assert torch.allclose(g_ref[n], g_got[n], atol=1e-5, rtol=1e-4), n
-

@@ -27,8 +27,10 @@ def test_each_claim_names_its_paper_metric_and_knob_runs_five_seeds_on_the_lab_t
     assert "prompts=chain" in spec.base.overrides
     # the task is the same in every claim: no member changes prompts, budget, model or verifier
     for v in spec.variants:
-        assert not any(o.split("=")[0].lstrip("+~").split(".")[0] in ("prompts", "budget", "model", "verifier")
-                       for o in v.overrides), (path.name, v.label)
+        assert not any(
+            o.split("=")[0].lstrip("+~").split(".")[0] in ("prompts", "budget", "model", "verifier")
+            for o in v.overrides
+        ), (path.name, v.label)
     assert spec.name == path.stem
     assert {e["variant"] for e in claim["expect"]} == {v.label for v in spec.variants}  # every arm has a prediction
 
@@ -41,19 +43,31 @@ def test_each_claim_passes_the_one_change_check(path):
 
 
 def test_a_claim_must_state_paper_statement_metric_and_knob():
-    base = {"name": "x", "seeds": [0], "base": {"overrides": []},
-            "variants": [{"label": "v", "component": "lr", "overrides": ["trainer.lr=1e-4"]}]}
+    base = {
+        "name": "x",
+        "seeds": [0],
+        "base": {"overrides": []},
+        "variants": [{"label": "v", "component": "lr", "overrides": ["trainer.lr=1e-4"]}],
+    }
     parse_sweep({**base, "claim": {"paper": "p", "statement": "s", "metric": "m", "knob": "k"}})
-    with pytest.raises(SweepError, match=r"claim: needs the strings paper, statement, metric, knob \(missing or empty: metric, knob\)"):
+    with pytest.raises(
+        SweepError, match=r"claim: needs the strings paper, statement, metric, knob \(missing or empty: metric, knob\)"
+    ):
         parse_sweep({**base, "claim": {"paper": "p", "statement": "s", "metric": " "}})
     with pytest.raises(SweepError, match="claim: needs"):
         parse_sweep({**base, "claim": "GRPO is better"})
     good = {"paper": "p", "statement": "s", "metric": "m", "knob": "k"}
-    parse_sweep({**base, "claim": {**good, "expect": [{"variant": "v", "metric": "eval/accuracy", "direction": "higher"}]}})
+    parse_sweep(
+        {**base, "claim": {**good, "expect": [{"variant": "v", "metric": "eval/accuracy", "direction": "higher"}]}}
+    )
     with pytest.raises(SweepError, match=r"claim.expect\[0\].*variant \(one of: v\)"):
-        parse_sweep({**base, "claim": {**good, "expect": [{"variant": "w", "metric": "eval/accuracy", "direction": "higher"}]}})
+        parse_sweep(
+            {**base, "claim": {**good, "expect": [{"variant": "w", "metric": "eval/accuracy", "direction": "higher"}]}}
+        )
     with pytest.raises(SweepError, match=r"direction \(one of: higher, lower, same, report\)"):
-        parse_sweep({**base, "claim": {**good, "expect": [{"variant": "v", "metric": "eval/accuracy", "direction": "up"}]}})
+        parse_sweep(
+            {**base, "claim": {**good, "expect": [{"variant": "v", "metric": "eval/accuracy", "direction": "up"}]}}
+        )
 
 
 def _script(name):

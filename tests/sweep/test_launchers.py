@@ -20,8 +20,17 @@ from rlcompare.sweep import SweepError, load_sweep, resolve_members
 from rlcompare.train.trainer import TIMING_PREFIXES
 
 # seconds-long runs (a 20-step warm start, 2 RL steps of 4 prompts x 4 completions); no trainer.threads: the rule sets it
-QUICK = ["budget=tiny", "budget.max_steps=2", "logger=none", "trainer.progress=false", "model.warm_start.steps=20",
-         "prompts.n_eval=16", "trainer.prompts_per_step=4", "trainer.group_size=4", "trainer.eval_every=2"]
+QUICK = [
+    "budget=tiny",
+    "budget.max_steps=2",
+    "logger=none",
+    "trainer.progress=false",
+    "model.warm_start.steps=20",
+    "prompts.n_eval=16",
+    "trainer.prompts_per_step=4",
+    "trainer.group_size=4",
+    "trainer.eval_every=2",
+]
 
 # two members that complete and one that fails at its first step (a non-finite loss, trainer.max_bad_steps=1)
 SWEEP = """
@@ -38,7 +47,7 @@ SWEEP = """
 def write_sweep(tmp_path: Path, completing_only: bool = False) -> Path:
     p = tmp_path / ("par-ok.yaml" if completing_only else "par.yaml")
     text = textwrap.dedent(SWEEP)
-    p.write_text(text[:text.index("  - {label: boom")] if completing_only else text)
+    p.write_text(text[: text.index("  - {label: boom")] if completing_only else text)
     return p
 
 
@@ -60,8 +69,11 @@ def check_isolated_and_reported(root: Path, out: str, tmp_path: Path) -> None:
     from rlcompare.report import build_report
 
     assert "2 of 3 runs completed" in out and "boom (seed 0): FloatingPointError" in out
-    status = {d.name: json.loads((d / "summary.json").read_text())["status"] for d in root.iterdir() if d.is_dir()
-              and (d / "summary.json").exists()}
+    status = {
+        d.name: json.loads((d / "summary.json").read_text())["status"]
+        for d in root.iterdir()
+        if d.is_dir() and (d / "summary.json").exists()
+    }
     assert status == {"grpo__s0": "completed", "clip_higher__s0": "completed", "boom__s0": "failed"}
     rec = yaml.safe_load((root / "sweep.yaml").read_text())
     assert rec["runs"]["boom"]["0"]["status"] == "failed" and rec["runs"]["grpo"]["0"]["status"] == "completed"
@@ -81,10 +93,16 @@ def test_joblib_sweep_runs_two_at_once_isolates_a_failure_and_matches_the_serial
     p = write_sweep(tmp_path)
     fixed = QUICK + ["trainer.threads=1"]  # the same threads serial and parallel: the rows must then be equal
     # serially (Hydra's basic launcher), the members that complete
-    assert sw.run_sweep(write_sweep(tmp_path, completing_only=True), fixed + [f"results_dir={tmp_path / 'serial'}"]) == 0
+    assert (
+        sw.run_sweep(write_sweep(tmp_path, completing_only=True), fixed + [f"results_dir={tmp_path / 'serial'}"]) == 0
+    )
     assert "2 of 2 runs completed" in capfd.readouterr().out
-    assert sw.run_sweep(p, fixed + [f"results_dir={tmp_path / 'par2'}", "hydra/launcher=joblib",
-                                    "hydra.launcher.n_jobs=2"]) == 1
+    assert (
+        sw.run_sweep(
+            p, fixed + [f"results_dir={tmp_path / 'par2'}", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+        )
+        == 1
+    )
     out, err = capfd.readouterr()
     assert "launching 3 job(s)" in err and "Joblib.Parallel(n_jobs=2" in out + err  # Hydra logs to stdout
     serial, par = tmp_path / "serial" / "par", tmp_path / "par2" / "par"
@@ -102,9 +120,12 @@ def test_joblib_sweep_runs_two_at_once_isolates_a_failure_and_matches_the_serial
 def test_submitit_local_sweep_isolates_a_failure_splits_the_cores_and_groups_wandb_runs(tmp_path, capsys):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     p = write_sweep(tmp_path)
-    extra = [o for o in QUICK if not o.startswith("logger")] + ["logger=wandb", "logger.mode=offline",
-                                                                f"results_dir={tmp_path / 'sub'}",
-                                                                "hydra/launcher=submitit_local"]
+    extra = [o for o in QUICK if not o.startswith("logger")] + [
+        "logger=wandb",
+        "logger.mode=offline",
+        f"results_dir={tmp_path / 'sub'}",
+        "hydra/launcher=submitit_local",
+    ]
     assert sw.run_sweep(p, extra) == 1
     out = capsys.readouterr().out
     root = tmp_path / "sub" / "par"
@@ -113,8 +134,11 @@ def test_submitit_local_sweep_isolates_a_failure_splits_the_cores_and_groups_wan
     threads = yaml.safe_load((root / "grpo__s0" / "config.yaml").read_text())["trainer"]["threads"]
     assert threads == max(1, pl.cpu_cores() // 3)
     # what W&B recorded, read back from the offline run's log
-    for run, job_type, tags in (("grpo__s0", "grpo", ["base"]), ("clip_higher__s0", "clip_higher", ["algorithm.clip"]),
-                                ("boom__s0", "boom", ["trainer.inject_nan_at_step", "trainer.max_bad_steps"])):
+    for run, job_type, tags in (
+        ("grpo__s0", "grpo", ["base"]),
+        ("clip_higher__s0", "clip_higher", ["algorithm.clip"]),
+        ("boom__s0", "boom", ["trainer.inject_nan_at_step", "trainer.max_bad_steps"]),
+    ):
         rec = wandb_run_record(root / run)
         assert (rec["run_group"], rec["job_type"], rec["tags"]) == ("par", job_type, tags)
 
@@ -123,8 +147,9 @@ def wandb_run_record(run_dir: Path) -> dict:
     """The `run` record of a run's offline W&B log, through W&B's own reader (`wandb leet inspect --json`)."""
     (log,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
     wandb_cli = Path(sys.executable).with_name("wandb")
-    out = subprocess.run([str(wandb_cli), "leet", "inspect", "--json", str(log)], capture_output=True, text=True,
-                         timeout=120, check=True).stdout
+    out = subprocess.run(
+        [str(wandb_cli), "leet", "inspect", "--json", str(log)], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
     for line in out.splitlines():
         rec = json.loads(line)
         if rec.get("type") == "run":
@@ -148,9 +173,20 @@ def test_train_multirun_under_joblib_splits_the_cores(tmp_path):
     env = {**os.environ, "WANDB_MODE": "offline"}
     env.pop(pl.LAUNCH_JOBS_ENV, None)
     quick = [o for o in QUICK if not o.startswith("budget.max_steps")] + ["budget.max_steps=1"]
-    cmd = [sys.executable, "-m", "rlcompare.cli", "train", "-m", *quick, "seed=0,1",
-           f"results_dir={tmp_path}", "experiment=m", "run_name=r__s${seed}", "hydra/launcher=joblib",
-           "hydra.launcher.n_jobs=-1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlcompare.cli",
+        "train",
+        "-m",
+        *quick,
+        "seed=0,1",
+        f"results_dir={tmp_path}",
+        "experiment=m",
+        "run_name=r__s${seed}",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=-1",
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     # n_jobs=-1 means a worker per core, but the command line makes 2 jobs: 2 run at once, cores // 2 threads each
@@ -199,10 +235,18 @@ def test_jobs_stopped_together_are_relaunched_alone_to_find_the_cause(tmp_path):
         return 0
 
     res = sw.run_jobs(jobs, root, fake_launch)
-    assert calls == [[("grpo", 0, False), ("clip_higher", 0, False), ("boom", 0, False), ("grpo", 1, False)],
-                     [("clip_higher", 0, True)], [("boom", 0, True)], [("grpo", 1, False)]]
-    assert {k: r["status"] for k, r in res.items()} == {("grpo", 0): "completed", ("clip_higher", 0): "completed",
-                                                       ("boom", 0): "failed", ("grpo", 1): "completed"}
+    assert calls == [
+        [("grpo", 0, False), ("clip_higher", 0, False), ("boom", 0, False), ("grpo", 1, False)],
+        [("clip_higher", 0, True)],
+        [("boom", 0, True)],
+        [("grpo", 1, False)],
+    ]
+    assert {k: r["status"] for k, r in res.items()} == {
+        ("grpo", 0): "completed",
+        ("clip_higher", 0): "completed",
+        ("boom", 0): "failed",
+        ("grpo", 1): "completed",
+    }
     assert "died mid-run (exit code 1)" in res[("boom", 0)]["error"]
 
 
@@ -235,23 +279,30 @@ def test_a_launch_that_ends_well_without_a_summary_fails_that_job(tmp_path):
 
 # ----------------------------------------------------------------------------- the job list sweeper
 def test_job_batch_puts_each_jobs_own_overrides_after_the_command_line():
-    batch = sw.job_batch(["results_dir=/r", "experiment=x", "trainer.lr=1e-4"],
-                         [["algorithm=dapo", "trainer.lr=3e-4", "seed=0"], ["algorithm=grpo", "seed=1"]])
-    assert batch == [["results_dir=/r", "experiment=x", "algorithm=dapo", "trainer.lr=3e-4", "seed=0"],
-                     ["results_dir=/r", "experiment=x", "trainer.lr=1e-4", "algorithm=grpo", "seed=1"]]
+    batch = sw.job_batch(
+        ["results_dir=/r", "experiment=x", "trainer.lr=1e-4"],
+        [["algorithm=dapo", "trainer.lr=3e-4", "seed=0"], ["algorithm=grpo", "seed=1"]],
+    )
+    assert batch == [
+        ["results_dir=/r", "experiment=x", "algorithm=dapo", "trainer.lr=3e-4", "seed=0"],
+        ["results_dir=/r", "experiment=x", "trainer.lr=1e-4", "algorithm=grpo", "seed=1"],
+    ]
     from hydra.errors import HydraException
 
     with pytest.raises(HydraException, match="list each value as its own job"):
         sw.job_batch(["seed=0,1"], [["algorithm=grpo"]])
 
 
-@pytest.mark.parametrize("text, message", [
-    (None, "hydra.sweeper.jobs_file is not set"),
-    ("jobs: algorithm=grpo\n", "expected `jobs:`"),
-    ("jobs: [[seed=0], [1]]\n", "expected `jobs:`"),
-    ("jobs: []\n", "expected `jobs:`"),
-    ("jobs: [unclosed\n", "cannot be read"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (None, "hydra.sweeper.jobs_file is not set"),
+        ("jobs: algorithm=grpo\n", "expected `jobs:`"),
+        ("jobs: [[seed=0], [1]]\n", "expected `jobs:`"),
+        ("jobs: []\n", "expected `jobs:`"),
+        ("jobs: [unclosed\n", "cannot be read"),
+    ],
+)
 def test_a_bad_jobs_file_is_refused_naming_the_setting(tmp_path, text, message):
     from hydra.errors import HydraException
 
@@ -294,23 +345,33 @@ def test_joblib_workers_follow_joblibs_rule(n_jobs, cores, workers):
 JOBLIB = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"
 
 
-@pytest.mark.parametrize("launcher, launched, cores, concurrent", [
-    ({"_target_": JOBLIB, "n_jobs": 2}, 8, 2, 2),
-    ({"_target_": JOBLIB, "n_jobs": -1}, 3, 16, 3),  # a worker per core, but only 3 jobs
-    ({"_target_": JOBLIB, "n_jobs": -1}, None, 16, 16),
-    ({"_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"}, 5, 2, 5),
-    ({"_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"}, 64, 2, 1),
-    ({"_target_": "hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher"}, 8, 16, 1),
-    ({"_target_": "hydra._internal.core_plugins.basic_launcher.BasicLauncher"}, 8, 16, 1),
-])
+@pytest.mark.parametrize(
+    "launcher, launched, cores, concurrent",
+    [
+        ({"_target_": JOBLIB, "n_jobs": 2}, 8, 2, 2),
+        ({"_target_": JOBLIB, "n_jobs": -1}, 3, 16, 3),  # a worker per core, but only 3 jobs
+        ({"_target_": JOBLIB, "n_jobs": -1}, None, 16, 16),
+        ({"_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"}, 5, 2, 5),
+        ({"_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"}, 64, 2, 1),
+        ({"_target_": "hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher"}, 8, 16, 1),
+        ({"_target_": "hydra._internal.core_plugins.basic_launcher.BasicLauncher"}, 8, 16, 1),
+    ],
+)
 def test_concurrent_jobs_per_launcher(launcher, launched, cores, concurrent):
     assert pl.concurrent_jobs(launcher, launched, cores) == concurrent
 
 
-@pytest.mark.parametrize("explicit, cores, concurrent, allocated, threads", [
-    (None, 16, 3, None, 5), (None, 2, 2, None, 1), (None, 2, 8, None, 1), (4, 16, 3, None, 4),
-    (None, 16, 3, 6, 6), (None, 16, 1, None, None),
-])
+@pytest.mark.parametrize(
+    "explicit, cores, concurrent, allocated, threads",
+    [
+        (None, 16, 3, None, 5),
+        (None, 2, 2, None, 1),
+        (None, 2, 8, None, 1),
+        (4, 16, 3, None, 4),
+        (None, 16, 3, 6, 6),
+        (None, 16, 1, None, None),
+    ],
+)
 def test_job_threads(explicit, cores, concurrent, allocated, threads):
     assert pl.job_threads(explicit, cores, concurrent, allocated) == threads
 
@@ -354,15 +415,28 @@ def test_train_multirun_counts_its_jobs(monkeypatch):
 
 # ----------------------------------------------------------------------------- W&B grouping
 def test_wandb_grouping_aggregates_seeds_per_variant():
-    sweep_cfg = {"experiment": "one_knob", "sweep": {"name": "one_knob", "variant": "seq_ratio", "reference": "grpo",
-                                                     "component": "algorithm.ratio,algorithm.clip"}}
+    sweep_cfg = {
+        "experiment": "one_knob",
+        "sweep": {
+            "name": "one_knob",
+            "variant": "seq_ratio",
+            "reference": "grpo",
+            "component": "algorithm.ratio,algorithm.clip",
+        },
+    }
     assert pl.wandb_grouping(None, sweep_cfg, "seq_ratio__s2") == {
-        "group": "one_knob", "job_type": "seq_ratio", "tags": ["algorithm.ratio", "algorithm.clip"]}
+        "group": "one_knob",
+        "job_type": "seq_ratio",
+        "tags": ["algorithm.ratio", "algorithm.clip"],
+    }
     base = {"experiment": "one_knob", "sweep": {"name": "one_knob", "variant": "grpo", "component": None}}
     assert pl.wandb_grouping("mine", base, "grpo__s0") == {"group": "mine", "job_type": "grpo", "tags": ["base"]}
     plain = {"experiment": "default", "sweep": {"name": None, "variant": None, "component": None}}
     assert pl.wandb_grouping(None, plain, "dapo__trainer.lr=1e-05__s12-2") == {
-        "group": "default", "job_type": "dapo__trainer.lr=1e-05", "tags": []}
+        "group": "default",
+        "job_type": "dapo__trainer.lr=1e-05",
+        "tags": [],
+    }
     long = pl.wandb_grouping(None, plain, "x" * 80 + "__s0")["job_type"]
     assert len(long) == 64 and long.startswith("x" * 55 + "~")
 

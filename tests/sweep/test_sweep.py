@@ -16,9 +16,17 @@ REPO = Path(__file__).resolve().parents[2]
 SWEEPS = sorted((REPO / "sweeps").glob("*.yaml"))
 
 # seconds-long runs (a 20-step warm start, 3 RL steps of 4 prompts x 4 completions)
-FAST = ["budget=tiny", "logger=none", "trainer.progress=false", "model.warm_start.steps=20", "prompts.n_eval=20",
-        "trainer.prompts_per_step=4", "trainer.group_size=4", "trainer.eval_every=2",
-        "trainer.threads=1"]  # one torch thread: 2 threads oversubscribe a busy 2-core machine badly
+FAST = [
+    "budget=tiny",
+    "logger=none",
+    "trainer.progress=false",
+    "model.warm_start.steps=20",
+    "prompts.n_eval=20",
+    "trainer.prompts_per_step=4",
+    "trainer.group_size=4",
+    "trainer.eval_every=2",
+    "trainer.threads=1",
+]  # one torch thread: 2 threads oversubscribe a busy 2-core machine badly
 
 
 def write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
@@ -33,14 +41,17 @@ def members_of(path: Path, tmp_path: Path, extra=()):
 
 # ----------------------------------------------------------------------------- the one-change check
 def test_variant_touching_two_components_is_refused_naming_the_stray_key(tmp_path, capsys):
-    p = write(tmp_path, """
+    p = write(
+        tmp_path,
+        """
         name: two_things
         seeds: [0]
         base: {label: grpo, overrides: [algorithm=grpo]}
         variants:
           - {label: clip_higher, component: clipping, overrides: [algorithm.clip.eps_high=0.28]}
           - {label: sneaky, component: clipping, overrides: [algorithm.clip.eps_high=0.28, trainer.lr=3e-4]}
-    """)
+    """,
+    )
     members = members_of(p, tmp_path)
     with pytest.raises(SweepError) as e:
         check_one_change(members)
@@ -58,36 +69,46 @@ def test_variant_touching_two_components_is_refused_naming_the_stray_key(tmp_pat
 
 
 def test_explicit_component_list_is_allowed_but_still_checked(tmp_path):
-    p = write(tmp_path, """
+    p = write(
+        tmp_path,
+        """
         name: two_declared
         base: {label: grpo, overrides: [algorithm=grpo]}
         variants:
           - {label: both, component: [clipping, lr], overrides: [algorithm.clip.eps_high=0.28, trainer.lr=3e-4]}
           - {label: three, component: [clipping, lr], overrides: [algorithm.clip.eps_high=0.28, trainer.lr=3e-4, algorithm.kl.coef=0.0]}
-    """)
+    """,
+    )
     with pytest.raises(SweepError) as e:
         check_one_change(members_of(p, tmp_path))
     msg = str(e.value)
     assert "'three'" in msg and "algorithm.kl.coef" in msg and "'both'" not in msg
 
-    q = write(tmp_path, """
+    q = write(
+        tmp_path,
+        """
         name: comma
         base: {label: grpo, overrides: [algorithm=grpo]}
         variants:
           - {label: both, component: "clipping, lr", overrides: [trainer.lr=3e-4]}
-    """, "comma.yaml")
+    """,
+        "comma.yaml",
+    )
     with pytest.raises(SweepError, match="explicitly as a list"):
         load_sweep(q)
 
 
 def test_ratio_component_covers_its_clip_range_and_config_paths_are_components(tmp_path):
-    p = write(tmp_path, """
+    p = write(
+        tmp_path,
+        """
         name: ratio
         base: {label: grpo, overrides: [algorithm=grpo]}
         variants:
           - {label: seq, component: ratio, overrides: [algorithm.ratio=sequence, algorithm.clip.eps_low=3e-4, algorithm.clip.eps_high=4e-4]}
           - {label: pps, component: trainer.prompts_per_step, overrides: [trainer.prompts_per_step=8]}
-    """)
+    """,
+    )
     members = members_of(p, tmp_path)
     check_one_change(members)
     seq = members[1]
@@ -97,13 +118,16 @@ def test_ratio_component_covers_its_clip_range_and_config_paths_are_components(t
 
 def test_a_shared_interpolation_follows_its_target(tmp_path):
     """Dr. GRPO's horizon is ${budget.max_new_tokens}: a budget variant changes it without a second component."""
-    p = write(tmp_path, """
+    p = write(
+        tmp_path,
+        """
         name: interp
         base: {label: drgrpo, overrides: [algorithm=drgrpo]}
         variants:
           - {label: short, component: budget, overrides: [budget.max_new_tokens=6]}
           - {label: fixed_h, component: budget, overrides: [budget.max_new_tokens=6, algorithm.horizon=10]}
-    """)
+    """,
+    )
     members = members_of(p, tmp_path)
     assert members[1].config["algorithm"]["horizon"] == 6
     with pytest.raises(SweepError) as e:
@@ -114,24 +138,31 @@ def test_a_shared_interpolation_follows_its_target(tmp_path):
 
 
 def test_variant_that_changes_nothing_and_config_errors_are_refused(tmp_path):
-    p = write(tmp_path, """
+    p = write(
+        tmp_path,
+        """
         name: same
         base: {label: grpo, overrides: [algorithm=grpo]}
         variants:
           - {label: noop, component: lr, overrides: [trainer.lr=3.0e-5]}
           - {label: logging_only, component: lr, overrides: [logger=none, trainer.progress=false]}
-    """)
+    """,
+    )
     with pytest.raises(SweepError) as e:
         check_one_change(members_of(p, tmp_path))
     assert "variant 'noop' changes nothing relative to 'grpo'" in str(e.value)
     assert "variant 'logging_only' changes nothing" in str(e.value)
 
-    bad = write(tmp_path, """
+    bad = write(
+        tmp_path,
+        """
         name: bad
         base: {label: grpo, overrides: [algorithm=grpo]}
         variants:
           - {label: g1, component: group_size, overrides: [trainer.group_size=1]}
-    """, "bad.yaml")
+    """,
+        "bad.yaml",
+    )
     with pytest.raises(SweepError, match=r"variant 'g1': config error: trainer.group_size=1"):
         members_of(bad, tmp_path)
 
@@ -157,8 +188,12 @@ def test_ladder_accumulates_overrides_and_chains_references(tmp_path):
     assert [m.reference for m in members] == [None, "naive", "clip_higher", "token_mean"]
     assert [m.kind for m in members] == ["base", "rung", "rung", "rung"]
     tok = members[2]
-    assert tok.overrides[:4] == ["algorithm=grpo", "algorithm.kl.coef=0.0", "algorithm.clip.eps_high=0.28",
-                                 "algorithm.aggregation=token-mean"]
+    assert tok.overrides[:4] == [
+        "algorithm=grpo",
+        "algorithm.kl.coef=0.0",
+        "algorithm.clip.eps_high=0.28",
+        "algorithm.aggregation=token-mean",
+    ]
     assert tok.config["algorithm"]["clip"]["eps_high"] == 0.28 and tok.config["algorithm"]["kl"]["coef"] == 0.0
     assert [k for k, _, _ in tok.diff] == ["algorithm.aggregation"]  # vs the previous rung only
     # a later rung that revisits a key replaces the earlier override instead of repeating it
@@ -169,14 +204,17 @@ def test_ladder_accumulates_overrides_and_chains_references(tmp_path):
 
 
 def test_ladder_rung_that_changes_nothing_is_refused(tmp_path):
-    p = write(tmp_path, """
+    p = write(
+        tmp_path,
+        """
         name: flat
         mode: ladder
         base: {label: naive, overrides: [algorithm=grpo]}
         variants:
           - {label: clip_higher, component: clipping, overrides: [algorithm.clip.eps_high=0.28]}
           - {label: again, component: clipping, overrides: [algorithm.clip.eps_high=0.28]}
-    """)
+    """,
+    )
     with pytest.raises(SweepError, match="rung 'again' changes nothing relative to 'clip_higher'"):
         check_one_change(members_of(p, tmp_path))
 
@@ -188,28 +226,37 @@ def test_bad_sweep_files_are_refused_with_the_fix(tmp_path):
         "hydra.sweep.dir=/x": "results_dir",
     }
     for override, expected in cases.items():
-        p = write(tmp_path, f"""
+        p = write(
+            tmp_path,
+            f"""
             name: bad
             base: {{label: grpo, overrides: [algorithm=grpo]}}
             variants:
               - {{label: v, component: lr, overrides: ["{override}"]}}
-        """)
+        """,
+        )
         with pytest.raises(SweepError, match=expected):
             load_sweep(p)
-    p = write(tmp_path, """
+    p = write(
+        tmp_path,
+        """
         name: bad
         base: {label: grpo, overrides: [algorithm=grpo]}
         variants:
           - {label: v, component: clippin, overrides: [algorithm.clip.eps_high=0.3]}
-    """)
+    """,
+    )
     with pytest.raises(SweepError, match="unknown component 'clippin'"):
         load_sweep(p)
-    p = write(tmp_path, """
+    p = write(
+        tmp_path,
+        """
         name: bad
         base: {label: grpo, overrides: [algorithm=grpo]}
         variants:
           - {label: grpo, component: lr, overrides: [trainer.lr=3e-4]}
-    """)
+    """,
+    )
     with pytest.raises(SweepError, match="unique"):
         load_sweep(p)
 
@@ -257,8 +304,15 @@ def test_cli_dry_run_by_name_with_options_between_overrides(tmp_path, capsys):
 
 
 def test_shipped_sweep_set_is_complete():
-    assert {p.stem for p in SWEEPS} >= {"presets", "dapo_ladder", "one_knob", "lr_sensitivity", "group_size",
-                                       "clip_range", "countdown_lian2025"}
+    assert {p.stem for p in SWEEPS} >= {
+        "presets",
+        "dapo_ladder",
+        "one_knob",
+        "lr_sensitivity",
+        "group_size",
+        "clip_range",
+        "countdown_lian2025",
+    }
     presets = load_sweep(REPO / "sweeps" / "presets.yaml")
     assert presets.base.label == "grpo" and presets.seeds == [0, 1, 2, 3, 4]
     assert {v.label for v in presets.variants} == {"ppo", "drgrpo", "dapo", "gspo", "dhpo", "rloo"}
@@ -271,8 +325,9 @@ def test_shipped_sweep_set_is_complete():
 def test_shipped_sweep_on_the_embedded_default_runs_at_least_five_seeds(path, tmp_path):
     """Issue 16: fewer than 5 seeds per arm is inconclusive; the default's runs are cheap, so ship enough."""
     members = members_of(path, tmp_path)
-    on_default = all(m.config["model"]["kind"] == "tiny" and m.config["prompts"]["kind"] == "arithmetic"
-                     for m in members)
+    on_default = all(
+        m.config["model"]["kind"] == "tiny" and m.config["prompts"]["kind"] == "arithmetic" for m in members
+    )
     spec = load_sweep(path)
     if not on_default:
         assert path.stem == "countdown_lian2025", f"{path.name} left the embedded default: decide its seed count"
@@ -284,13 +339,16 @@ def test_shipped_sweep_on_the_embedded_default_runs_at_least_five_seeds(path, tm
 @pytest.mark.parametrize("scenario", ["exit", "raise_then_exit"])
 def test_failure_isolation_relaunches_seeds_after_a_job_exits(tmp_path, scenario):
     """A job that exits (rather than raises) stops Hydra's basic launcher: the seeds after it are relaunched."""
-    p = write(tmp_path, """
+    p = write(
+        tmp_path,
+        """
         name: iso
         seeds: [0, 1, 2, 3]
         base: {label: grpo, overrides: [algorithm=grpo]}
         variants:
           - {label: v, component: lr, overrides: [trainer.lr=3e-4]}
-    """)
+    """,
+    )
     members = members_of(p, tmp_path)
     root = tmp_path / "results" / "iso"
     calls = []
@@ -308,7 +366,9 @@ def test_failure_isolation_relaunches_seeds_after_a_job_exits(tmp_path, scenario
             if j.seed in exits:
                 return 1
             status = "failed" if j.seed in raises else "completed"
-            (d / "summary.json").write_text(json.dumps({"status": status, "error": "ValueError: x" if j.seed in raises else None}))
+            (d / "summary.json").write_text(
+                json.dumps({"status": status, "error": "ValueError: x" if j.seed in raises else None})
+            )
             rc = 1 if j.seed in raises else rc
         return rc
 
@@ -330,7 +390,9 @@ def test_failure_isolation_relaunches_seeds_after_a_job_exits(tmp_path, scenario
 def test_sweep_end_to_end_then_report(tmp_path, capsys):
     from rlcompare.report import build_report
 
-    p = write(tmp_path, """
+    p = write(
+        tmp_path,
+        """
         # Question: does clip-higher change anything on a 3-step run? (plumbing test)
         name: e2e
         question: "plumbing"
@@ -338,7 +400,8 @@ def test_sweep_end_to_end_then_report(tmp_path, capsys):
         base: {label: grpo, overrides: [algorithm=grpo]}
         variants:
           - {label: clip_higher, component: clipping, overrides: [algorithm.clip.eps_high=0.28]}
-    """)
+    """,
+    )
     results = tmp_path / "results"
     extra = FAST + [f"results_dir={results}"]
     rc = sw.run_sweep(p, extra)
@@ -357,7 +420,10 @@ def test_sweep_end_to_end_then_report(tmp_path, capsys):
     assert json.loads((root / "grpo__s0" / "summary.json").read_text())["sweep"]["reference"] is None
     rec = yaml.safe_load((root / "sweep.yaml").read_text())
     assert rec["name"] == "e2e" and rec["created"] and rec["extra_overrides"] == extra
-    assert "clip_higher" in rec["file"] and rec["members"][1]["overrides"][:2] == ["algorithm=grpo", "algorithm.clip.eps_high=0.28"]
+    assert "clip_higher" in rec["file"] and rec["members"][1]["overrides"][:2] == [
+        "algorithm=grpo",
+        "algorithm.clip.eps_high=0.28",
+    ]
     assert rec["runs"]["grpo"]["0"]["status"] == "completed"
     assert f"rlcompare report {root}" in out
 
@@ -381,14 +447,17 @@ def test_sweep_end_to_end_then_report(tmp_path, capsys):
 def test_failing_member_does_not_stop_the_others(tmp_path, capsys):
     from rlcompare.report import build_report
 
-    p = write(tmp_path, """
+    p = write(
+        tmp_path,
+        """
         name: fails
         seeds: [0]
         base: {label: boom, overrides: [algorithm=grpo, trainer.inject_nan_at_step=1, trainer.max_bad_steps=1]}
         variants:
           - {label: fine, component: [trainer.inject_nan_at_step, trainer.max_bad_steps],
              overrides: [trainer.inject_nan_at_step=null, trainer.max_bad_steps=5]}
-    """)
+    """,
+    )
     results = tmp_path / "results"
     rc = sw.run_sweep(p, FAST + [f"results_dir={results}"])
     out = capsys.readouterr().out
@@ -396,7 +465,9 @@ def test_failing_member_does_not_stop_the_others(tmp_path, capsys):
     assert "failed members (1)" in out and "boom (seed 0): FloatingPointError" in out
     root = results / "fails"
     assert json.loads((root / "boom__s0" / "summary.json").read_text())["status"] == "failed"
-    assert json.loads((root / "fine__s0" / "summary.json").read_text())["status"] == "completed"  # ran after the failure
+    assert (
+        json.loads((root / "fine__s0" / "summary.json").read_text())["status"] == "completed"
+    )  # ran after the failure
     assert yaml.safe_load((root / "sweep.yaml").read_text())["runs"]["boom"]["0"]["status"] == "failed"
 
     res = build_report(root, write=False, reps=50)

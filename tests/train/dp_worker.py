@@ -90,7 +90,9 @@ def main(argv: list[str]) -> int:
     if reference and world.rank == 0:
         for case in cases:
             cfg = _compose(case["overrides"], out / "results")
-            _write(out, case["name"] + ".ref", *_run(cfg, World(mode="ddp"), out / "runs" / case["name"], case["steps"]))
+            _write(
+                out, case["name"] + ".ref", *_run(cfg, World(mode="ddp"), out / "runs" / case["name"], case["steps"])
+            )
     dist.barrier()
     dist.destroy_process_group()
     return 0

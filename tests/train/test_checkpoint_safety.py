@@ -22,8 +22,14 @@ from rlcompare.train.run import train
 from rlcompare.train.tracking import read_jsonl
 
 REPO = Path(__file__).resolve().parents[2]
-OV = ["algorithm=dapo", "budget.max_steps=4", "trainer.checkpoint_every=1", "trainer.keep_checkpoints=4",
-      "trainer.eval_every=2", "trainer.warmup_steps=10"]
+OV = [
+    "algorithm=dapo",
+    "budget.max_steps=4",
+    "trainer.checkpoint_every=1",
+    "trainer.keep_checkpoints=4",
+    "trainer.eval_every=2",
+    "trainer.warmup_steps=10",
+]
 
 
 class _TouchOnLoad:
@@ -52,7 +58,9 @@ def _interrupted_run(compose, name: str, after: int) -> Path:
             import shutil
 
             shutil.rmtree(c)
-    (run / "summary.json").write_text(json.dumps({**json.loads((run / "summary.json").read_text()), "status": "running"}))
+    (run / "summary.json").write_text(
+        json.dumps({**json.loads((run / "summary.json").read_text()), "status": "running"})
+    )
     return run
 
 
@@ -63,15 +71,27 @@ def _replace_with_pickle(step_dir: Path, payload: bytes) -> None:
 
 
 def _snapshot(run: Path) -> dict:
-    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()
-            and ".writer.lock" not in p.name}
+    return {
+        str(p.relative_to(run)): p.read_bytes()
+        for p in sorted(run.rglob("*"))
+        if p.is_file() and ".writer.lock" not in p.name
+    }
 
 
 def test_the_hostile_pickle_used_below_really_runs_code_when_unpickled(tmp_path):
     marker = tmp_path / "pwned"
     (tmp_path / "p.pkl").write_bytes(_hostile_pickle(marker))
-    subprocess.run([sys.executable, "-c", "import pickle, sys; pickle.loads(open(sys.argv[1], 'rb').read())",
-                    str(tmp_path / "p.pkl")], cwd=tmp_path, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import pickle, sys; pickle.loads(open(sys.argv[1], 'rb').read())",
+            str(tmp_path / "p.pkl"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=60,
+    )
     assert marker.exists()  # so the tests below would catch a loader that unpickles
 
 
@@ -109,7 +129,7 @@ def test_damaged_checkpoints_everywhere_refuse_the_resume_instead_of_restarting(
     run = _interrupted_run(compose, "alldamaged", after=3)
     for c in checkpoint.candidates(run):
         for f in c.iterdir():
-            f.write_bytes(f.read_bytes()[: 100])  # torn mid-write
+            f.write_bytes(f.read_bytes()[:100])  # torn mid-write
     rows = read_jsonl(run / "metrics.jsonl")
     with pytest.raises(ConfigError, match=r"none of the checkpoints .* can be resumed from"):
         train(compose(*OV, "run_name=alldamaged", "resume=true"))
@@ -119,19 +139,30 @@ def test_damaged_checkpoints_everywhere_refuse_the_resume_instead_of_restarting(
 def _write(tmp_path: Path, tensors: dict, tree) -> Path:
     d = tmp_path / "checkpoints" / "step_00000001"
     d.mkdir(parents=True)
-    save_file(tensors, str(d / checkpoint.FILE),
-              metadata={"format": checkpoint.FORMAT, "version": str(checkpoint.FORMAT_VERSION), "tree": json.dumps(tree)})
+    save_file(
+        tensors,
+        str(d / checkpoint.FILE),
+        metadata={"format": checkpoint.FORMAT, "version": str(checkpoint.FORMAT_VERSION), "tree": json.dumps(tree)},
+    )
     return d
 
 
-@pytest.mark.parametrize("tree, why", [
-    ({"version": checkpoint.FORMAT_VERSION, "step": 1, "x": {"__reduce__": ["os.system", ["touch pwned"]]}},
-     "unknown entry"),
-    ({"version": checkpoint.FORMAT_VERSION, "step": 1, "x": {"__tensor__": "not/in/file"}}, "does not hold"),
-    ({"version": checkpoint.FORMAT_VERSION, "step": 1, "x": {"__ndarray__": "t", "dtype": "object"}}, "unknown entry"),
-    ({"version": checkpoint.FORMAT_VERSION, "step": 7}, "records step 7, not the step in its name"),
-    ({"version": 2, "step": 1}, "not a checkpoint of this format"),
-])
+@pytest.mark.parametrize(
+    "tree, why",
+    [
+        (
+            {"version": checkpoint.FORMAT_VERSION, "step": 1, "x": {"__reduce__": ["os.system", ["touch pwned"]]}},
+            "unknown entry",
+        ),
+        ({"version": checkpoint.FORMAT_VERSION, "step": 1, "x": {"__tensor__": "not/in/file"}}, "does not hold"),
+        (
+            {"version": checkpoint.FORMAT_VERSION, "step": 1, "x": {"__ndarray__": "t", "dtype": "object"}},
+            "unknown entry",
+        ),
+        ({"version": checkpoint.FORMAT_VERSION, "step": 7}, "records step 7, not the step in its name"),
+        ({"version": 2, "step": 1}, "not a checkpoint of this format"),
+    ],
+)
 def test_crafted_json_in_a_checkpoint_is_refused(tmp_path, tree, why):
     d = _write(tmp_path, {"t": torch.zeros(2)}, tree)
     with pytest.raises(checkpoint.CheckpointError, match=re.escape(why)):
@@ -146,13 +177,16 @@ def _rewrite(step_dir: Path, change) -> None:
     checkpoint.write_file(blob, f)
 
 
-@pytest.mark.parametrize("change, what", [
-    (lambda b: b.update(stream_position="0; rm -rf /"), "data position"),
-    (lambda b: b["rng"].update(torch=[1, 2, 3]), "RNG state"),
-    (lambda b: b["opt"].update(state=[]), "optimizer state"),
-    (lambda b: b["state"].update(step=99), "trainer state"),
-    (lambda b: b["policy"].update(extra="text"), "policy weights"),
-])
+@pytest.mark.parametrize(
+    "change, what",
+    [
+        (lambda b: b.update(stream_position="0; rm -rf /"), "data position"),
+        (lambda b: b["rng"].update(torch=[1, 2, 3]), "RNG state"),
+        (lambda b: b["opt"].update(state=[]), "optimizer state"),
+        (lambda b: b["state"].update(step=99), "trainer state"),
+        (lambda b: b["policy"].update(extra="text"), "policy weights"),
+    ],
+)
 def test_a_well_formed_file_with_contents_of_the_wrong_kind_is_refused_before_the_model_loads(compose, change, what):
     run = _interrupted_run(compose, "wrongkind", after=2)
     for c in checkpoint.candidates(run):
@@ -186,13 +220,20 @@ def test_a_file_that_is_not_safetensors_is_unreadable_not_fatal(tmp_path):
 
 def test_plain_data_and_tensors_round_trip_exactly(tmp_path):
     w = torch.tensor([[1.0, -2.0], [0.5, 3.0]])
-    blob = {"version": checkpoint.FORMAT_VERSION, "step": 1,
-            "tied": {"embed": w, "head": w},  # one tensor under two names (tied weights)
-            "view": w[:, 1],  # a non-contiguous view of it
-            "opt": {0: {"step": torch.tensor(3.0), "exp_avg": torch.tensor([0.25, -0.125])}},  # integer keys
-            "betas": (0.9, 0.99), "floats": [float("nan"), float("inf"), -float("inf"), 1e-300],
-            "numpy": ("MT19937", np.array([0, 1, 4294967295], dtype=np.uint32), 623, 0, 0.0),
-            "bf16": torch.tensor([1.5, -0.75], dtype=torch.bfloat16), "none": None, "flag": True, "name": "x"}
+    blob = {
+        "version": checkpoint.FORMAT_VERSION,
+        "step": 1,
+        "tied": {"embed": w, "head": w},  # one tensor under two names (tied weights)
+        "view": w[:, 1],  # a non-contiguous view of it
+        "opt": {0: {"step": torch.tensor(3.0), "exp_avg": torch.tensor([0.25, -0.125])}},  # integer keys
+        "betas": (0.9, 0.99),
+        "floats": [float("nan"), float("inf"), -float("inf"), 1e-300],
+        "numpy": ("MT19937", np.array([0, 1, 4294967295], dtype=np.uint32), 623, 0, 0.0),
+        "bf16": torch.tensor([1.5, -0.75], dtype=torch.bfloat16),
+        "none": None,
+        "flag": True,
+        "name": "x",
+    }
     d = tmp_path / "checkpoints" / "step_00000001"
     d.mkdir(parents=True)
     checkpoint.write_file(blob, d / checkpoint.FILE)

@@ -28,28 +28,47 @@ print(f"rc={rc} torch={'torch' in sys.modules} transformers={'transformers' in s
 
 def _train(tmp_path, *args):
     env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "offline"}
-    return subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path, env=env)
+    return subprocess.run(
+        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env
+    )
 
 
-@pytest.mark.parametrize("args,line", [
-    (["trainer.lr=inf"], "rlcompare: config error: trainer.lr=inf is not a finite number; use a finite number > 0"),
-    (["model.num_heads=0"], "rlcompare: config error: model.num_heads=0 must be >= 1"),
-    (["run_name=../../escaped"], "rlcompare: config error: run_name='../../escaped' must be one folder name inside results_dir"),
-    # Hydra created the run folder first and failed with its raw mkdir traceback
-    (["results_dir=a_file/results"], "rlcompare: config error: results_dir='a_file/results' is not writable"),
-    (["hydra.run.dir=/proc/rlc-run"], "rlcompare: config error: hydra.run.dir='/proc/rlc-run' is not writable"),
-    # a verifier that cannot score the prompts: before, 4 s of imports and (exact_match) a 300-step warm start first
-    (["verifier=countdown"], "rlcompare: config error: prompts=arithmetic verifier=countdown: the verifier cannot score "
-                             "this prompt set: 8 of 8 correct answers"),
-    (["prompts=countdown", "verifier=exact_match"], "rlcompare: config error: prompts=countdown verifier=exact_match: "
-                                                    "the verifier cannot score this prompt set"),
-    (["verifier.name=nope"], "rlcompare: config error: verifier.name='nope' is not a known verifier; use one of:"),
-    (["prompts=countdown_file", "prompts.path=missing.jsonl"], "rlcompare: config error: prompts.path='missing.jsonl': file not found"),
-    # a multirun is refused whole, before its first job, naming the bad job
-    (["-m", "seed=0,1", "trainer.lr=1e-3,nan"], "rlcompare: config error: trainer.lr=nan is not a finite number; use a "
-                                               "finite number > 0 (multirun job seed=0 trainer.lr=nan)"),
-])
+@pytest.mark.parametrize(
+    "args,line",
+    [
+        (["trainer.lr=inf"], "rlcompare: config error: trainer.lr=inf is not a finite number; use a finite number > 0"),
+        (["model.num_heads=0"], "rlcompare: config error: model.num_heads=0 must be >= 1"),
+        (
+            ["run_name=../../escaped"],
+            "rlcompare: config error: run_name='../../escaped' must be one folder name inside results_dir",
+        ),
+        # Hydra created the run folder first and failed with its raw mkdir traceback
+        (["results_dir=a_file/results"], "rlcompare: config error: results_dir='a_file/results' is not writable"),
+        (["hydra.run.dir=/proc/rlc-run"], "rlcompare: config error: hydra.run.dir='/proc/rlc-run' is not writable"),
+        # a verifier that cannot score the prompts: before, 4 s of imports and (exact_match) a 300-step warm start first
+        (
+            ["verifier=countdown"],
+            "rlcompare: config error: prompts=arithmetic verifier=countdown: the verifier cannot score "
+            "this prompt set: 8 of 8 correct answers",
+        ),
+        (
+            ["prompts=countdown", "verifier=exact_match"],
+            "rlcompare: config error: prompts=countdown verifier=exact_match: "
+            "the verifier cannot score this prompt set",
+        ),
+        (["verifier.name=nope"], "rlcompare: config error: verifier.name='nope' is not a known verifier; use one of:"),
+        (
+            ["prompts=countdown_file", "prompts.path=missing.jsonl"],
+            "rlcompare: config error: prompts.path='missing.jsonl': file not found",
+        ),
+        # a multirun is refused whole, before its first job, naming the bad job
+        (
+            ["-m", "seed=0,1", "trainer.lr=1e-3,nan"],
+            "rlcompare: config error: trainer.lr=nan is not a finite number; use a "
+            "finite number > 0 (multirun job seed=0 trainer.lr=nan)",
+        ),
+    ],
+)
 def test_a_bad_value_fails_before_hydra_and_torch_with_one_line(tmp_path, args, line):
     (tmp_path / "a_file").write_text("not a folder")
     out = _train(tmp_path, *args)
@@ -62,17 +81,34 @@ def test_a_bad_value_fails_before_hydra_and_torch_with_one_line(tmp_path, args, 
 REPO_CONF = Path(__file__).resolve().parents[2] / "conf"  # every preset there is an option Hydra lists
 
 
-@pytest.mark.parametrize("argv,start,pieces", [
-    (["algorithm=nope"], "algorithm=nope: In 'config': Could not find 'algorithm/nope'",
-     ["Available options in 'algorithm': " + ", ".join(sorted(p.stem for p in (REPO_CONF / "algorithm").glob("*.yaml")))]),
-    (["trainer.lr_rate=1"], "trainer.lr_rate=1: unknown config key 'trainer.lr_rate'", ["not in struct", "accepted keys here: ", " lr,"]),
-    # a schema key the preset's YAML leaves out: Hydra's own hint (+key) is kept
-    (["verifier.max_chars=0"], "verifier.max_chars=0: Could not override 'verifier.max_chars'", ["use +verifier.max_chars=0"]),
-    (["trainer.lr=[1"], "trainer.lr=[1: Hydra cannot parse this override", ["no viable alternative"]),
-    (["seed=0,1"], "seed=0,1: Ambiguous value for argument 'seed=0,1'", ["add --multirun"]),
-    (["seed=abc"], "seed='abc' is not accepted (bad value for 'seed')", ["Integer"]),
-    (["prompts=countdown", "verifier.timeout_s=-1"], "verifier.timeout_s=-1.0 must be > 0", []),
-])
+@pytest.mark.parametrize(
+    "argv,start,pieces",
+    [
+        (
+            ["algorithm=nope"],
+            "algorithm=nope: In 'config': Could not find 'algorithm/nope'",
+            [
+                "Available options in 'algorithm': "
+                + ", ".join(sorted(p.stem for p in (REPO_CONF / "algorithm").glob("*.yaml")))
+            ],
+        ),
+        (
+            ["trainer.lr_rate=1"],
+            "trainer.lr_rate=1: unknown config key 'trainer.lr_rate'",
+            ["not in struct", "accepted keys here: ", " lr,"],
+        ),
+        # a schema key the preset's YAML leaves out: Hydra's own hint (+key) is kept
+        (
+            ["verifier.max_chars=0"],
+            "verifier.max_chars=0: Could not override 'verifier.max_chars'",
+            ["use +verifier.max_chars=0"],
+        ),
+        (["trainer.lr=[1"], "trainer.lr=[1: Hydra cannot parse this override", ["no viable alternative"]),
+        (["seed=0,1"], "seed=0,1: Ambiguous value for argument 'seed=0,1'", ["add --multirun"]),
+        (["seed=abc"], "seed='abc' is not accepted (bad value for 'seed')", ["Integer"]),
+        (["prompts=countdown", "verifier.timeout_s=-1"], "verifier.timeout_s=-1.0 must be > 0", []),
+    ],
+)
 def test_hydra_and_schema_errors_are_one_line_naming_the_override(argv, start, pieces):
     err = check_train_args(argv + ["results_dir=/tmp/rlc-precheck-never-made"])
     assert err.startswith(start), err
@@ -97,11 +133,27 @@ def test_good_command_lines_and_ones_for_hydra_itself_pass(tmp_path):
 def test_a_verifier_in_worker_processes_is_probed_in_the_job_before_the_warm_start(tmp_path):
     """math-verify scores in worker processes (seconds to start): the job's preflight probes it, before the model."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "offline"}
-    out = subprocess.run([sys.executable, "-m", "rlcompare.cli", "train", "prompts=countdown", "verifier=math_verify",
-                          "trainer.threads=1", "results_dir=results"], capture_output=True, text=True, timeout=300,
-                         cwd=tmp_path, env=env)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rlcompare.cli",
+            "train",
+            "prompts=countdown",
+            "verifier=math_verify",
+            "trainer.threads=1",
+            "results_dir=results",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
     assert out.returncode == 2
-    assert ("rlcompare: config error: prompts=countdown verifier=math_verify: the verifier cannot score this prompt "
-            "set: 8 of 8 surely wrong answers") in out.stderr
+    assert (
+        "rlcompare: config error: prompts=countdown verifier=math_verify: the verifier cannot score this prompt "
+        "set: 8 of 8 surely wrong answers"
+    ) in out.stderr
     assert "warm start" not in out.stderr and "Traceback" not in out.stderr
     assert not list((tmp_path / "results").glob("*/*/config.yaml"))  # no run started (Hydra made only its .hydra/)

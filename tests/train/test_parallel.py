@@ -63,8 +63,10 @@ def _close(a, b, where: str) -> None:
 
 
 # ----------------------------------------------------------------------------- no process group needed
-@pytest.mark.parametrize("n,size,shares", [(4, 2, [(0, 2), (2, 4)]), (3, 2, [(0, 2), (2, 3)]),
-                                            (1, 2, [(0, 1), (1, 1)]), (5, 3, [(0, 2), (2, 4), (4, 5)])])
+@pytest.mark.parametrize(
+    "n,size,shares",
+    [(4, 2, [(0, 2), (2, 4)]), (3, 2, [(0, 2), (2, 3)]), (1, 2, [(0, 1), (1, 1)]), (5, 3, [(0, 2), (2, 4), (4, 5)])],
+)
 def test_share_splits_units_contiguously_with_sizes_differing_by_at_most_one(n, size, shares):
     got = [World(rank=r, size=size).share(n) for r in range(size)]
     assert [(s.start, s.stop) for s in got] == shares
@@ -91,9 +93,18 @@ def _tiny_model():
 
     tok = build_char_tokenizer()
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=4, intermediate_size=64, max_position_embeddings=64,
-                      pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     model = LlamaForCausalLM(cfg).eval()
     ids, mask = left_pad([[tok.bos_token_id] + tok(t).input_ids for t in PROMPTS], tok.pad_token_id, "cpu")
     with torch.no_grad():  # EOS likely (logit about 3 where others are about 0.1): rows end at different steps
@@ -112,18 +123,34 @@ def test_group_streams_sample_the_same_tokens_whatever_the_split():
 
     def draw(idx):
         ids, mask = left_pad([[tok.bos_token_id] + tok(texts[j]).input_ids for j in idx], tok.pad_token_id, "cpu")
-        return sample(model, ids, mask, max_new_tokens=12, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
-                      repeats=G, streams=GroupStreams([keys[j] for j in idx], G, "cpu"))
+        return sample(
+            model,
+            ids,
+            mask,
+            max_new_tokens=12,
+            eos_id=tok.eos_token_id,
+            pad_id=tok.pad_token_id,
+            repeats=G,
+            streams=GroupStreams([keys[j] for j in idx], G, "cpu"),
+        )
 
     whole = draw([0, 1, 2, 3])
     halves = [draw([0]), draw([1, 2, 3])]  # another split, other prompt padding, rows ending at other steps
     assert len(set(whole.lengths.tolist())) > 1  # rows did end at different steps
     T = whole.ids.shape[1]
-    joined = torch.cat([torch.nn.functional.pad(h.ids, (0, T - h.ids.shape[1]), value=tok.pad_token_id) for h in halves])
+    joined = torch.cat(
+        [torch.nn.functional.pad(h.ids, (0, T - h.ids.shape[1]), value=tok.pad_token_id) for h in halves]
+    )
     assert torch.equal(joined, whole.ids)
-    other = sample(model, *left_pad([[tok.bos_token_id] + tok(t).input_ids for t in texts], tok.pad_token_id, "cpu"),
-                   max_new_tokens=12, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, repeats=G,
-                   streams=GroupStreams([(0, 2, 0, j) for j in range(4)], G, "cpu"))
+    other = sample(
+        model,
+        *left_pad([[tok.bos_token_id] + tok(t).input_ids for t in texts], tok.pad_token_id, "cpu"),
+        max_new_tokens=12,
+        eos_id=tok.eos_token_id,
+        pad_id=tok.pad_token_id,
+        repeats=G,
+        streams=GroupStreams([(0, 2, 0, j) for j in range(4)], G, "cpu"),
+    )
     assert not torch.equal(other.ids, whole.ids)  # another step's keys: other draws (the check can fail)
 
 
@@ -156,13 +183,21 @@ def test_torchrun_settings_that_would_change_the_run_are_refused_before_anything
 # DAPO's soft overlong punishment (lengths 3 to 6 of the 6-token budget lose 0 to 0.75): rewards differ within
 # almost every group, so every mini-batch's gradient carries signal
 SIGNAL = ["algorithm.overlong.soft_punishment=true", "algorithm.overlong.cache_len=4"]
-AGGREGATIONS = ["token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm",
-                "prompt-mean-token-mean"]
+AGGREGATIONS = [
+    "token-mean",
+    "token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-sum-norm",
+    "prompt-mean-token-mean",
+]
 # GRPO without its KL term but in one case: with policy = reference, k3's gradient is 0 analytically and at the
 # rounding floor numerically, so an optimizer step whose rows all have zero advantage would compare noise
 NO_KL = "algorithm.kl.coef=0"
-CASES = [{"name": f"agg_{a}", "overrides": [f"algorithm.aggregation={a}", "algorithm.horizon=6", NO_KL]}
-         for a in AGGREGATIONS] + [
+CASES = [
+    {"name": f"agg_{a}", "overrides": [f"algorithm.aggregation={a}", "algorithm.horizon=6", NO_KL]}
+    for a in AGGREGATIONS
+] + [
     {"name": "batch_std", "overrides": ["algorithm.advantage.scale=batch", NO_KL]},
     {"name": "kl_in_loss", "overrides": []},  # GRPO as shipped: k3 in the loss, the reference's log-probs gathered
     # DAPO: dynamic sampling refills the global batch; overlong filter and shaping; clip-higher
@@ -170,8 +205,10 @@ CASES = [{"name": f"agg_{a}", "overrides": [f"algorithm.aggregation={a}", "algor
     # PPO: the critic's values gathered, its gradient all-reduced; GAE whitened over the whole batch; KL in reward
     {"name": "ppo", "overrides": ["algorithm=ppo", "algorithm.kl.coef=0.05"]},
     # statistics of a whole optimizer step across ranks and micro-batches (the top-entropy threshold)
-    {"name": "top_entropy_micro", "overrides": ["algorithm.top_entropy_quantile=0.5", "trainer.micro_batch_size=4",
-                                                NO_KL]},
+    {
+        "name": "top_entropy_micro",
+        "overrides": ["algorithm.top_entropy_quantile=0.5", "trainer.micro_batch_size=4", NO_KL],
+    },
     # 3 groups over 2 ranks (2 + 1), mini-batches of 2 and 1 groups: a rank with no rows in one of them
     {"name": "uneven", "overrides": ["trainer.prompts_per_step=3", "trainer.recompute_old_logp=true", NO_KL]},
 ]
@@ -184,11 +221,30 @@ def _lora_case(tmp: Path) -> dict:
 
     path = _save(tmp / "llama", "llama", chat=False)
     prompts, _ = TASKS["gsm8k"]
-    return {"name": "lora_hf", "steps": 2, "overrides": [
-        "logger=none", "trainer.progress=false", "trainer.threads=1", "model=hf", f"model.name_or_path={path}",
-        *prompts, "prompts.template=plain", "budget=tiny", "budget.max_prompt_tokens=200", "budget.max_new_tokens=8",
-        "trainer.prompts_per_step=4", "prompts.n_eval=4", "trainer.lr=1e-2", "model.lora.enabled=true",
-        *REWARDED, "rollout.streams=group", "trainer.eval_every=1000", NO_KL]}
+    return {
+        "name": "lora_hf",
+        "steps": 2,
+        "overrides": [
+            "logger=none",
+            "trainer.progress=false",
+            "trainer.threads=1",
+            "model=hf",
+            f"model.name_or_path={path}",
+            *prompts,
+            "prompts.template=plain",
+            "budget=tiny",
+            "budget.max_prompt_tokens=200",
+            "budget.max_new_tokens=8",
+            "trainer.prompts_per_step=4",
+            "prompts.n_eval=4",
+            "trainer.lr=1e-2",
+            "model.lora.enabled=true",
+            *REWARDED,
+            "rollout.streams=group",
+            "trainer.eval_every=1000",
+            NO_KL,
+        ],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -197,8 +253,13 @@ def two_rank_cases(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dp_cases")
     cases = [{**c, "overrides": FAST + GROUPS + SIGNAL + c["overrides"], "steps": 2} for c in CASES] + [_lora_case(tmp)]
     (tmp / "cases.json").write_text(json.dumps(cases))
-    out = subprocess.run(_torchrun(2, str(REPO / "tests" / "train" / "dp_worker.py"), str(tmp / "cases.json"), str(tmp),
-                                   "--reference"), env=_env(tmp), capture_output=True, text=True, timeout=900)
+    out = subprocess.run(
+        _torchrun(2, str(REPO / "tests" / "train" / "dp_worker.py"), str(tmp / "cases.json"), str(tmp), "--reference"),
+        env=_env(tmp),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stderr[-4000:]
     return tmp
 
@@ -229,8 +290,14 @@ def test_two_ranks_give_one_process_rows_and_gradient(two_rank_cases, case):
 
 # ----------------------------------------------------------------------------- the CLI under torchrun
 def _cli_run(tmp_path: Path, n: int, *overrides: str, timeout=600) -> subprocess.CompletedProcess:
-    return subprocess.run(_torchrun(n, "-m", "rlcompare.cli", "train", *FAST, *GROUPS, *overrides),
-                          env=_env(tmp_path), capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+    return subprocess.run(
+        _torchrun(n, "-m", "rlcompare.cli", "train", *FAST, *GROUPS, *overrides),
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=tmp_path,
+    )
 
 
 def _rows(run: Path, name: str) -> list[dict]:
@@ -281,9 +348,14 @@ def test_two_ranks_sigtermed_then_resumed_equal_an_uninterrupted_two_rank_run(tm
     ref = _cli_run(tmp_path, 2, *RESUME, f"results_dir={results}", "run_name=whole")
     assert ref.returncode == 0, ref.stderr[-4000:]
     run = results / "default" / "cut"
-    proc = subprocess.Popen(_torchrun(2, "-m", "rlcompare.cli", "train", *FAST, *GROUPS, *RESUME,
-                                      f"results_dir={results}", "run_name=cut"),
-                            env=_env(tmp_path), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _torchrun(2, "-m", "rlcompare.cli", "train", *FAST, *GROUPS, *RESUME, f"results_dir={results}", "run_name=cut"),
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _wait_rows(proc, run / "metrics.jsonl", 3)
     proc.send_signal(signal.SIGTERM)  # torchrun passes it to both ranks: they agree on the step to stop after
     proc.wait(timeout=120)
@@ -296,7 +368,9 @@ def test_two_ranks_sigtermed_then_resumed_equal_an_uninterrupted_two_rank_run(tm
     assert "resuming" in again.stderr
     for name in ("metrics.jsonl", "eval.jsonl", "samples.jsonl"):
         got = [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in _rows(run, name)]
-        want = [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in _rows(results / "default" / "whole", name)]
+        want = [
+            {k: v for k, v in r.items() if not k.startswith(TIMING)} for r in _rows(results / "default" / "whole", name)
+        ]
         assert got == want, name  # the same processes, the same split: equal, not only close
     assert [r["step"] for r in _rows(run, "metrics.jsonl")] == list(range(1, 13))
 
@@ -317,9 +391,24 @@ def _rank_pid(parent: int, rank: int) -> int | None:
 def test_a_killed_rank_takes_the_run_down_and_is_named(tmp_path):
     results = tmp_path / "results"
     run = results / "default" / "dies"
-    proc = subprocess.Popen(_torchrun(2, "-m", "rlcompare.cli", "train", *FAST, *GROUPS, "budget.max_steps=200",
-                                      f"results_dir={results}", "run_name=dies"),
-                            env=_env(tmp_path), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        _torchrun(
+            2,
+            "-m",
+            "rlcompare.cli",
+            "train",
+            *FAST,
+            *GROUPS,
+            "budget.max_steps=200",
+            f"results_dir={results}",
+            "run_name=dies",
+        ),
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     _wait_rows(proc, run / "metrics.jsonl", 2)
     victim = _rank_pid(proc.pid, 1)
     assert victim is not None
@@ -327,7 +416,7 @@ def test_a_killed_rank_takes_the_run_down_and_is_named(tmp_path):
     output, _ = proc.communicate(timeout=180)
     assert proc.returncode != 0
     # torchrun's failure summary: the first observed failure is rank 1, killed by signal 9
-    root = output[output.index("Root Cause (first observed failure)"):]
+    root = output[output.index("Root Cause (first observed failure)") :]
     assert re.search(r"rank\s*:\s*1 \(local_rank: 1\)", root) and "Signal 9 (SIGKILL)" in root, output[-3000:]
     s = json.loads((run / "summary.json").read_text())
     assert s["status"] == "failed" and s["steps"] < 200, s

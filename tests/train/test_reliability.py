@@ -21,11 +21,21 @@ from rlcompare.train.tracking import read_jsonl
 TIMING = ("time/", "perf/")
 # DAPO: dynamic sampling, overlong shaping, 2 updates per rollout (the shuffle generator), rewards that vary
 # with length, so the weights move every step even while the tiny policy answers nothing right.
-KILL = ["algorithm=dapo", "budget.max_steps=8", "trainer.checkpoint_every=2", "trainer.eval_every=3",
-        "trainer.warmup_steps=10"]  # a warmup makes the LR scheduler's state matter
+KILL = [
+    "algorithm=dapo",
+    "budget.max_steps=8",
+    "trainer.checkpoint_every=2",
+    "trainer.eval_every=3",
+    "trainer.warmup_steps=10",
+]  # a warmup makes the LR scheduler's state matter
 # PPO: critic weights and optimizer, GAE, a KL reference model.
-TERM = ["algorithm=ppo", "budget.max_steps=8", "trainer.checkpoint_every=3", "trainer.eval_every=3",
-        "algorithm.kl.coef=0.05"]
+TERM = [
+    "algorithm=ppo",
+    "budget.max_steps=8",
+    "trainer.checkpoint_every=3",
+    "trainer.eval_every=3",
+    "algorithm.kl.coef=0.05",
+]
 
 
 def _strip(rows: list[dict]) -> list[dict]:
@@ -46,8 +56,14 @@ def _assert_same_as(run: Path, ref: Path, steps: int) -> None:
     for name in want:
         assert got[name] == want[name], name
     a, b = _summary(run), _summary(ref)
-    for k in ("steps", "tokens/generated", "eval/accuracy_initial", "eval/accuracy_final", "eval/accuracy_best",
-              "optim/skipped_updates"):
+    for k in (
+        "steps",
+        "tokens/generated",
+        "eval/accuracy_initial",
+        "eval/accuracy_final",
+        "eval/accuracy_best",
+        "optim/skipped_updates",
+    ):
         assert a[k] == b[k], k
 
 
@@ -67,8 +83,9 @@ def _env(**extra) -> dict:
 
 def _start(tmp_path: Path, *overrides: str, log: str) -> subprocess.Popen:
     env = _env(WANDB_MODE="offline")
-    return subprocess.Popen(_cli(*overrides), cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-                            stderr=open(tmp_path / log, "w"))
+    return subprocess.Popen(
+        _cli(*overrides), cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / log, "w")
+    )
 
 
 def _wait_rows(proc: subprocess.Popen, metrics: Path, k: int, timeout: float = 240.0) -> None:
@@ -97,8 +114,14 @@ def test_sigkill_at_a_random_step_then_resume_equals_an_uninterrupted_run(compos
     assert n_before < 8
 
     env = _env(WANDB_MODE="offline")
-    out = subprocess.run(_cli(*KILL, "run_name=killed", f"results_dir={results}", "resume=true"), cwd=tmp_path,
-                         env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        _cli(*KILL, "run_name=killed", f"results_dir={results}", "resume=true"),
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "resuming" in out.stderr
     assert f"previous writer (pid {proc.pid}) ended without releasing" in out.stderr  # its stale lock, taken over
@@ -127,9 +150,23 @@ def test_sigterm_saves_a_checkpoint_marks_failed_and_exits_nonzero_then_resumes_
     assert f"checkpoint saved at step {rows[-1]['step']}" in s["error"]
 
     # resume=<run dir>: the run's own config; only how it runs (threads, progress bar) from the command line
-    out = subprocess.run([sys.executable, "-m", "rlcompare.cli", "train", f"resume={run}", "trainer.threads=1",
-                          "trainer.progress=false", "logger=none"], cwd=tmp_path, env=_env(), capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rlcompare.cli",
+            "train",
+            f"resume={run}",
+            "trainer.threads=1",
+            "trainer.progress=false",
+            "logger=none",
+        ],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     resumed = _summary(run)
     assert resumed["status"] == "completed" and resumed["error"] is None
@@ -141,15 +178,18 @@ def test_sigterm_saves_a_checkpoint_marks_failed_and_exits_nonzero_then_resumes_
 def test_sigterm_without_checkpoints_stops_at_once_and_marks_failed(tmp_path):
     results = tmp_path / "results"
     run = results / "default" / "term0"
-    proc = _start(tmp_path, "algorithm=dapo", "budget.max_steps=50", "run_name=term0", f"results_dir={results}",
-                  log="term0.log")
+    proc = _start(
+        tmp_path, "algorithm=dapo", "budget.max_steps=50", "run_name=term0", f"results_dir={results}", log="term0.log"
+    )
     _wait_rows(proc, run / "metrics.jsonl", 1)
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=120)
     assert proc.returncode == SIGTERM_EXIT
     s = _summary(run)
     assert s["status"] == "failed" and s["error"] == "terminated (SIGTERM)" and 1 <= s["steps"] < 50
-    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == list(range(1, len(read_jsonl(run / "metrics.jsonl")) + 1))
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == list(
+        range(1, len(read_jsonl(run / "metrics.jsonl")) + 1)
+    )
     assert not (run / "checkpoints").exists()
 
 
@@ -171,8 +211,15 @@ def _simulate_kill_after(run: Path, step: int, torn: bool = True) -> None:
 
 
 def test_torn_last_line_and_a_half_written_checkpoint_are_dropped_on_resume(compose):
-    ov = ["algorithm=dapo", "budget.max_steps=5", "trainer.checkpoint_every=1", "trainer.keep_checkpoints=9",
-          "trainer.eval_every=1", "trainer.warmup_steps=10", "run_name=torn"]
+    ov = [
+        "algorithm=dapo",
+        "budget.max_steps=5",
+        "trainer.checkpoint_every=1",
+        "trainer.keep_checkpoints=9",
+        "trainer.eval_every=1",
+        "trainer.warmup_steps=10",
+        "run_name=torn",
+    ]
     ref = train(compose(*ov))
     run = Path(ref["run_dir"])
     want = {k: v for k, v in _rows(run).items()}
@@ -191,8 +238,14 @@ def test_torn_last_line_and_a_half_written_checkpoint_are_dropped_on_resume(comp
 
 
 def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(compose):
-    ov = ["algorithm=dapo", "budget.max_steps=4", "trainer.checkpoint_every=1", "trainer.keep_checkpoints=3",
-          "trainer.eval_every=2", "run_name=damaged"]
+    ov = [
+        "algorithm=dapo",
+        "budget.max_steps=4",
+        "trainer.checkpoint_every=1",
+        "trainer.keep_checkpoints=3",
+        "trainer.eval_every=2",
+        "run_name=damaged",
+    ]
     ref = train(compose(*ov))
     run = Path(ref["run_dir"])
     want = _rows(run)
@@ -232,9 +285,15 @@ def test_resume_continues_the_wandb_run(compose):
     # only increases: a second step 3 would be dropped or misfiled)
     steps = []
     for d in dirs:
-        out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(d / f"run-{wid}.wandb")],
-                             capture_output=True, text=True, timeout=300)
-        steps += [json.loads(ln)["history"]["item"]["_step"] for ln in out.stdout.splitlines() if '"type":"history"' in ln]
+        out = subprocess.run(
+            [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(d / f"run-{wid}.wandb")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        steps += [
+            json.loads(ln)["history"]["item"]["_step"] for ln in out.stdout.splitlines() if '"type":"history"' in ln
+        ]
     assert steps == [0, 1, 2, 3]
 
 
@@ -250,8 +309,14 @@ def test_a_nan_loss_is_skipped_and_counted(compose):
 
 
 def test_repeated_nans_stop_the_run_naming_the_step_and_keep_the_rows(compose):
-    cfg = compose("algorithm=dapo", "budget.max_steps=6", "trainer.inject_nan_at_step=2", "trainer.max_bad_steps=1",
-                  "trainer.eval_every=1", "run_name=nanstop")
+    cfg = compose(
+        "algorithm=dapo",
+        "budget.max_steps=6",
+        "trainer.inject_nan_at_step=2",
+        "trainer.max_bad_steps=1",
+        "trainer.eval_every=1",
+        "run_name=nanstop",
+    )
     with pytest.raises(FloatingPointError, match=r"stopped at step 2: non-finite loss"):
         train(cfg)
     run = Path(cfg.results_dir) / "default" / "nanstop"
@@ -324,8 +389,14 @@ def test_sample_completions_are_capped_in_number_and_length(compose):
 def test_results_grow_with_steps_not_with_the_batch(compose):
     size = {}
     for pps in (2, 8):
-        s = train(compose(f"trainer.prompts_per_step={pps}", "budget.max_steps=4", "trainer.checkpoint_every=1",
-                          f"run_name=pps{pps}"))
+        s = train(
+            compose(
+                f"trainer.prompts_per_step={pps}",
+                "budget.max_steps=4",
+                "trainer.checkpoint_every=1",
+                f"run_name=pps{pps}",
+            )
+        )
         run = Path(s["run_dir"])
         size[pps] = {n: (run / n).stat().st_size for n in ("metrics.jsonl", "samples.jsonl")}
         size[pps]["per_row"] = size[pps]["metrics.jsonl"] / len(read_jsonl(run / "metrics.jsonl"))

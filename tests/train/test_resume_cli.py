@@ -29,8 +29,10 @@ TIMING = ("time/", "perf/")
 
 
 def _rows(run: Path) -> dict:
-    return {f: [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in read_jsonl(run / f)]
-            for f in ("metrics.jsonl", "eval.jsonl", "samples.jsonl")}
+    return {
+        f: [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in read_jsonl(run / f)]
+        for f in ("metrics.jsonl", "eval.jsonl", "samples.jsonl")
+    }
 
 
 def _cut_back(run: Path, after: int) -> None:
@@ -57,8 +59,12 @@ def _train(*argv: str) -> int:
 
 def test_resume_with_a_derived_run_dir_holding_equals_signs_as_typed(tmp_path):
     results = tmp_path / "results"
-    assert _train("algorithm.clip.eps_high=0.28", "budget.max_steps=3", "trainer.checkpoint_every=1",
-                  f"results_dir={results}") == 0
+    assert (
+        _train(
+            "algorithm.clip.eps_high=0.28", "budget.max_steps=3", "trainer.checkpoint_every=1", f"results_dir={results}"
+        )
+        == 0
+    )
     run = _only_run(results)
     assert "algorithm.clip.eps_high=0.28" in run.name  # a derived name, `=` and all
     want = _rows(run)
@@ -95,8 +101,16 @@ def test_resume_true_with_only_an_operational_change_continues_the_same_run(tmp_
     want = _rows(run)
     _cut_back(run, 2)
     capsys.readouterr()
-    assert _train("budget.max_steps=3", "trainer.checkpoint_every=2", "trainer.keep_checkpoints=5",
-                  f"results_dir={results}", "resume=true") == 0
+    assert (
+        _train(
+            "budget.max_steps=3",
+            "trainer.checkpoint_every=2",
+            "trainer.keep_checkpoints=5",
+            f"results_dir={results}",
+            "resume=true",
+        )
+        == 0
+    )
     assert "from step 2" in capsys.readouterr().err
     assert _only_run(results) == run and _rows(run) == want
 
@@ -116,12 +130,15 @@ def test_no_key_that_may_change_on_resume_is_part_of_a_derived_run_name():
     assert RESUME_IGNORED <= exclude, RESUME_IGNORED - exclude
 
 
-@pytest.mark.parametrize("path", [
-    "results/default/grpo__algorithm.clip.eps_high=0.28__s0",
-    "results/x/dapo__trainer.betas=[0.9,0.95]__s1",  # `,` and brackets would be a sweep or a list unquoted
-    "/tmp/it's here/a\\b\\",  # a quote, backslashes, one at the end
-    "/tmp/${oops}/run",  # not an interpolation
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "results/default/grpo__algorithm.clip.eps_high=0.28__s0",
+        "results/x/dapo__trainer.betas=[0.9,0.95]__s1",  # `,` and brackets would be a sweep or a list unquoted
+        "/tmp/it's here/a\\b\\",  # a quote, backslashes, one at the end
+        "/tmp/${oops}/run",  # not an interpolation
+    ],
+)
 def test_a_typed_resume_path_reaches_the_config_unchanged(path):
     override = OverridesParser.create().parse_overrides([quote_resume_path(f"resume={path}")])[0]
     assert override.key_or_group == "resume"
@@ -143,9 +160,23 @@ def _env() -> dict:
 def test_sigterm_without_checkpoints_leaves_summary_and_metrics_agreeing(tmp_path, after_rows, delay):
     results = tmp_path / "results"
     run = results / "default" / "term"
-    proc = subprocess.Popen([sys.executable, "-m", "rlcompare.cli", "train", *FAST, "algorithm=dapo",
-                             "budget.max_steps=50", "run_name=term", f"results_dir={results}"], cwd=tmp_path,
-                            env=_env(), stdout=subprocess.DEVNULL, stderr=open(tmp_path / "log", "w"))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlcompare.cli",
+            "train",
+            *FAST,
+            "algorithm=dapo",
+            "budget.max_steps=50",
+            "run_name=term",
+            f"results_dir={results}",
+        ],
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "log", "w"),
+    )
     t0 = time.time()
     while len(read_jsonl(run / "metrics.jsonl")) < after_rows:
         assert proc.poll() is None and time.time() - t0 < 240, (tmp_path / "log").read_text()[-2000:]

@@ -47,8 +47,10 @@ def _wait(pred, proc: subprocess.Popen, what: str, timeout: float = 240.0) -> No
 
 def _holder_process(folder: Path) -> subprocess.Popen:
     """A separate process that locks `folder` the way a run does, then waits to be killed."""
-    code = ("import sys, time; from rlcompare.train import run_lock; run_lock.acquire(sys.argv[1]); "
-            "print('locked', flush=True); time.sleep(600)")
+    code = (
+        "import sys, time; from rlcompare.train import run_lock; run_lock.acquire(sys.argv[1]); "
+        "print('locked', flush=True); time.sleep(600)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code, str(folder)], env=_env(), stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "locked"
     return proc
@@ -58,14 +60,16 @@ def test_a_second_writer_on_a_live_run_fails_naming_its_pid_and_the_first_run_is
     results = tmp_path / "results"
     run = results / "default" / "busy"
     args = (*LONG, "run_name=busy", f"results_dir={results}")
-    first = subprocess.Popen(_cli(*args), cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL,
-                             stderr=open(tmp_path / "first.log", "w"))
+    first = subprocess.Popen(
+        _cli(*args), cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=open(tmp_path / "first.log", "w")
+    )
     _wait(lambda: len(read_jsonl(run / "metrics.jsonl")) >= 1, first, "its first row")
     first.send_signal(signal.SIGSTOP)  # alive and holding the folder, mid-run, for as long as the test needs
     try:
         for extra in ((), ("resume=true",), (f"resume={run}",)):
-            out = subprocess.run(_cli(*args, *extra), cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                                 timeout=300)
+            out = subprocess.run(
+                _cli(*args, *extra), cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300
+            )
             assert out.returncode == 2, (extra, out.stderr[-2000:])
             assert f"is being written by another rlcompare process (pid {first.pid}" in out.stderr, extra
             assert "resuming" not in out.stderr and "Traceback" not in out.stderr, extra
@@ -80,8 +84,16 @@ def test_two_writers_started_together_one_runs_the_other_is_refused(tmp_path):
     results = tmp_path / "results"
     run = results / "default" / "race"
     args = (*LONG, "run_name=race", f"results_dir={results}")
-    procs = [subprocess.Popen(_cli(*args), cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL,
-                              stderr=open(tmp_path / f"race{i}.log", "w")) for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            _cli(*args),
+            cwd=tmp_path,
+            env=_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=open(tmp_path / f"race{i}.log", "w"),
+        )
+        for i in range(2)
+    ]
     codes = [p.wait(timeout=400) for p in procs]
     logs = [(tmp_path / f"race{i}.log").read_text() for i in range(2)]
     assert sorted(codes) == [0, 2], logs

@@ -30,7 +30,8 @@ def _update(compose, tmp_path, name: str, *extra: str):
     tr.opt.step = recording_step
     rows = []
     hook = tr.policy.model.model.register_forward_pre_hook(
-        lambda mod, args, kw: rows.append(int(kw["input_ids"].shape[0])), with_kwargs=True)
+        lambda mod, args, kw: rows.append(int(kw["input_ids"].shape[0])), with_kwargs=True
+    )
     up = tr.update(b, tr.advantages(b), b.completions.logp)
     hook.remove()
     assert any(not torch.equal(p, q) for p, q in zip(tr.policy.model.parameters(), before))  # the update moved it
@@ -55,11 +56,19 @@ def test_skipping_flat_groups_gives_the_same_update(compose, tmp_path):
             assert h is not None  # a None gradient would make AdamW skip the parameter: not the same update
             torch.testing.assert_close(h, g, atol=1e-5 * scale + 1e-12, rtol=0)
     assert abs(up_fast.metrics["loss/policy"] - up_ref.metrics["loss/policy"]) < 1e-7
-    assert abs(up_fast.metrics["objective_per_token"] - up_ref.metrics["objective_per_token"]) < 1e-7  # idle tokens counted as 0
+    assert (
+        abs(up_fast.metrics["objective_per_token"] - up_ref.metrics["objective_per_token"]) < 1e-7
+    )  # idle tokens counted as 0
 
 
 def test_nothing_is_skipped_when_every_row_counts(compose, tmp_path):
     # a KL term in the loss (GRPO's beta > 0) gives zero-advantage rows a gradient: no skipping
-    _, _, up, rows, _ = _update(compose, tmp_path, "kl", "trainer.skip_zero_advantage=true", "algorithm.kl.coef=0.01",
-                             "algorithm.kl.placement=in_loss")
+    _, _, up, rows, _ = _update(
+        compose,
+        tmp_path,
+        "kl",
+        "trainer.skip_zero_advantage=true",
+        "algorithm.kl.coef=0.01",
+        "algorithm.kl.placement=in_loss",
+    )
     assert up.idle_rows_frac == 0.0 and sum(rows) >= 4 + 16

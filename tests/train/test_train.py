@@ -37,7 +37,14 @@ def test_each_preset_trains_end_to_end(compose, preset):
     assert [r["step"] for r in rows] == [1, 2, 3]
     # cumulative generated tokens strictly increase and add up the per-step counts
     assert [r["tokens/generated"] for r in rows] == [sum(x["tokens/step"] for x in rows[: i + 1]) for i in range(3)]
-    for key in ("objective/per_token", "objective/per_response", "clip/frac_low", "ratio/mean", "policy/entropy", "time/step_s"):
+    for key in (
+        "objective/per_token",
+        "objective/per_response",
+        "clip/frac_low",
+        "ratio/mean",
+        "policy/entropy",
+        "time/step_s",
+    ):
         assert key in rows[-1]
     if preset == "ppo":
         assert rows[-1]["loss/value"] is not None
@@ -52,8 +59,16 @@ def test_off_policy_updates_clip_tokens(compose):
     """With several optimizer steps per rollout batch, ratios leave 1 and some tokens are clipped."""
     # a reward that varies within most groups even for a barely trained model: answers starting with 0-4
     # (every step clipped some tokens at seeds 0-3 except one or two steps per seed)
-    s = train(compose("algorithm=grpo", "trainer.updates_per_rollout=4", "trainer.lr=3e-3", "run_name=offpolicy",
-                      "verifier=format", "verifier.pattern='^[0-4]'"))
+    s = train(
+        compose(
+            "algorithm=grpo",
+            "trainer.updates_per_rollout=4",
+            "trainer.lr=3e-3",
+            "run_name=offpolicy",
+            "verifier=format",
+            "verifier.pattern='^[0-4]'",
+        )
+    )
     rows = read_jsonl(Path(s["run_dir"]) / "metrics.jsonl")
     assert max(r["ratio/max"] for r in rows) > 1.0 + 1e-4
     assert any(r["clip/frac_low"] + r["clip/frac_high"] > 0 for r in rows)
@@ -64,8 +79,10 @@ def test_same_config_and_seed_give_identical_metrics(compose):
     other = train(compose("algorithm=dapo", "run_name=det_seed1", "seed=1", "trainer.updates_per_rollout=2"))
 
     def rows(s):
-        return [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))}
-                for r in read_jsonl(Path(s["run_dir"]) / "metrics.jsonl")]
+        return [
+            {k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))}
+            for r in read_jsonl(Path(s["run_dir"]) / "metrics.jsonl")
+        ]
 
     assert rows(runs[0]) == rows(runs[1])
     assert rows(runs[0]) != rows(other)
@@ -89,8 +106,12 @@ def test_wandb_offline_run_reads_back_with_wandb_tools(compose, tmp_path):
     s = train(compose("logger=wandb", "logger.mode=offline", "run_name=wb"))
     run_dirs = list((Path(s["run_dir"]) / "wandb").glob("offline-run-*"))
     assert len(run_dirs) == 1
-    out = subprocess.run([str(Path(sys.executable).with_name("wandb")), "leet", "inspect", "--summary", "--json", str(run_dirs[0])],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [str(Path(sys.executable).with_name("wandb")), "leet", "inspect", "--summary", "--json", str(run_dirs[0])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     flat = json.dumps(summary)
@@ -99,33 +120,60 @@ def test_wandb_offline_run_reads_back_with_wandb_tools(compose, tmp_path):
 
 def test_cli_single_run_lands_in_results_and_leaves_no_stray_folders(tmp_path):
     env = {**os.environ, "RLCOMPARE_CACHE": os.environ["RLCOMPARE_CACHE"], "WANDB_MODE": "offline"}
-    cmd = [sys.executable, "-m", "rlcompare.cli", "train", "budget=tiny", "model.warm_start.steps=20", "prompts.n_eval=8",
-           "trainer.prompts_per_step=2", "trainer.group_size=2", "trainer.progress=false", "algorithm=dapo",
-           "results_dir=results"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlcompare.cli",
+        "train",
+        "budget=tiny",
+        "model.warm_start.steps=20",
+        "prompts.n_eval=8",
+        "trainer.prompts_per_step=2",
+        "trainer.group_size=2",
+        "trainer.progress=false",
+        "algorithm=dapo",
+        "results_dir=results",
+    ]
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
-    run = tmp_path / "results" / "default" / "dapo__budget=tiny__model.warm_start.steps=20__prompts.n_eval=8__trainer.group_size=2__trainer.prompts_per_step=2__s0"
+    run = (
+        tmp_path
+        / "results"
+        / "default"
+        / "dapo__budget=tiny__model.warm_start.steps=20__prompts.n_eval=8__trainer.group_size=2__trainer.prompts_per_step=2__s0"
+    )
     assert (run / ".hydra" / "config.yaml").exists() and (run / "summary.json").exists()
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
     assert list((run / "wandb").glob("offline-run-*"))
 
 
 def test_cli_help_lists_groups_and_cfg_job_prints_the_recipe():
-    out = subprocess.run([sys.executable, "-m", "rlcompare.cli", "train", "--help"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "rlcompare.cli", "train", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0
     for group in ("algorithm", "model", "prompts", "verifier", "budget", "logger"):
         assert f"{group}:" in out.stdout
     assert "dhpo" in out.stdout and "drgrpo" in out.stdout
-    out = subprocess.run([sys.executable, "-m", "rlcompare.cli", "train", "algorithm=dapo", "--cfg", "job"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "rlcompare.cli", "train", "algorithm=dapo", "--cfg", "job"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0
     job = OmegaConf.create(out.stdout)
     assert job.algorithm.clip.eps_high == 0.28 and job.algorithm.dynamic_sampling.enabled is True
 
 
 def test_cli_config_error_is_one_clear_line(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "rlcompare.cli", "train", "algorithm.clip.eps_low=-1", f"results_dir={tmp_path}"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "rlcompare.cli", "train", "algorithm.clip.eps_low=-1", f"results_dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2
     assert "algorithm.clip.eps_low=-1" in out.stderr and "negative" in out.stderr
 
@@ -135,9 +183,12 @@ def test_derived_run_names_are_short_readable_and_distinct():
 
     assert run_name("grpo", 0, "trainer.lr=1e-3") == "grpo__trainer.lr=1e-3__s0"
     # a path names the run by its last component
-    assert run_name("ppo", 1, "model.name_or_path=/data/ckpt/qwen-sft/__model=hf") == "ppo__model.name_or_path=qwen-sft__model=hf__s1"
+    assert (
+        run_name("ppo", 1, "model.name_or_path=/data/ckpt/qwen-sft/__model=hf")
+        == "ppo__model.name_or_path=qwen-sft__model=hf__s1"
+    )
     # long override sets are cut to MAX_NAME characters, and two that differ only past the cut stay apart
     base = "__".join(f"trainer.knob_{i}=value_{i}" for i in range(12))
     a, b = run_name("dapo", 0, base + "__rollout.top_p=0.9"), run_name("dapo", 0, base + "__rollout.top_p=0.8")
-    assert len(a) == len(b) == MAX_NAME and a != b and a[:MAX_NAME - 9] == b[:MAX_NAME - 9]
+    assert len(a) == len(b) == MAX_NAME and a != b and a[: MAX_NAME - 9] == b[: MAX_NAME - 9]
     assert a.startswith("dapo__trainer.knob_0=value_0__")

@@ -40,22 +40,36 @@ def _assert_same(g_ref, g):
 
 # 4 prompts x 4 completions, 2 mini-batches of 2 groups; kl-cov selects by covariance over the whole mini-batch,
 # the entropy threshold is over the mini-batch, prompt-mean weighs each group by its own token count
-STEP_STATS = ["algorithm.surrogate=kl-cov", "algorithm.clip.cov_ratio=0.05", "algorithm.top_entropy_quantile=0.5",
-              "algorithm.aggregation=prompt-mean-token-mean", "algorithm.kl.coef=0", "trainer.updates_per_rollout=2"]
+STEP_STATS = [
+    "algorithm.surrogate=kl-cov",
+    "algorithm.clip.cov_ratio=0.05",
+    "algorithm.top_entropy_quantile=0.5",
+    "algorithm.aggregation=prompt-mean-token-mean",
+    "algorithm.kl.coef=0",
+    "trainer.updates_per_rollout=2",
+]
 
 
 def test_micro_batches_give_the_same_update_with_step_level_statistics(compose, tmp_path):
     b_ref, up_ref, g_ref = _first_gradient(compose, tmp_path, "whole", *STEP_STATS, "trainer.update_from_rollout=false")
-    b, up, g = _first_gradient(compose, tmp_path, "micro", *STEP_STATS, "trainer.update_from_rollout=false",
-                               "trainer.micro_batch_size=4")  # one group per micro-batch: 2 per optimizer step
+    b, up, g = _first_gradient(
+        compose, tmp_path, "micro", *STEP_STATS, "trainer.update_from_rollout=false", "trainer.micro_batch_size=4"
+    )  # one group per micro-batch: 2 per optimizer step
     assert torch.equal(b_ref.completions.ids, b.completions.ids)
     _assert_same(g_ref, g)
     assert up["entropy_mask_kept_frac"] == pytest.approx(up_ref["entropy_mask_kept_frac"], abs=1e-6)
     assert up["cov_selected_frac"] == pytest.approx(up_ref["cov_selected_frac"], abs=1e-6)
     assert 0 < up["entropy_mask_kept_frac"] < 1 and up["cov_selected_frac"] > 0
     # the mask is really applied: without it the gradient differs
-    _, _, g_all = _first_gradient(compose, tmp_path, "nomask", *STEP_STATS[:1], *STEP_STATS[2:],
-                                  "algorithm.top_entropy_quantile=null", "trainer.update_from_rollout=false")
+    _, _, g_all = _first_gradient(
+        compose,
+        tmp_path,
+        "nomask",
+        *STEP_STATS[:1],
+        *STEP_STATS[2:],
+        "algorithm.top_entropy_quantile=null",
+        "trainer.update_from_rollout=false",
+    )
     assert any(not torch.allclose(x, y, atol=1e-6) for x, y in zip(g_ref, g_all))
 
 
@@ -63,9 +77,15 @@ def test_micro_batches_give_the_same_update_with_step_level_statistics(compose, 
 def test_the_replay_fast_path_gives_the_same_update_for_the_new_modes(compose, tmp_path, extra):
     # ScaleRL's loss without its zero-variance filter (the short warm start gives flat groups), with the entropy
     # mask on top (its threshold from the step's own forward, or from the no-graph pass with micro-batches)
-    modes = ["algorithm.surrogate=cispo", "algorithm.aggregation=prompt-mean-token-mean",
-             "algorithm.advantage.scale=batch-centered", "algorithm.top_entropy_quantile=0.5", "algorithm.kl.coef=0",
-             "trainer.updates_per_rollout=2", *extra]
+    modes = [
+        "algorithm.surrogate=cispo",
+        "algorithm.aggregation=prompt-mean-token-mean",
+        "algorithm.advantage.scale=batch-centered",
+        "algorithm.top_entropy_quantile=0.5",
+        "algorithm.kl.coef=0",
+        "trainer.updates_per_rollout=2",
+        *extra,
+    ]
     _, _, g_ref = _first_gradient(compose, tmp_path, "ordinary", *modes, "trainer.update_from_rollout=false")
     b, _, g = _first_gradient(compose, tmp_path, "rebuild", *modes)
     assert b.completions.recording is not None  # the first mini-batch was rebuilt from the sampler's projections
@@ -76,9 +96,18 @@ def test_the_replay_fast_path_gives_the_same_update_for_the_new_modes(compose, t
 def test_kl_in_the_reward_for_every_advantage_estimator(compose, tmp_path, estimator):
     scale = {"group": "group", "rloo": "none", "reinforce_pp": "whiten"}[estimator]
     beta = 0.5
-    tr = Trainer(validate(compose(f"algorithm.advantage.estimator={estimator}", f"algorithm.advantage.scale={scale}",
-                                  "algorithm.kl.placement=in_reward", "algorithm.kl.estimator=k1",
-                                  f"algorithm.kl.coef={beta}")), tmp_path / estimator)
+    tr = Trainer(
+        validate(
+            compose(
+                f"algorithm.advantage.estimator={estimator}",
+                f"algorithm.advantage.scale={scale}",
+                "algorithm.kl.placement=in_reward",
+                "algorithm.kl.estimator=k1",
+                f"algorithm.kl.coef={beta}",
+            )
+        ),
+        tmp_path / estimator,
+    )
     b = _informative(tr.collect().batch)
     comp = b.completions
     assert comp.logp is not None  # the sampler's log-probs are kept: the penalty reads them
@@ -95,14 +124,22 @@ def test_kl_in_the_reward_for_every_advantage_estimator(compose, tmp_path, estim
         G = torch.flip(torch.cumsum(torch.flip(torch.where(m, -beta * k1, torch.zeros(())), [1]), 1), [1])
         G = G + torch.where(m, b.rewards.unsqueeze(-1), torch.zeros(()))
         mean = G[m].mean()
-        want = torch.where(m, (G - mean) / torch.sqrt(((G[m] - mean) ** 2).sum() / (m.sum() - 1) + 1e-6), torch.zeros(()))
+        want = torch.where(
+            m, (G - mean) / torch.sqrt(((G[m] - mean) ** 2).sum() / (m.sum() - 1) + 1e-6), torch.zeros(())
+        )
     torch.testing.assert_close(av.advantages, want, atol=1e-5, rtol=1e-5)
 
 
 def _step_with(compose, tmp_path, name: str, gap: float, *overrides: str):
     """One training step in which the trainer's recomputed old log-probs sit `gap` nats above the sampler's."""
-    tr = Trainer(validate(compose("algorithm.kl.coef=0", "trainer.updates_per_rollout=1",
-                                  "trainer.recompute_old_logp=true", *overrides)), tmp_path / name)
+    tr = Trainer(
+        validate(
+            compose(
+                "algorithm.kl.coef=0", "trainer.updates_per_rollout=1", "trainer.recompute_old_logp=true", *overrides
+            )
+        ),
+        tmp_path / name,
+    )
     collect, recompute = tr.collect, tr._recompute_logp
 
     def informative_collect():
@@ -132,8 +169,12 @@ def test_mismatch_correction_weights_the_update(compose, tmp_path):
 
 
 def test_step_level_statistics_turn_the_zero_advantage_skip_off(compose, tmp_path):
-    tr = Trainer(validate(compose("algorithm.kl.coef=0", "trainer.skip_zero_advantage=true",
-                                  "algorithm.top_entropy_quantile=0.2")), tmp_path / "run")
+    tr = Trainer(
+        validate(
+            compose("algorithm.kl.coef=0", "trainer.skip_zero_advantage=true", "algorithm.top_entropy_quantile=0.2")
+        ),
+        tmp_path / "run",
+    )
     b = tr.collect().batch
     b.rewards = torch.tensor([1.0] * 4 + [0.0] * 4 + [0.0, 1.0, 0.0, 1.0] + [1.0] * 4)  # 3 flat groups
     up = tr.update(b, tr.advantages(b), b.completions.logp)
@@ -147,27 +188,54 @@ def test_step_level_statistics_turn_the_zero_advantage_skip_off(compose, tmp_pat
     "overrides,match",
     [
         (["algorithm.surrogate=ppo"], r"algorithm.surrogate='ppo' is not accepted; use one of: clip, cispo, sapo"),
-        (["algorithm.surrogate=cispo", "algorithm.ratio=sequence"],
-         r"algorithm.ratio=sequence does not go with algorithm.surrogate=cispo; use one of: token"),
-        (["algorithm.surrogate=cispo", "algorithm.clip.dual_clip=3"],
-         r"algorithm.clip.dual_clip=3.0 applies to algorithm.surrogate=clip only"),
-        (["algorithm.surrogate=cispo", "algorithm.clip.cispo_w_max=0"],
-         r"algorithm.clip.cispo_w_max must be a number > 0 or None, got 0.0 \(algorithm.surrogate=cispo\)"),
-        (["algorithm.surrogate=sapo", "algorithm.clip.sapo_tau_pos=-1"], r"algorithm.clip.sapo_tau_pos must be a number > 0"),
+        (
+            ["algorithm.surrogate=cispo", "algorithm.ratio=sequence"],
+            r"algorithm.ratio=sequence does not go with algorithm.surrogate=cispo; use one of: token",
+        ),
+        (
+            ["algorithm.surrogate=cispo", "algorithm.clip.dual_clip=3"],
+            r"algorithm.clip.dual_clip=3.0 applies to algorithm.surrogate=clip only",
+        ),
+        (
+            ["algorithm.surrogate=cispo", "algorithm.clip.cispo_w_max=0"],
+            r"algorithm.clip.cispo_w_max must be a number > 0 or None, got 0.0 \(algorithm.surrogate=cispo\)",
+        ),
+        (
+            ["algorithm.surrogate=sapo", "algorithm.clip.sapo_tau_pos=-1"],
+            r"algorithm.clip.sapo_tau_pos must be a number > 0",
+        ),
         (["algorithm.surrogate=clip-cov", "algorithm.clip.cov_lb=6"], r"algorithm.clip.cov_lb must be < cov_ub"),
-        (["algorithm.mismatch.mode=tis", "trainer.recompute_old_logp=true"],
-         r"algorithm.mismatch.mode='tis' is not accepted; use one of: token-truncate, .*icepop, or null"),
+        (
+            ["algorithm.mismatch.mode=tis", "trainer.recompute_old_logp=true"],
+            r"algorithm.mismatch.mode='tis' is not accepted; use one of: token-truncate, .*icepop, or null",
+        ),
         (["algorithm.mismatch.mode=icepop"], r"algorithm.mismatch.mode=icepop .*set trainer.recompute_old_logp=true"),
-        (["algorithm.mismatch.mode=token-mask", "trainer.recompute_old_logp=true", "algorithm.mismatch.c_max=0"],
-         r"algorithm.mismatch.c_max must be a finite number > 0"),
+        (
+            ["algorithm.mismatch.mode=token-mask", "trainer.recompute_old_logp=true", "algorithm.mismatch.c_max=0"],
+            r"algorithm.mismatch.c_max must be a finite number > 0",
+        ),
         (["algorithm.top_entropy_quantile=1.5"], r"algorithm.top_entropy_quantile=1.5 must be in \[0, 1\]"),
-        (["algorithm.advantage.estimator=reinforce_pp"],
-         r"algorithm.advantage.scale \(estimator=reinforce_pp\)='group' is not accepted; use one of: whiten"),
-        (["algorithm.advantage.estimator=reinforce_pp", "algorithm.advantage.scale=whiten", "algorithm.advantage.baseline=rloo"],
-         r"algorithm.advantage.baseline='rloo' is not accepted; use one of: none, group"),
-        (["algorithm.advantage.estimator=reinforce_pp", "algorithm.advantage.scale=whiten",
-          "algorithm.advantage.baseline=group", "algorithm.advantage.gamma=0.9"],
-         r"algorithm.advantage.gamma=0.9 must be 1 with algorithm.advantage.baseline=group"),
+        (
+            ["algorithm.advantage.estimator=reinforce_pp"],
+            r"algorithm.advantage.scale \(estimator=reinforce_pp\)='group' is not accepted; use one of: whiten",
+        ),
+        (
+            [
+                "algorithm.advantage.estimator=reinforce_pp",
+                "algorithm.advantage.scale=whiten",
+                "algorithm.advantage.baseline=rloo",
+            ],
+            r"algorithm.advantage.baseline='rloo' is not accepted; use one of: none, group",
+        ),
+        (
+            [
+                "algorithm.advantage.estimator=reinforce_pp",
+                "algorithm.advantage.scale=whiten",
+                "algorithm.advantage.baseline=group",
+                "algorithm.advantage.gamma=0.9",
+            ],
+            r"algorithm.advantage.gamma=0.9 must be 1 with algorithm.advantage.baseline=group",
+        ),
         (["algorithm.advantage.scale=batch-centred"], r"use one of: group, batch, batch-centered, none"),
         (["algorithm.kl.estimator=k4"], r"algorithm.kl.estimator='k4' is not accepted; use one of: k1, k2, k3, k3\+"),
         (["algorithm.aggregation=prompt-mean"], r"use one of: .*prompt-mean-token-mean"),
@@ -179,10 +247,18 @@ def test_bad_variant_settings_name_the_key(compose, overrides, match):
 
 
 def test_good_variant_settings_validate(compose):
-    c = validate(compose("algorithm.surrogate=dppo-kl", "algorithm.clip.dppo_delta_low=0.05",
-                         "algorithm.aggregation=prompt-mean-token-mean", "algorithm.kl.estimator=k3+",
-                         "algorithm.kl.placement=in_reward", "algorithm.top_entropy_quantile=0.2",
-                         "algorithm.mismatch.mode=icepop", "trainer.recompute_old_logp=true"))
+    c = validate(
+        compose(
+            "algorithm.surrogate=dppo-kl",
+            "algorithm.clip.dppo_delta_low=0.05",
+            "algorithm.aggregation=prompt-mean-token-mean",
+            "algorithm.kl.estimator=k3+",
+            "algorithm.kl.placement=in_reward",
+            "algorithm.top_entropy_quantile=0.2",
+            "algorithm.mismatch.mode=icepop",
+            "trainer.recompute_old_logp=true",
+        )
+    )
     assert c.algorithm.surrogate == "dppo-kl" and c.algorithm.clip.dppo_delta_low == 0.05
 
 
@@ -191,25 +267,40 @@ def test_good_variant_settings_validate(compose):
 
 def _members(tmp_path, variants: str):
     p = tmp_path / "s.yaml"
-    p.write_text(textwrap.dedent("""
+    p.write_text(
+        textwrap.dedent("""
         name: knobs
         seeds: [0]
         base: {label: grpo, overrides: [algorithm=grpo]}
         variants:
-        """) + textwrap.indent(textwrap.dedent(variants), "  "))
+        """)
+        + textwrap.indent(textwrap.dedent(variants), "  ")
+    )
     return resolve_members(load_sweep(p), [f"results_dir={tmp_path / 'results'}"])
 
 
 def test_new_components_cover_their_knobs(tmp_path):
-    check_one_change(_members(tmp_path, """
+    check_one_change(
+        _members(
+            tmp_path,
+            """
         - {label: cispo, component: surrogate, overrides: [algorithm.surrogate=cispo, algorithm.clip.cispo_w_max=4.0]}
         - {label: tis, component: mismatch, overrides: [algorithm.mismatch.mode=token-truncate, trainer.recompute_old_logp=true]}
         - {label: top20, component: entropy_mask, overrides: [algorithm.top_entropy_quantile=0.2]}
         - {label: k3plus, component: kl, overrides: [algorithm.kl.estimator=k3+]}
         - {label: scalerl_norm, component: normalization, overrides: [algorithm.advantage.scale=batch-centered]}
         - {label: prompt_mean, component: aggregation, overrides: [algorithm.aggregation=prompt-mean-token-mean]}
-        """))
-    with pytest.raises(SweepError, match=r"(?s)'sapo' declares component surrogate .*algorithm.aggregation: seq-mean-token-mean"):
-        check_one_change(_members(tmp_path, """
+        """,
+        )
+    )
+    with pytest.raises(
+        SweepError, match=r"(?s)'sapo' declares component surrogate .*algorithm.aggregation: seq-mean-token-mean"
+    ):
+        check_one_change(
+            _members(
+                tmp_path,
+                """
             - {label: sapo, component: surrogate, overrides: [algorithm.surrogate=sapo, algorithm.aggregation=token-mean]}
-            """))
+            """,
+            )
+        )

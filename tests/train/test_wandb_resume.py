@@ -17,10 +17,24 @@ from conftest import FAST
 from rlcompare.train.tracking import read_jsonl
 
 REPO = Path(__file__).resolve().parents[2]
-OV = ["logger=wandb", "logger.mode=offline", "algorithm=dapo", "budget.max_steps=8", "trainer.checkpoint_every=2",
-      "trainer.eval_every=3", "run_name=wb"]
-WANDB_DIR_VARS = ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_CONFIG_DIR", "XDG_CACHE_HOME",
-                  "XDG_DATA_HOME", "XDG_CONFIG_HOME")
+OV = [
+    "logger=wandb",
+    "logger.mode=offline",
+    "algorithm=dapo",
+    "budget.max_steps=8",
+    "trainer.checkpoint_every=2",
+    "trainer.eval_every=3",
+    "run_name=wb",
+]
+WANDB_DIR_VARS = (
+    "WANDB_DIR",
+    "WANDB_CACHE_DIR",
+    "WANDB_DATA_DIR",
+    "WANDB_CONFIG_DIR",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+    "XDG_CONFIG_HOME",
+)
 
 
 def _env(home: Path) -> dict:
@@ -31,8 +45,13 @@ def _env(home: Path) -> dict:
 
 def _records(wandb_file: Path, home: Path) -> list[dict]:
     """Every record of a .wandb transaction log, as wandb's own reader prints them."""
-    out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(wandb_file)],
-                         capture_output=True, text=True, timeout=300, env=_env(home))
+    out = subprocess.run(
+        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(wandb_file)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(home),
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
@@ -47,8 +66,9 @@ def test_a_killed_then_resumed_offline_run_has_every_step_once_in_one_wandb_run(
     results = tmp_path / "results"
     run = results / "default" / "wb"
     cmd = [sys.executable, "-m", "rlcompare.cli", "train", *FAST, *OV, f"results_dir={results}"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(home), stdout=subprocess.DEVNULL,
-                            stderr=open(tmp_path / "killed.log", "w"))
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=_env(home), stdout=subprocess.DEVNULL, stderr=open(tmp_path / "killed.log", "w")
+    )
     k = random.Random(18).randint(3, 6)
     t0 = time.time()
     while len(read_jsonl(run / "metrics.jsonl")) < k:
@@ -58,8 +78,9 @@ def test_a_killed_then_resumed_offline_run_has_every_step_once_in_one_wandb_run(
     proc.wait(timeout=60)
     wid = (run / "wandb_id.txt").read_text().strip()
 
-    out = subprocess.run(cmd + ["resume=true"], cwd=tmp_path, env=_env(home), capture_output=True, text=True,
-                         timeout=400)
+    out = subprocess.run(
+        cmd + ["resume=true"], cwd=tmp_path, env=_env(home), capture_output=True, text=True, timeout=400
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "resuming" in out.stderr
     assert (run / "wandb_id.txt").read_text().strip() == wid
