@@ -32,7 +32,9 @@ budget=smoke, logger=wandb); each preset in `conf/algorithm/` writes every `algo
 
 
 def _field_comments() -> dict[str, dict[str, str]]:
-    """class name -> field name -> the comment after the field (without '# '), from config.py's source."""
+    """class name -> field name -> the comment after the field (without '# '), from config.py's source: the first
+    comment on the field's lines (`ruff format` puts the comment of a field too long for one line inside its
+    parentheses, after the value)."""
     src = Path(config.__file__).read_text()
     comments = {
         tok.start[0]: tok.string.lstrip("#").strip()
@@ -43,7 +45,7 @@ def _field_comments() -> dict[str, dict[str, str]]:
     for node in ast.parse(src).body:
         if isinstance(node, ast.ClassDef):
             out[node.name] = {
-                st.target.id: comments.get(st.end_lineno, "")
+                st.target.id: next((comments[n] for n in range(st.lineno, st.end_lineno + 1) if n in comments), "")
                 for st in node.body
                 if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
             }
