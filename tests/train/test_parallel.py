@@ -22,6 +22,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from rlcompare.algos.accepted import AGGREGATIONS
 from rlcompare.config import ConfigError
 from rlcompare.results import read_jsonl
 from rlcompare.rollout.sampler import left_pad, sample
@@ -87,27 +88,13 @@ def test_group_seeds_differ_for_swapped_or_nearby_keys():
 
 
 def _tiny_model():
-    from transformers import LlamaConfig, LlamaForCausalLM
+    """tests/rollout/test_rollout.py's model, with EOS made likelier (logit about 3 where the others are about 0.1 at
+    the prompts' ends), so that rows end at different steps."""
+    from tests.rollout.test_rollout import _model
 
-    from rlcompare.models import build_char_tokenizer
-
-    tok = build_char_tokenizer()
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-    )
-    model = LlamaForCausalLM(cfg).eval()
+    model, tok = _model()
     ids, mask = left_pad([[tok.bos_token_id] + tok(t).input_ids for t in PROMPTS], tok.pad_token_id, "cpu")
-    with torch.no_grad():  # EOS likely (logit about 3 where others are about 0.1): rows end at different steps
+    with torch.no_grad():
         h = model.model(input_ids=ids, attention_mask=mask).last_hidden_state[:, -1].mean(0)
         model.lm_head.weight[tok.eos_token_id] = h * (3 / h.norm() ** 2)
     return model, tok
@@ -183,14 +170,6 @@ def test_torchrun_settings_that_would_change_the_run_are_refused_before_anything
 # DAPO's soft overlong punishment (lengths 3 to 6 of the 6-token budget lose 0 to 0.75): rewards differ within
 # almost every group, so every mini-batch's gradient carries signal
 SIGNAL = ["algorithm.overlong.soft_punishment=true", "algorithm.overlong.cache_len=4"]
-AGGREGATIONS = [
-    "token-mean",
-    "token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-sum-norm",
-    "prompt-mean-token-mean",
-]
 # GRPO without its KL term but in one case: with policy = reference, k3's gradient is 0 analytically and at the
 # rounding floor numerically, so an optimizer step whose rows all have zero advantage would compare noise
 NO_KL = "algorithm.kl.coef=0"
@@ -300,6 +279,12 @@ def _cli_run(tmp_path: Path, n: int, *overrides: str, timeout=600) -> subprocess
     )
 
 
+def _start_cli(tmp_path: Path, *overrides: str, stdout, stderr) -> subprocess.Popen:
+    """`torchrun` with 2 ranks of `rlcompare train` (FAST, group streams) in the background."""
+    cmd = _torchrun(2, "-m", "rlcompare.cli", "train", *FAST, *GROUPS, *overrides)
+    return subprocess.Popen(cmd, env=_env(tmp_path), cwd=tmp_path, stdout=stdout, stderr=stderr, text=True)
+
+
 def _rows(run: Path, name: str) -> list[dict]:
     return read_jsonl(run / name)
 
@@ -348,13 +333,8 @@ def test_two_ranks_sigtermed_then_resumed_equal_an_uninterrupted_two_rank_run(tm
     ref = _cli_run(tmp_path, 2, *RESUME, f"results_dir={results}", "run_name=whole")
     assert ref.returncode == 0, ref.stderr[-4000:]
     run = results / "default" / "cut"
-    proc = subprocess.Popen(
-        _torchrun(2, "-m", "rlcompare.cli", "train", *FAST, *GROUPS, *RESUME, f"results_dir={results}", "run_name=cut"),
-        env=_env(tmp_path),
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = _start_cli(
+        tmp_path, *RESUME, f"results_dir={results}", "run_name=cut", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     _wait_rows(proc, run / "metrics.jsonl", 3)
     proc.send_signal(signal.SIGTERM)  # torchrun passes it to both ranks: they agree on the step to stop after
@@ -391,23 +371,13 @@ def _rank_pid(parent: int, rank: int) -> int | None:
 def test_a_killed_rank_takes_the_run_down_and_is_named(tmp_path):
     results = tmp_path / "results"
     run = results / "default" / "dies"
-    proc = subprocess.Popen(
-        _torchrun(
-            2,
-            "-m",
-            "rlcompare.cli",
-            "train",
-            *FAST,
-            *GROUPS,
-            "budget.max_steps=200",
-            f"results_dir={results}",
-            "run_name=dies",
-        ),
-        env=_env(tmp_path),
-        cwd=tmp_path,
+    proc = _start_cli(
+        tmp_path,
+        "budget.max_steps=200",
+        f"results_dir={results}",
+        "run_name=dies",
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        text=True,
     )
     _wait_rows(proc, run / "metrics.jsonl", 2)
     victim = _rank_pid(proc.pid, 1)
