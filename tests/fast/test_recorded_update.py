@@ -55,7 +55,7 @@ def _grads(model, logits_fn, comp, adv):
     return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
-def _ordinary_and_replay(model, record, rows, pi, pm, comp, adv):
+def _ordinary_and_rebuilt(model, record, rows, pi, pm, comp, adv):
     """(logits, gradients) of the ordinary forward, then of the rebuild, for the rollout rows `rows`."""
     model.train()
     want = _grads(model, lambda: grouped_sequence_logits(model, pi, pm, comp.ids, comp.mask, group_size=G), comp, adv)
@@ -72,7 +72,7 @@ def _assert_same_grads(got, want, *, floor=0.0, eps=0.0):
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_replay_gives_the_gradient_of_the_ordinary_forward(case):
+def test_the_rebuilt_forward_gives_the_gradient_of_the_ordinary_forward(case):
     arch, extra = CASES[case]
     model = _eos_model(arch, **extra)
     pi, pm, comp = _rollout(model)
@@ -81,7 +81,7 @@ def test_replay_gives_the_gradient_of_the_ordinary_forward(case):
     assert rec.rows is not None and 0 < len(rec.rows) < 3 * G  # some rows ended early and left the decoder
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(1))
     adv[G : 2 * G] = 0.0  # one group without gradient: its rows are skipped in the backward
-    (want_logits, want), (got_logits, got) = _ordinary_and_replay(model, rec, torch.arange(3 * G), pi, pm, comp, adv)
+    (want_logits, want), (got_logits, got) = _ordinary_and_rebuilt(model, rec, torch.arange(3 * G), pi, pm, comp, adv)
     m = comp.mask.bool()
     torch.testing.assert_close(got_logits[m], want_logits[m], atol=1e-5, rtol=0)
     # a gradient that is zero in exact arithmetic (the key bias: softmax ignores a shift shared by all keys) is
@@ -120,7 +120,7 @@ def test_long_rows_take_the_fused_attention_kernel_with_the_same_gradient(monkey
 
 
 @pytest.mark.parametrize("groups", [(2, 0), (1, 2, 0)], ids=["subset", "all-shuffled"])
-def test_a_subset_of_groups_in_any_order_replays_its_own_rows(groups):
+def test_a_subset_of_groups_in_any_order_rebuilds_its_own_rows(groups):
     """A subset of the groups (the record is gathered) or all of them shuffled, as one mini-batch is (rebuilt
     in the record's order, the logits put back in the batch's order)."""
     model = _eos_model()
@@ -128,7 +128,7 @@ def test_a_subset_of_groups_in_any_order_replays_its_own_rows(groups):
     rows = torch.cat([torch.arange(i * G, (i + 1) * G) for i in groups])
     adv = torch.randn(len(rows), generator=torch.Generator().manual_seed(2))
     sub = type(comp)(comp.ids[rows], comp.mask[rows], comp.logp[rows], comp.truncated[rows], comp.lengths[rows])
-    (_, want), (_, got) = _ordinary_and_replay(model, comp.recording.projections, rows, pi[rows], pm[rows], sub, adv)
+    (_, want), (_, got) = _ordinary_and_rebuilt(model, comp.recording.projections, rows, pi[rows], pm[rows], sub, adv)
     _assert_same_grads(got, want)
 
 
@@ -233,7 +233,7 @@ def test_a_record_is_reused_when_its_shapes_match():
         assert bool(torch.isfinite(buf).all())  # written by this rollout, or zeroed when the row left
     pir, pmr = pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0)
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(3))
-    (_, want), (_, got) = _ordinary_and_replay(model, rec, torch.arange(3 * G), pir, pmr, second, adv)
+    (_, want), (_, got) = _ordinary_and_rebuilt(model, rec, torch.arange(3 * G), pir, pmr, second, adv)
     _assert_same_grads(got, want)
     longer = sample(
         model,
@@ -246,7 +246,7 @@ def test_a_record_is_reused_when_its_shapes_match():
     assert longer.recording.projections is not first_rec  # other shapes: a new record
 
 
-def test_replay_is_off_where_it_would_not_be_exact():
+def test_the_rebuild_is_off_where_it_would_not_be_exact():
     from peft import LoraConfig, get_peft_model
 
     assert can_rebuild(_model("llama"), 40) is None
@@ -275,14 +275,14 @@ def test_replay_is_off_where_it_would_not_be_exact():
         assert sample(model, pi, pm, record=True, **{**KW, "max_new_tokens": 4, **kw}).recording is None
 
 
-def test_a_single_new_token_replays_from_the_prompt_alone():
+def test_a_single_new_token_rebuilds_from_the_prompt_alone():
     model = _eos_model()
     pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
     comp = sample(model, pi, pm, generator=torch.Generator().manual_seed(0), record=True, **{**KW, "max_new_tokens": 1})
     assert comp.ids.shape[1] == 1 and comp.recording.projections.completion[0][0].shape[0] == 0  # no token is ever fed
     pir, pmr = pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0)
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(4))
-    (_, want), (_, got) = _ordinary_and_replay(
+    (_, want), (_, got) = _ordinary_and_rebuilt(
         model, comp.recording.projections, torch.arange(3 * G), pir, pmr, comp, adv
     )
     _assert_same_grads(got, want, eps=1e-12)
@@ -379,7 +379,7 @@ def test_the_record_holds_queries_and_keys_roped_except_for_qwen3(case):
     )
 
 
-def test_the_replay_runs_no_silu():
+def test_the_rebuild_runs_no_silu():
     """The MLP's SiLU work is the sampler's (`test_the_record_holds_...`): the rebuild's forward and backward
     run no `silu` or `silu_backward`."""
     model = _eos_model()
@@ -393,7 +393,7 @@ def test_the_replay_runs_no_silu():
     assert "aten::mm" in names and not names & {"aten::silu", "aten::silu_", "aten::silu_backward"}
 
 
-def test_a_batch_that_ends_before_the_limit_replays_from_a_copy_of_its_positions():
+def test_a_batch_that_ends_before_the_limit_rebuilds_from_a_copy_of_its_positions():
     """Every row ends before `max_new_tokens` (a model with EOS about 1 token in 3, 40 tokens allowed), so the
     record's buffers have positions past the batch's last token: the rebuild reads only the batch's own positions
     (a copy, not the buffers in place) and still gives the ordinary gradient."""
@@ -406,7 +406,7 @@ def test_a_batch_that_ends_before_the_limit_replays_from_a_copy_of_its_positions
     )
     assert 1 < comp.ids.shape[1] < 40 and comp.ids.shape[1] - 1 < comp.recording.projections.n_fed
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(4))
-    (want_logits, want), (got_logits, got) = _ordinary_and_replay(
+    (want_logits, want), (got_logits, got) = _ordinary_and_rebuilt(
         model,
         comp.recording.projections,
         torch.arange(3 * G),

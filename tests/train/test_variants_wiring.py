@@ -74,7 +74,7 @@ def test_micro_batches_give_the_same_update_with_step_level_statistics(compose, 
 
 
 @pytest.mark.parametrize("extra", [[], ["trainer.micro_batch_size=4"]])
-def test_the_replay_fast_path_gives_the_same_update_for_the_new_modes(compose, tmp_path, extra):
+def test_the_rebuild_fast_path_gives_the_same_update_for_the_new_modes(compose, tmp_path, extra):
     # ScaleRL's loss without its zero-variance filter (the short warm start gives flat groups), with the entropy
     # mask on top (its threshold from the step's own forward, or from the no-graph pass with micro-batches)
     modes = [
