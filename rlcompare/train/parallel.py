@@ -71,12 +71,14 @@ class World:
         lo = self.rank * base + min(self.rank, extra)
         return slice(lo, lo + base + (1 if self.rank < extra else 0))
 
+    def row_share(self, n_rows: int, unit: int) -> slice:
+        """The positions of this rank's share of `n_rows` rows, in whole units of `unit` rows (a group)."""
+        part = self.share(n_rows // unit)
+        return slice(part.start * unit, part.stop * unit)
+
     def share_rows(self, rows: torch.Tensor, unit: int) -> torch.Tensor:
         """This rank's share of `rows` (whole units of `unit` rows: a group when the mini-batch holds groups)."""
-        if self.size == 1:
-            return rows
-        part = self.share(len(rows) // unit)
-        return rows[part.start * unit : part.stop * unit]
+        return rows if self.size == 1 else rows[self.row_share(len(rows), unit)]
 
     # ------------------------------------------------------------------ collectives
     def gather_rows(self, x: torch.Tensor | None, pad_value=0) -> torch.Tensor | None:

@@ -382,9 +382,7 @@ class Trainer:
         of the groups and gathered, so the whole batch's (reference log-probs, critic values) cost 1/N each."""
         if self.world.size == 1:
             return rows_fn(slice(None))
-        G = self.cfg.trainer.group_size
-        mine = self.world.share(len(batch) // G)
-        return self.world.gather_rows(rows_fn(slice(mine.start * G, mine.stop * G)))
+        return self.world.gather_rows(rows_fn(self.world.row_share(len(batch), self.cfg.trainer.group_size)))
 
     def _logits(self, model, prompt_ids, prompt_mask, ids, mask, grouped: bool = True):
         """Completion logits; rows in whole groups share their prompt's forward (and backward)."""
@@ -406,7 +404,7 @@ class Trainer:
             advantages=torch.empty(0),
         )
         if self.ref is not None:
-            targets.ref_logp = self._by_rank(batch, self._ref_logp_of(batch))
+            targets.ref_logp = self._token_logp_by_rank(batch, self.ref)
         kl = None  # KL in the reward: -beta * sg(kl_t) on each real token, from the sampler's log-probs
         if targets.ref_logp is not None and algo.kl.placement == "in_reward":
             kl = objective.reward_kl(completions.logp, targets.ref_logp, completions.mask, estimator=algo.kl.estimator)
@@ -432,16 +430,18 @@ class Trainer:
         targets.advantages, targets.returns, targets.old_values = est.advantages, est.returns, est.old_values
         return targets
 
-    def _ref_logp_of(self, batch: RolloutBatch):
+    def _token_logp_by_rank(self, batch: RolloutBatch, run_on) -> torch.Tensor:
+        """(B, T) log-probs of the batch's completions, 0 on padding, without graph, under `run_on(fn)`: `fn(model)`
+        with the reference's weights (`self.ref`) or the policy's; one share of the groups per rank (`_by_rank`)."""
         completions = batch.completions
 
         @torch.no_grad()
-        def ref_logp(r):
+        def logp(r):
             ids, mask = completions.ids[r], completions.mask[r]
-            logits = self.ref(lambda m: self._logits(m, batch.prompt_ids[r], batch.prompt_mask[r], ids, mask))
+            logits = run_on(lambda m: self._logits(m, batch.prompt_ids[r], batch.prompt_mask[r], ids, mask))
             return token_logp(logits, ids, self.cfg.rollout.temperature) * mask
 
-        return ref_logp
+        return self._by_rank(batch, logp)
 
     def _values_of(self, batch: RolloutBatch):
         completions = batch.completions
@@ -535,8 +535,8 @@ class Trainer:
         selection = self._step_selection(batch, targets, everything, old_logp, plan.grouped)
         if self.world.size == 1:
             return selection
-        lo = int((step_rows == rows[0]).nonzero()[0])
-        return {k: v[lo : lo + len(rows)] for k, v in selection.items()}
+        mine = self.world.row_share(len(step_rows), self.cfg.trainer.group_size if plan.grouped else 1)
+        return {k: v[mine] for k, v in selection.items()}
 
     def _plan_update(self, batch: RolloutBatch, targets: Targets) -> UpdatePlan:
         """Mini-batch partitioning: whole groups per mini-batch where there are enough groups, so each prompt's
@@ -893,16 +893,8 @@ class Trainer:
         return {"eval/accuracy": correct / n, "eval/mean_length": lengths / n, "eval/n": n}, samples
 
     def _recompute_logp(self, batch: RolloutBatch) -> torch.Tensor:
-        completions = batch.completions
         self.policy.model.eval()
-
-        @torch.no_grad()
-        def logp(r):
-            ids, mask = completions.ids[r], completions.mask[r]
-            logits = self._logits(self.policy.model, batch.prompt_ids[r], batch.prompt_mask[r], ids, mask)
-            return token_logp(logits, ids, self.cfg.rollout.temperature) * mask
-
-        return self._by_rank(batch, logp)
+        return self._token_logp_by_rank(batch, lambda fn: fn(self.policy.model))
 
 
 # ----------------------------------------------------------------------------- the update's pieces
