@@ -1,12 +1,14 @@
 """Scaling efficiency of data-parallel training (issue 21): one run over N torchrun ranks against one process.
 
-    python scripts/dp_scaling.py [--ranks 2] [--size 4.2M] [--prompts 16] [--steps 12] [--warmup 2] [--repeats 1]
+    python scripts/dp_scaling.py [--ranks 2] [--parallel ddp|fsdp] [--size 4.2M] [--prompts 16] [--steps 12]
+                                 [--warmup 2] [--repeats 1]
 
 Both sides train the same run (`rollout.streams=group`, the benchmark's model size from
 `rlcompare.bench.against_trl.SIZES`, a 1-step warm start, no evals) with 1 CPU thread per process:
 
 - one process: `rlcompare train trainer.threads=1`;
-- N ranks: `torchrun --standalone --nproc_per_node=N -m rlcompare.cli train` (each rank 1 thread).
+- N ranks: `torchrun --standalone --nproc_per_node=N -m rlcompare.cli train trainer.parallel=<--parallel>` (each
+  rank 1 thread).
 
 Throughput is generated tokens per second of training step (rows after `--warmup` steps, from metrics.jsonl:
 `tokens/step` / `time/step_s`, rank 0's clock: it waits for the slowest rank at every collective). Scaling
@@ -65,6 +67,7 @@ def launch(cmd: list[str], env: dict) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--parallel", default="ddp", choices=["ddp", "fsdp"], help="trainer.parallel of the N-rank run")
     p.add_argument("--size", default="4.2M", choices=sorted(SIZES))
     p.add_argument("--prompts", type=int, default=16, help="trainer.prompts_per_step: the global batch, in groups of 8")
     p.add_argument("--steps", type=int, default=12)
@@ -101,6 +104,7 @@ def main() -> int:
                         "-m",
                         "rlcompare.cli",
                         "train",
+                        f"trainer.parallel={a.parallel}",
                         *overrides(a.size, a.prompts, a.steps, many),
                     ],
                     many,
@@ -121,7 +125,9 @@ def main() -> int:
         f"size {a.size}, {a.prompts} prompts x 8 per step, {a.steps} steps ({a.warmup} left out), 1 thread per process"
     )
     print(f"one process:  {t1:8.0f} tokens/s   (each repeat: {', '.join(f'{x:.0f}' for x, _ in single)})")
-    print(f"{a.ranks} ranks:      {tn:8.0f} tokens/s   (each repeat: {', '.join(f'{x:.0f}' for x, _ in multi)})")
+    print(
+        f"{a.ranks} ranks {a.parallel}: {tn:8.0f} tokens/s   (each repeat: {', '.join(f'{x:.0f}' for x, _ in multi)})"
+    )
     print(f"speed-up {tn / t1:.2f}x, scaling efficiency {eff:.2f}")
     # a near-tie between two tokens, broken the other way by another summation order, makes the runs part for good
     print(f"the same tokens per step through step {min(same)} of {a.steps} (each repeat: {same})")
@@ -131,6 +137,7 @@ def main() -> int:
                 "size": a.size,
                 "prompts": a.prompts,
                 "ranks": a.ranks,
+                "parallel": a.parallel,
                 "one_tokens_per_s": t1,
                 "ranks_tokens_per_s": tn,
                 "efficiency": eff,

@@ -284,7 +284,7 @@ class TrainerConfig:
     keep_freed_memory: bool = True  # CPU: malloc keeps freed memory for reuse (rlcompare.fast.malloc_tuning)
     progress: bool = True  # print a progress line
     inject_nan_at_step: Optional[int] = None  # testing hook: makes that step's loss NaN; null: off
-    parallel: str = "auto"  # data parallelism: auto (ddp under torchrun, else none) | none | ddp (docs/scaling.md)
+    parallel: str = "auto"  # data parallelism: auto (ddp under torchrun, else none) | none | ddp | fsdp
 
 
 @dataclass
@@ -340,7 +340,7 @@ LOGGER_MODES = ("offline", "online", "disabled")
 PROMPT_KINDS = ("arithmetic", "chain", "countdown", "file", "hf")
 KV_CACHES = ("auto", "dynamic")
 STREAMS = ("batch", "group")
-PARALLEL_MODES = ("auto", "none", "ddp")
+PARALLEL_MODES = ("auto", "none", "ddp", "fsdp")
 
 
 MAX_TIMEOUT_S = 3600.0  # seconds per completion: an hour is already far past any verifier's need
@@ -500,8 +500,8 @@ def _check_trainer(c: DictConfig) -> None:
         raise ConfigError(f"rollout.top_p={c.rollout.top_p} must be in (0, 1]")
     if t.parallel not in PARALLEL_MODES:
         raise ConfigError(
-            f"trainer.parallel={t.parallel!r} must be auto (ddp when launched by torchrun), none or "
-            f"ddp; fsdp is not built yet (docs/scaling.md)"
+            f"trainer.parallel={t.parallel!r} must be auto (ddp when launched by torchrun), none, ddp, or "
+            f"fsdp (ddp with the policy's training state sharded over the ranks; docs/scaling.md)"
         )
     if c.rollout.streams not in STREAMS:
         raise ConfigError(

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rlcompare.train import sharding
 from rlcompare.train.batch import TrainerState
 
 FORMAT = "rlcompare-checkpoint"
@@ -162,7 +163,8 @@ def _blob(tr) -> dict:
         "version": FORMAT_VERSION,
         "step": tr.state.step,
         "policy": _policy_weights(tr),
-        "opt": tr.opt.state_dict(),
+        # the full tensors whatever the parallel mode: a checkpoint resumes under any
+        "opt": sharding.full_optimizer_state(tr.opt) if tr.world.shards else tr.opt.state_dict(),
         "sched": tr.sched.state_dict(),
         "state": tr.state.as_dict(),
         "stream_position": tr.stream.position,
@@ -235,8 +237,12 @@ def _fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def save(tr, keep: int) -> Path:
-    """Write checkpoints/step_<n>/ under a temporary name, rename, keep the newest `keep`."""
+def save(tr, keep: int, *, write: bool = True) -> Path | None:
+    """Write checkpoints/step_<n>/ under a temporary name, rename, keep the newest `keep`. Under fsdp every rank
+    calls it (the optimizer state is gathered from all) and the writer alone passes write=True."""
+    blob = _blob(tr)
+    if not write:
+        return None
     root = tr.run_dir / "checkpoints"
     root.mkdir(exist_ok=True)
     for stale in root.glob(".tmp_step_*"):  # left by a process killed mid-save
@@ -246,7 +252,7 @@ def save(tr, keep: int) -> Path:
     tmp = root / f".tmp_step_{step:08d}_{os.getpid()}"
     tmp.mkdir()
     try:
-        write_file(_blob(tr), tmp / FILE)
+        write_file(blob, tmp / FILE)
         _fsync_file(tmp / FILE)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
@@ -363,7 +369,10 @@ def load(tr, path: Path, blob: dict) -> None:
             raise RuntimeError(f"checkpoint {path}: unexpected policy weights {unexpected[:5]}")
     else:
         tr.policy.model.load_state_dict(blob["policy"])
-    tr.opt.load_state_dict(blob["opt"])
+    if tr.world.shards:
+        sharding.load_optimizer_state(tr.opt, blob["opt"])
+    else:
+        tr.opt.load_state_dict(blob["opt"])
     tr.sched.load_state_dict(blob["sched"])
     if tr.critic is not None:
         tr.critic.load_state_dict(blob["critic"])

@@ -43,7 +43,7 @@ def launched_by_torchrun() -> bool:
 
 
 def resolve_mode(parallel: str) -> str:
-    """trainer.parallel: auto -> ddp under torchrun, else none."""
+    """trainer.parallel: auto -> ddp under torchrun, else none; none, ddp and fsdp as they are."""
     if parallel == "auto":
         return "ddp" if launched_by_torchrun() else "none"
     return parallel
@@ -58,6 +58,11 @@ class World:
     mode: str = "none"
     local_size: int = 1  # ranks on this machine (torchrun's LOCAL_WORLD_SIZE)
     comm_device: str = "cpu"  # where the backend's tensors must be: cpu (gloo) | cuda (NCCL)
+
+    @property
+    def shards(self) -> bool:
+        """Whether the policy's training state is sharded over the ranks (FSDP2, `rlcompare.train.sharding`)."""
+        return self.mode == "fsdp" and self.size > 1
 
     @property
     def is_writer(self) -> bool:
@@ -150,7 +155,7 @@ class World:
         """Sum every parameter's gradient over ranks, in place (one flat bucket). A rank whose share of the
         mini-batch was empty contributes zeros. The losses are normalized by the whole batch's totals, so the sum
         is the gradient one process computes on the whole mini-batch."""
-        if self.size == 1:
+        if self.size == 1 or not params:
             return
         import torch.distributed as dist
 
@@ -190,7 +195,7 @@ def init_world(cfg) -> World:
         return World()
     if size > 1 and cfg.rollout.streams != "group":
         raise ConfigError(
-            f"trainer.parallel=ddp over {size} processes needs rollout.streams=group: with one random "
+            f"trainer.parallel={mode} over {size} processes needs rollout.streams=group: with one random "
             f"stream for the batch, what is sampled would depend on how the batch is split. Add "
             f"rollout.streams=group (the run then equals a single process's with that setting)"
         )

@@ -403,11 +403,13 @@ def _probe_verifier(cfg: DictConfig, splits, verifier) -> None:
 class _SigtermGuard:
     """SIGTERM -> Terminated. While `defer` is on (inside the loop, checkpointing on), the handler only records the
     termination (summary failed) and sets `requested`; the loop saves a checkpoint at the end of the step in flight
-    and raises. A second SIGTERM raises at once. Inside `no_interrupt()` nothing is raised until the block ends."""
+    and raises. A second SIGTERM raises at once. Inside `no_interrupt()` nothing is raised until the block ends.
+    Once `quiet` is on (the run is recording its failure and will exit), a SIGTERM is only counted."""
 
     def __init__(self, on_signal):
         self.requested = False
         self.defer = False
+        self.quiet = False
         self.received = 0  # SIGTERMs so far
         self._held = False
         self._on_signal = on_signal
@@ -440,6 +442,8 @@ class _SigtermGuard:
 
     def _handle(self, signum, frame):
         self.received += 1
+        if self.quiet:
+            return
         if self._held or (self.defer and not self.requested):
             if not self.requested:
                 self.requested = True
@@ -562,7 +566,8 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
             _steps(cfg, tr, followers.world, term, out)
             summary.update(status="completed")
         except BaseException as e:  # record the failure, keep everything written so far, re-raise
-            term.defer = False
+            # a SIGTERM from here on must not cut the recording short (torchrun stops every rank once one failed)
+            term.quiet = True
             if isinstance(e, Terminated):
                 err = SIGTERM_ERROR + (
                     f"; checkpoint saved at step {e.checkpoint_step}, continue with resume=true"
@@ -697,14 +702,20 @@ def _steps(cfg, tr, world: World, term, out: _Outputs | None) -> None:
         if st.bad_in_row >= cfg.trainer.max_bad_steps:
             raise FloatingPointError(_bad_steps_message(cfg, st))
         saved = False
-        if out is not None and every and st.step % every == 0:
-            checkpoint.save(tr, cfg.trainer.keep_checkpoints)
+        if every and st.step % every == 0:
+            _checkpoint(cfg, tr, world, out)
             saved = True
         if world.any_true(term.requested):  # a SIGTERM any rank received: all stop after this step
-            if out is not None and not saved:
-                checkpoint.save(tr, cfg.trainer.keep_checkpoints)
+            if not saved:
+                _checkpoint(cfg, tr, world, out)
             raise Terminated(checkpoint_step=st.step)
     term.defer = False
+
+
+def _checkpoint(cfg, tr, world: World, out: _Outputs | None) -> None:
+    """Rank 0 writes the checkpoint; under fsdp every rank takes part (the optimizer state is gathered whole)."""
+    if out is not None or world.shards:
+        checkpoint.save(tr, cfg.trainer.keep_checkpoints, write=out is not None)
 
 
 def _eval_step(tr, out: _Outputs | None) -> None:
@@ -736,6 +747,7 @@ class _Followers:
         )
         self.sent = True
         self.world.broadcast_tensors(_weights(tr))
+        tr.weights_loaded()
 
     def release(self) -> None:
         if self.world.size > 1 and not self.sent:
@@ -766,6 +778,7 @@ def _follow(world: World) -> dict:
         path = Path(start["checkpoint"])
         checkpoint.load(tr, path, checkpoint.read(path))
     world.broadcast_tensors(_weights(tr))
+    tr.weights_loaded()
     try:
         with _SigtermGuard(lambda: None) as term:
             _steps(cfg, tr, world, term, None)

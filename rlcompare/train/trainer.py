@@ -28,6 +28,7 @@ from rlcompare.models import Policy, ReferenceModel, ValueModel, load_policy
 from rlcompare.rewards.verifiers import build_verifier, score_batch
 from rlcompare.rollout import Completions, grouped_sequence_logits, left_pad, sample, sequence_logits, token_logp
 from rlcompare.rollout.streams import GroupStreams, group_seed
+from rlcompare.train import sharding
 from rlcompare.train.batch import Collected, RolloutBatch, Targets, TrainerState
 from rlcompare.train.parallel import World, merge_metrics
 
@@ -147,7 +148,10 @@ class Trainer:
             and next(model.parameters()).dtype == torch.float32
             else None
         )
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        # what the update trains: the policy itself, or under trainer.parallel=fsdp its sharded copy, whose weights
+        # are gathered into the policy after every optimizer step (rlcompare.train.sharding)
+        self.update_model = sharding.shard_copy(model, self.world.comm_device) if self.world.shards else model
+        self.params = [p for p in self.update_model.parameters() if p.requires_grad]
         # the first update on a batch reuses the sampler's projections where the speed layer can (rlcompare.fast)
         self._recording: fast.Recording | None = None  # the last rollout's, whose buffers the next may reuse
         self.flop_observer: fast.FlopObserver | None = None  # the benchmark's FLOP count of the fast path
@@ -180,6 +184,11 @@ class Trainer:
             mix=algo.clip.mix,
             **{k: algo.clip[k] for k in losses.SURROGATE_KNOBS},
         )
+
+    def weights_loaded(self) -> None:
+        """The policy's weights were replaced (a checkpoint, rank 0's broadcast): the sharded copy takes them."""
+        if self.world.shards:
+            sharding.copy_into_shards(self.policy.model, self.update_model)
 
     # ------------------------------------------------------------------ helpers
     def log(self, msg: str) -> None:
@@ -480,7 +489,7 @@ class Trainer:
         plan = self._plan_update(batch, targets)
         metrics = MetricsAccumulator()
         skipped, nonfinite = 0, None
-        self.policy.model.train()
+        self.update_model.train()
         for i, step_rows in enumerate(plan.minibatches):
             self._zero_grad()
             # this rank's share of the optimizer step's rows (all of them on one process), whole groups
@@ -496,6 +505,8 @@ class Trainer:
                 if len(micro) > 1 or self.world.size > 1
                 else None
             )
+            # under fsdp the ranks agree on their micro-batch count first: a collective outside the sharded model's
+            n_micro = max(self.world.gather_objects(len(micro))) if self.world.shards else len(micro)
             totals, first = [], 0
             for idx in micro:
                 sel = None if selection is None else {k: v[first : first + len(idx)] for k, v in selection.items()}
@@ -505,7 +516,8 @@ class Trainer:
                         batch, targets, old_logp, idx, plan, first_minibatch=i == 0, selection=sel, metrics=metrics
                     )
                 )
-            self.world.all_reduce_grads(self._trained_params())  # the sum over ranks: the whole mini-batch's gradient
+            self._pad_micro_steps(batch, step_rows, n_micro - len(micro), plan.grouped)
+            self.world.all_reduce_grads(self._replicated_params())  # the sum over ranks: the mini-batch's gradient
             bad = self._optimizer_step(sum(self.world.gather_objects(totals), []), metrics)
             if bad:
                 skipped += 1  # a NaN/inf loss or gradient: this update (policy and critic) skipped
@@ -520,8 +532,22 @@ class Trainer:
             n_updates=len(plan.minibatches),
         )
 
-    def _trained_params(self) -> list:
-        return self.params + (list(self.critic.parameters()) if self.critic is not None else [])
+    def _replicated_params(self) -> list:
+        """The trained weights every rank holds whole, whose gradients are all-reduced here: the policy's and the
+        critic's, but for the policy's under fsdp (FSDP reduce-scatters those itself)."""
+        policy = [] if self.world.shards else self.params
+        return policy + (list(self.critic.parameters()) if self.critic is not None else [])
+
+    def _pad_micro_steps(self, batch: RolloutBatch, step_rows, missing: int, grouped: bool) -> None:
+        """Under fsdp every rank must run as many forwards and backwards of the sharded copy as the others (each
+        one all-gathers the weights and reduce-scatters the gradients): a rank with fewer micro-batches runs
+        `missing` zero-weight ones on the step's first group (or row), the same forwards as a real one, which add
+        nothing to any gradient."""
+        for _ in range(missing):
+            r = step_rows[: self.cfg.trainer.group_size if grouped else 1].to(self.device)
+            ids, mask = batch.completions.ids[r], batch.completions.mask[r]
+            logits = self._logits(self.update_model, batch.prompt_ids[r], batch.prompt_mask[r], ids, mask, grouped)
+            (logits.sum() * 0.0).backward()
 
     def _shared_selection(
         self, batch: RolloutBatch, targets: Targets, step_rows, rows, old_logp, plan: UpdatePlan
@@ -663,11 +689,11 @@ class Trainer:
         """The forward choice: on the first mini-batch the weights are the sampler's, so the speed layer may rebuild
         the logits from the rollout's projections (`fast.recorded_update_forward`); else, or where it declines, the
         plain forward."""
-        completions, model = batch.completions, self.policy.model
+        completions = batch.completions
         logits = None
         if grouped and first_minibatch:
             logits = fast.recorded_update_forward(
-                model,
+                self.update_model,
                 completions.recording,
                 idx,
                 batch.prompt_ids[idx],
@@ -678,7 +704,7 @@ class Trainer:
             )
         if logits is None:
             logits = self._logits(
-                model,
+                self.update_model,
                 batch.prompt_ids[idx],
                 batch.prompt_mask[idx],
                 completions.ids[idx],
@@ -691,7 +717,7 @@ class Trainer:
         """Clip the gradients and step (policy and critic), unless a loss or gradient norm is NaN/inf (the NaN
         guard): then the gradients are dropped and the quantity named."""
         max_norm = self.cfg.trainer.max_grad_norm or float("inf")
-        gnorm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
+        gnorm = sharding.full_tensor(torch.nn.utils.clip_grad_norm_(self.params, max_norm))  # global under fsdp
         cnorm = torch.nn.utils.clip_grad_norm_(self.critic.parameters(), max_norm) if self.critic is not None else None
         bad = _nonfinite(totals, gnorm, cnorm)
         if bad:
@@ -700,6 +726,8 @@ class Trainer:
         self.opt.step()
         if self.critic_opt is not None:
             self.critic_opt.step()
+        if self.world.shards:
+            sharding.copy_into_full(self.update_model, self.policy.model)  # the sampler's weights: the new ones
         metrics.add("optim/grad_norm", float(gnorm))
         return None
 

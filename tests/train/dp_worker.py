@@ -2,11 +2,13 @@
 
     python -m torch.distributed.run --nproc_per_node=N tests/train/dp_worker.py CASES.json OUT_DIR
 
-For every case (a name and a list of Hydra overrides) every rank builds a Trainer in one data-parallel world
-and runs the case's steps; rank 0 writes `<name>.json` (the metrics rows and eval rows) and `<name>.grads.safetensors`
-(the gradient every optimizer step applied, after the all-reduce: `s<step>.p<parameter>`). With `--reference`, rank 0 then runs each
-case again as a world of one process (what `torchrun --nproc_per_node=1` gives) and writes `<name>.ref.json` and
-`<name>.ref.grads.safetensors`.
+For every case (a name, a list of Hydra overrides, and optionally a parallel "mode", ddp by default, or fsdp)
+every rank builds a Trainer in one data-parallel world and runs the case's steps; rank 0 writes `<name>.json` (the
+metrics rows, the eval rows, and the fraction of the training state it held) and `<name>.grads.safetensors` (the
+gradient every optimizer step applied, after the reduction, whole: `s<step>.p<parameter>`). With `--reference`,
+rank 0 then runs each case again as a world of one process (what `torchrun --nproc_per_node=1` gives) and writes
+`<name>.ref.json` and `<name>.ref.grads.safetensors`; a case with `"reference": false` has none of its own (it
+shares another case's).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ def _compose(overrides: list[str], results: Path):
 def _run(cfg, world, run_dir: Path, steps: int) -> tuple[list, list, dict]:
     from rlcompare.config import validate
     from rlcompare.train.run import _weights
+    from rlcompare.train.sharding import full_tensor
     from rlcompare.train.trainer import Trainer
 
     import torch.distributed as dist
@@ -42,6 +45,7 @@ def _run(cfg, world, run_dir: Path, steps: int) -> tuple[list, list, dict]:
     if tr is None:
         tr = Trainer(validate(cfg), run_dir, world=world)
     world.broadcast_tensors(_weights(tr))  # as run.train does: rank 0's weights on every rank
+    tr.weights_loaded()
     # AdamW's first steps are about lr * g / (|g| + eps): with eps = 1e-8 a gradient element at the rounding floor
     # (|g| near 1e-9, its sign set by the summation order) moves its weight by a full +-lr, so two summation orders
     # part after one step by up to 2 lr per such element. eps = 1e-6 leaves the signal's steps (elements of 1e-5 and up) and shrinks those a thousandfold.
@@ -52,21 +56,36 @@ def _run(cfg, world, run_dir: Path, steps: int) -> tuple[list, list, dict]:
     step = tr.opt.step
 
     def recording_step(*a, **kw):  # every optimizer step's gradient, after the all-reduce and the clip
-        grads.append({f"s{len(grads)}.p{i}": p.grad.detach().clone() for i, p in enumerate(tr.params)})
+        # whole under fsdp (a collective: every rank records)
+        grads.append({f"s{len(grads)}.p{i}": full_tensor(p.grad.detach()).clone() for i, p in enumerate(tr.params)})
         return step(*a, **kw)
 
     tr.opt.step = recording_step
     evals = [tr.evaluate()[0]]
     rows = [tr.step() for _ in range(steps)]
     evals.append(tr.evaluate()[0])
-    return rows, evals, {k: v for g in grads for k, v in g.items()}
+    return rows, evals, {k: v for g in grads for k, v in g.items()}, _held(tr)
 
 
-def _write(out: Path, name: str, rows, evals, grads) -> None:
+def _held(tr) -> dict:
+    """The fraction of the policy's trained weights, and of their AdamW moments, that this rank holds: 1 unless
+    sharded."""
+
+    def local(t) -> int:
+        return (t.to_local() if hasattr(t, "to_local") else t).numel()
+
+    moments = [v for p in tr.params for k, v in tr.opt.state[p].items() if k in ("exp_avg", "exp_avg_sq")]
+    return {
+        "weights": sum(local(p) for p in tr.params) / sum(p.numel() for p in tr.params),
+        "moments": sum(local(m) for m in moments) / sum(m.numel() for m in moments),
+    }
+
+
+def _write(out: Path, name: str, rows, evals, grads, held) -> None:
     from safetensors.torch import save_file
 
     keep = [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))} for r in rows]
-    (out / f"{name}.json").write_text(json.dumps({"rows": keep, "evals": evals}))
+    (out / f"{name}.json").write_text(json.dumps({"rows": keep, "evals": evals, "held": held}))
     save_file({k: v.contiguous() for k, v in grads.items()}, str(out / f"{name}.grads.safetensors"))
 
 
@@ -81,14 +100,15 @@ def main(argv: list[str]) -> int:
     reference = "--reference" in argv
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    world = World(rank=dist.get_rank(), size=dist.get_world_size(), mode="ddp", local_size=dist.get_world_size())
     for case in cases:
+        # a case's "mode": ddp, or fsdp (the policy's training state sharded over the ranks)
+        world = World(rank=dist.get_rank(), size=dist.get_world_size(), mode=case.get("mode", "ddp"))
         cfg = _compose(case["overrides"], out / "results")
-        rows, evals, grads = _run(cfg, world, out / "runs" / case["name"], case["steps"])
+        ran = _run(cfg, world, out / "runs" / case["name"], case["steps"])
         if world.rank == 0:
-            _write(out, case["name"], rows, evals, grads)
+            _write(out, case["name"], *ran)
     if reference and world.rank == 0:
-        for case in cases:
+        for case in (c for c in cases if c.get("reference", True)):  # a case may share another's reference
             cfg = _compose(case["overrides"], out / "results")
             _write(
                 out, case["name"] + ".ref", *_run(cfg, World(mode="ddp"), out / "runs" / case["name"], case["steps"])

@@ -141,6 +141,18 @@ def test_group_streams_sample_the_same_tokens_whatever_the_split():
     assert not torch.equal(other.ids, whole.ids)  # another step's keys: other draws (the check can fail)
 
 
+def test_fsdp_shards_each_transformer_block_transformers_names():
+    from torch import nn
+
+    from rlcompare.train.sharding import blocks
+    from tests.rollout.test_rollout import _model
+
+    model, _ = _model()  # a 2-layer Llama: _no_split_modules = ["LlamaDecoderLayer"]
+    assert blocks(model) == list(model.model.layers)
+    plain = nn.Sequential(nn.Embedding(4, 8), nn.ModuleList([nn.Linear(8, 8)]), nn.ModuleList([nn.Linear(8, 8)] * 3))
+    assert blocks(plain) == list(plain[2])  # no transformers names: the longest ModuleList's members
+
+
 def _cfg(compose, *overrides):
     from rlcompare.config import validate
 
@@ -150,8 +162,10 @@ def _cfg(compose, *overrides):
 def test_torchrun_settings_that_would_change_the_run_are_refused_before_anything_heavy(compose, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", "0")
-    with pytest.raises(ConfigError, match=r"needs rollout\.streams=group"):
+    with pytest.raises(ConfigError, match=r"trainer\.parallel=ddp over 2 processes needs rollout\.streams=group"):
         init_world(_cfg(compose))
+    with pytest.raises(ConfigError, match=r"trainer\.parallel=fsdp over 2 processes needs rollout\.streams=group"):
+        init_world(_cfg(compose, "trainer.parallel=fsdp"))
     with pytest.raises(ConfigError, match=r"trainer\.parallel=none under torchrun with 2 processes"):
         init_world(_cfg(compose, "trainer.parallel=none", "rollout.streams=group"))
     assert resolve_mode("auto") == "ddp"
@@ -162,8 +176,8 @@ def test_torchrun_settings_that_would_change_the_run_are_refused_before_anything
     monkeypatch.delenv("LOCAL_RANK")
     monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
     assert resolve_mode("auto") == "none" and init_world(_cfg(compose)) == World()
-    with pytest.raises(ConfigError, match=r"trainer\.parallel='fsdp' must be auto"):
-        _cfg(compose, "trainer.parallel=fsdp")
+    with pytest.raises(ConfigError, match=r"trainer\.parallel='zero3' must be auto .* or fsdp"):
+        _cfg(compose, "trainer.parallel=zero3")
 
 
 # ----------------------------------------------------------------------------- 2 ranks against 1, case by case
@@ -226,11 +240,40 @@ def _lora_case(tmp: Path) -> dict:
     }
 
 
+def _hf_full_case(lora: dict) -> dict:
+    """Full fine-tuning of the saved Llama with gradient checkpointing: what FSDP is for (every weight trained,
+    activations recomputed in the backward, whose forwards all-gather the shards again)."""
+    overrides = [o for o in lora["overrides"] if not o.startswith("model.lora")] + ["model.gradient_checkpointing=true"]
+    return {**lora, "name": "hf_full_gc", "overrides": overrides}
+
+
+# trainer.parallel=fsdp: the cases where sharding could change what is computed (how the gradient is reduced,
+# a rank with fewer micro-batches or none, frozen weights beside trained ones, a critic beside the shards), each
+# against its ddp case's 1-process reference
+FSDP_CASES = [
+    "agg_token-mean",
+    "agg_prompt-mean-token-mean",
+    "batch_std",
+    "kl_in_loss",
+    "dapo",
+    "ppo",
+    "top_entropy_micro",
+    "uneven",
+    "lora_hf",
+    "hf_full_gc",
+]
+
+
 @pytest.fixture(scope="module")
 def two_rank_cases(tmp_path_factory):
-    """Every case run once over 2 ranks and once as a world of one process (the worker's --reference)."""
+    """Every case run once over 2 ranks and once as a world of one process (the worker's --reference), and the
+    FSDP_CASES again over 2 ranks with trainer.parallel=fsdp (as fsdp_<name>)."""
     tmp = tmp_path_factory.mktemp("dp_cases")
-    cases = [{**c, "overrides": FAST + GROUPS + SIGNAL + c["overrides"], "steps": 2} for c in CASES] + [_lora_case(tmp)]
+    lora = _lora_case(tmp)
+    cases = [{**c, "overrides": FAST + GROUPS + SIGNAL + c["overrides"], "steps": 2} for c in CASES]
+    cases += [lora, _hf_full_case(lora)]
+    by_name = {c["name"]: c for c in cases}
+    cases += [{**by_name[n], "name": f"fsdp_{n}", "mode": "fsdp", "reference": False} for n in FSDP_CASES]
     (tmp / "cases.json").write_text(json.dumps(cases))
     out = subprocess.run(
         _torchrun(2, str(REPO / "tests" / "train" / "dp_worker.py"), str(tmp / "cases.json"), str(tmp), "--reference"),
@@ -243,17 +286,26 @@ def two_rank_cases(tmp_path_factory):
     return tmp
 
 
-@pytest.mark.parametrize("case", [c["name"] for c in CASES] + ["lora_hf"])
+@pytest.mark.parametrize(
+    "case", [c["name"] for c in CASES] + ["lora_hf", "hf_full_gc"] + [f"fsdp_{n}" for n in FSDP_CASES]
+)
 def test_two_ranks_give_one_process_rows_and_gradient(two_rank_cases, case):
+    ref = case.removeprefix("fsdp_")
     got = json.loads((two_rank_cases / f"{case}.json").read_text())
-    want = json.loads((two_rank_cases / f"{case}.ref.json").read_text())
+    want = json.loads((two_rank_cases / f"{ref}.ref.json").read_text())
     assert len(got["rows"]) == 2 and got["rows"][0]["tokens/step"] > 0
+    # fsdp: rank 0 held half of the trained weights and of their AdamW moments (FSDP2 pads a shard to whole rows:
+    # near, not exactly, a half); ddp: all of them
+    held = [got["held"]["weights"], got["held"]["moments"]]
+    assert all(0.45 <= h <= 0.55 for h in held) if case != ref else held == [1.0, 1.0], held
     for i, (a, b) in enumerate(zip(got["rows"], want["rows"])):
         _close(a, b, f"{case} step {i + 1}")
     _close(got["evals"], want["evals"], f"{case} evals")
     # the gradient each optimizer step applied: after the all-reduce, the 1-process gradient (a step whose rows all
     # have zero advantage has none: exactly 0 without KL, the rounding floor with it)
-    g, w = (load_file(str(two_rank_cases / f"{case}{s}.grads.safetensors")) for s in ("", ".ref"))
+    g, w = (
+        load_file(str(two_rank_cases / name)) for name in (f"{case}.grads.safetensors", f"{ref}.ref.grads.safetensors")
+    )
     assert g.keys() == w.keys() and g
     steps = sorted({k.split(".")[0] for k in w})
     compared = 0
@@ -328,13 +380,17 @@ def _wait_rows(proc, metrics: Path, k: int, timeout: float = 300.0) -> None:
 RESUME = ["algorithm=dapo", "budget.max_steps=12", "trainer.checkpoint_every=2", "trainer.eval_every=3"]
 
 
-def test_two_ranks_sigtermed_then_resumed_equal_an_uninterrupted_two_rank_run(tmp_path):
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_two_ranks_sigtermed_then_resumed_equal_an_uninterrupted_two_rank_run(tmp_path, mode):
+    """fsdp: the checkpoint gathers the sharded AdamW moments whole from both ranks, and the resume shards them
+    again (and the weights), so the resumed run is the uninterrupted one exactly."""
     results = tmp_path / "results"
-    ref = _cli_run(tmp_path, 2, *RESUME, f"results_dir={results}", "run_name=whole")
+    setting = [*RESUME, f"trainer.parallel={mode}"]
+    ref = _cli_run(tmp_path, 2, *setting, f"results_dir={results}", "run_name=whole")
     assert ref.returncode == 0, ref.stderr[-4000:]
     run = results / "default" / "cut"
     proc = _start_cli(
-        tmp_path, *RESUME, f"results_dir={results}", "run_name=cut", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        tmp_path, *setting, f"results_dir={results}", "run_name=cut", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     _wait_rows(proc, run / "metrics.jsonl", 3)
     proc.send_signal(signal.SIGTERM)  # torchrun passes it to both ranks: they agree on the step to stop after
@@ -343,9 +399,10 @@ def test_two_ranks_sigtermed_then_resumed_equal_an_uninterrupted_two_rank_run(tm
     s = json.loads((run / "summary.json").read_text())
     assert s["status"] == "failed" and s["error"].startswith("terminated (SIGTERM)"), s
     assert 3 <= s["steps"] < 12 and (run / "checkpoints").is_dir()
-    again = _cli_run(tmp_path, 2, *RESUME, f"results_dir={results}", "run_name=cut", "resume=true")
+    again = _cli_run(tmp_path, 2, *setting, f"results_dir={results}", "run_name=cut", "resume=true")
     assert again.returncode == 0, again.stderr[-4000:]
     assert "resuming" in again.stderr
+    assert json.loads((run / "summary.json").read_text())["parallel"] == mode
     for name in ("metrics.jsonl", "eval.jsonl", "samples.jsonl"):
         got = [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in _rows(run, name)]
         want = [
@@ -389,4 +446,4 @@ def test_a_killed_rank_takes_the_run_down_and_is_named(tmp_path):
     root = output[output.index("Root Cause (first observed failure)") :]
     assert re.search(r"rank\s*:\s*1 \(local_rank: 1\)", root) and "Signal 9 (SIGKILL)" in root, output[-3000:]
     s = json.loads((run / "summary.json").read_text())
-    assert s["status"] == "failed" and s["steps"] < 200, s
+    assert s["status"] == "failed" and s["steps"] < 200, (s, output[-4000:])

@@ -327,6 +327,29 @@ def test_repeated_nans_stop_the_run_naming_the_step_and_keep_the_rows(compose):
     assert [r["step"] for r in read_jsonl(run / "eval.jsonl")] == [0, 1, 2]
 
 
+def test_a_sigterm_while_a_failure_is_recorded_does_not_cut_it_short(compose, monkeypatch):
+    """torchrun SIGTERMs every rank once one failed; rank 0, already recording its own failure, must finish
+    recording it (the summary said `running` when the SIGTERM's exit cut the recording short)."""
+    import os
+    import signal
+
+    from rlcompare.train import run as run_mod
+
+    finish = run_mod._finish
+
+    def sigtermed_finish(*a, **kw):
+        if kw.get("exit_code"):
+            os.kill(os.getpid(), signal.SIGTERM)  # Python runs the handler here, before the summary is written
+        return finish(*a, **kw)
+
+    monkeypatch.setattr(run_mod, "_finish", sigtermed_finish)
+    cfg = compose("budget.max_steps=6", "trainer.inject_nan_at_step=2", "trainer.max_bad_steps=1", "run_name=term")
+    with pytest.raises(FloatingPointError, match=r"stopped at step 2"):  # the run's own error, not the SIGTERM
+        train(cfg)
+    s = _summary(Path(cfg.results_dir) / "default" / "term")
+    assert s["status"] == "failed" and "FloatingPointError" in s["error"], s
+
+
 def _nan_rewards_at(monkeypatch, steps):
     from rlcompare.train.trainer import Trainer
 
