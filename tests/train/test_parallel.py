@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -381,9 +382,10 @@ RESUME = ["algorithm=dapo", "budget.max_steps=12", "trainer.checkpoint_every=2",
 
 
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
-def test_two_ranks_sigtermed_then_resumed_equal_an_uninterrupted_two_rank_run(tmp_path, mode):
+def test_two_ranks_sigtermed_then_resumed_equal_an_uninterrupted_two_rank_run(tmp_path, mode, compose):
     """fsdp: the checkpoint gathers the sharded AdamW moments whole from both ranks, and the resume shards them
-    again (and the weights), so the resumed run is the uninterrupted one exactly."""
+    again (and the weights), so the resumed run is the uninterrupted one exactly. Its checkpoint is the format of
+    every mode: a copy of the cut run resumed in one process continues it too."""
     results = tmp_path / "results"
     setting = [*RESUME, f"trainer.parallel={mode}"]
     ref = _cli_run(tmp_path, 2, *setting, f"results_dir={results}", "run_name=whole")
@@ -399,6 +401,8 @@ def test_two_ranks_sigtermed_then_resumed_equal_an_uninterrupted_two_rank_run(tm
     s = json.loads((run / "summary.json").read_text())
     assert s["status"] == "failed" and s["error"].startswith("terminated (SIGTERM)"), s
     assert 3 <= s["steps"] < 12 and (run / "checkpoints").is_dir()
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
     again = _cli_run(tmp_path, 2, *setting, f"results_dir={results}", "run_name=cut", "resume=true")
     assert again.returncode == 0, again.stderr[-4000:]
     assert "resuming" in again.stderr
@@ -410,6 +414,14 @@ def test_two_ranks_sigtermed_then_resumed_equal_an_uninterrupted_two_rank_run(tm
         ]
         assert got == want, name  # the same processes, the same split: equal, not only close
     assert [r["step"] for r in _rows(run, "metrics.jsonl")] == list(range(1, 13))
+    if mode == "fsdp":  # the fsdp checkpoint resumed by one process (trainer.parallel=none): to rounding
+        one = train(compose(*GROUPS, *RESUME, "trainer.parallel=none", "run_name=cut", f"resume={copy}"))
+        assert one["status"] == "completed" and one["parallel"] == "none"
+        rows, whole = _rows(copy, "metrics.jsonl"), _rows(results / "default" / "whole", "metrics.jsonl")
+        assert [r["step"] for r in rows] == list(range(1, 13))
+        # the first step samples with the restored weights; the second with those the restored moments stepped to
+        for k in range(s["steps"], min(s["steps"] + 2, 12)):
+            _close(rows[k], whole[k], f"step {k + 1}, resumed in one process")
 
 
 def _rank_pid(parent: int, rank: int) -> int | None:
