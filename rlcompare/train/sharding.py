@@ -53,7 +53,7 @@ def shard_copy(model: nn.Module, comm_device: str) -> nn.Module:
 
     trained = copy.deepcopy(model)
     mesh = init_device_mesh(comm_device, (dist.get_world_size(),))
-    for block in blocks(trained):
+    for block in reversed(blocks(trained)):  # bottom-up, as FSDP2 asks, should a listed block hold another
         fully_shard(block, mesh=mesh)
     fully_shard(trained, mesh=mesh)
     for m in trained.modules():
