@@ -164,7 +164,7 @@ def _blob(tr) -> dict:
         "step": tr.state.step,
         "policy": _policy_weights(tr),
         # the full tensors whatever the parallel mode: a checkpoint resumes under any
-        "opt": sharding.full_optimizer_state(tr.opt) if tr.world.shards else tr.opt.state_dict(),
+        "opt": sharding.full_optimizer_state(tr.opt),
         "sched": tr.sched.state_dict(),
         "state": tr.state.as_dict(),
         "stream_position": tr.stream.position,
@@ -369,10 +369,7 @@ def load(tr, path: Path, blob: dict) -> None:
             raise RuntimeError(f"checkpoint {path}: unexpected policy weights {unexpected[:5]}")
     else:
         tr.policy.model.load_state_dict(blob["policy"])
-    if tr.world.shards:
-        sharding.load_optimizer_state(tr.opt, blob["opt"])
-    else:
-        tr.opt.load_state_dict(blob["opt"])
+    sharding.load_optimizer_state(tr.opt, blob["opt"])
     tr.sched.load_state_dict(blob["sched"])
     if tr.critic is not None:
         tr.critic.load_state_dict(blob["critic"])

@@ -101,7 +101,8 @@ def full_tensor(x):
 
 def full_optimizer_state(opt: torch.optim.Optimizer) -> dict:
     """`opt.state_dict()` with every sharded state tensor (AdamW's moments) gathered whole: the format of an
-    optimizer over full tensors. A collective: every rank calls it."""
+    optimizer over full tensors, which an optimizer over full tensors (none, ddp) gives as it is. Under fsdp a
+    collective: every rank calls it."""
     sd = opt.state_dict()
     return {
         "state": {i: {k: full_tensor(v) for k, v in s.items()} for i, s in sd["state"].items()},
@@ -111,7 +112,7 @@ def full_optimizer_state(opt: torch.optim.Optimizer) -> dict:
 
 def load_optimizer_state(opt: torch.optim.Optimizer, sd: dict) -> None:
     """`opt.load_state_dict` of a full-tensor state (any parallel mode's checkpoint), each moment then sharded like
-    its parameter."""
+    its parameter where the parameter is sharded (fsdp); no collective."""
     from torch.distributed.tensor import DTensor
 
     opt.load_state_dict(sd)
