@@ -1,7 +1,7 @@
 """Scaling efficiency of data-parallel training (issue 21): one run over N torchrun ranks against one process.
 
     python scripts/dp_scaling.py [--ranks 2] [--parallel ddp|fsdp] [--size 4.2M] [--prompts 16] [--steps 12]
-                                 [--warmup 2] [--repeats 1]
+                                 [--warmup 2] [--repeats 1] [--ceiling]
 
 Both sides train the same run (`rollout.streams=group`, the benchmark's model size from
 `rlcompare.bench.against_trl.SIZES`, a 1-step warm start, no evals) with 1 CPU thread per process:
@@ -12,7 +12,9 @@ Both sides train the same run (`rollout.streams=group`, the benchmark's model si
 
 Throughput is generated tokens per second of training step (rows after `--warmup` steps, from metrics.jsonl:
 `tokens/step` / `time/step_s`, rank 0's clock: it waits for the slowest rank at every collective). Scaling
-efficiency = throughput(N ranks) / (N x throughput(one process)). It also reports through which step the two runs
+efficiency = throughput(N ranks) / (N x throughput(one process)). `--ceiling` also runs N independent one-process
+runs side by side: the fraction of one process's throughput each keeps (the cores' shared caches and memory
+bandwidth) bounds the efficiency any data-parallel split can reach here. It also reports through which step the two runs
 sampled the same number of tokens (`tokens/step` row by row). A measurement script, not a test: the machine decides the figure.
 """
 
@@ -58,10 +60,16 @@ def throughput(results: Path, warmup: int) -> tuple[float, list[int]]:
     return sum(r["tokens/step"] for r in kept) / sum(r["time/step_s"] for r in kept), [r["tokens/step"] for r in rows]
 
 
-def launch(cmd: list[str], env: dict) -> None:
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO)
-    if out.returncode != 0:
-        sys.exit(f"failed ({out.returncode}): {' '.join(cmd)}\n{out.stderr[-3000:]}")
+def launch(*cmds: list[str], env: dict) -> None:
+    """Run the commands side by side and wait for all."""
+    procs = [
+        subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        for cmd in cmds
+    ]
+    for cmd, proc in zip(cmds, procs):
+        err = proc.communicate()[1]
+        if proc.returncode != 0:
+            sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{err[-3000:]}")
 
 
 def main() -> int:
@@ -73,47 +81,52 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--warmup", type=int, default=2, help="first steps left out of the throughput")
     p.add_argument("--repeats", type=int, default=1, help="alternated pairs (the machine is shared and noisy)")
+    p.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="also run N independent one-process runs side by side: the throughput each keeps is the efficiency a "
+        "split with no communication and no fixed cost would reach on this machine",
+    )
     a = p.parse_args()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     tmp = Path(tempfile.mkdtemp(prefix="dp_scaling-"))
     env.setdefault("RLCOMPARE_CACHE", str(tmp / "cache"))
-    single, multi, same = [], [], []
+    single, multi, side, same = [], [], [], []
+
+    def one_cmd(results: Path) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "rlcompare.cli",
+            "train",
+            "trainer.threads=1",
+            *overrides(a.size, a.prompts, a.steps, results),
+        ]
+
     try:
         for r in range(a.repeats):
             one, many = tmp / f"one{r}", tmp / f"many{r}"
-            runs = [
-                (
-                    [
-                        sys.executable,
-                        "-m",
-                        "rlcompare.cli",
-                        "train",
-                        "trainer.threads=1",
-                        *overrides(a.size, a.prompts, a.steps, one),
-                    ],
-                    one,
-                    single,
-                ),
-                (
-                    [
-                        sys.executable,
-                        "-m",
-                        "torch.distributed.run",
-                        "--standalone",
-                        f"--nproc_per_node={a.ranks}",
-                        "-m",
-                        "rlcompare.cli",
-                        "train",
-                        f"trainer.parallel={a.parallel}",
-                        *overrides(a.size, a.prompts, a.steps, many),
-                    ],
-                    many,
-                    multi,
-                ),
+            apart = [tmp / f"side{r}_{k}" for k in range(a.ranks)]
+            ranks_cmd = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc_per_node={a.ranks}",
+                "-m",
+                "rlcompare.cli",
+                "train",
+                f"trainer.parallel={a.parallel}",
+                *overrides(a.size, a.prompts, a.steps, many),
             ]
-            for cmd, results, into in runs if r % 2 == 0 else runs[::-1]:
-                launch(cmd, env)
-                into.append(throughput(results, a.warmup))
+            # (commands run side by side, their results, where their mean throughput goes)
+            runs = [([one_cmd(one)], [one], single), ([ranks_cmd], [many], multi)]
+            if a.ceiling:
+                runs.append(([one_cmd(d) for d in apart], apart, side))
+            for cmds, results, into in runs if r % 2 == 0 else runs[::-1]:
+                launch(*cmds, env=env)
+                got = [throughput(d, a.warmup) for d in results]
+                into.append((sum(x for x, _ in got) / len(got), got[0][1]))
             a_tok, b_tok = single[-1][1], multi[-1][1]
             same.append(next((i for i, (x, y) in enumerate(zip(a_tok, b_tok)) if x != y), len(a_tok)))
     finally:
@@ -129,6 +142,15 @@ def main() -> int:
         f"{a.ranks} ranks {a.parallel}: {tn:8.0f} tokens/s   (each repeat: {', '.join(f'{x:.0f}' for x, _ in multi)})"
     )
     print(f"speed-up {tn / t1:.2f}x, scaling efficiency {eff:.2f}")
+    ceiling = None
+    if a.ceiling:
+        ts = sorted(x for x, _ in side)[len(side) // 2]
+        ceiling = ts / t1
+        print(
+            f"{a.ranks} independent processes side by side: {ts:8.0f} tokens/s each "
+            f"(each repeat: {', '.join(f'{x:.0f}' for x, _ in side)}): the machine's ceiling on the efficiency, "
+            f"{ceiling:.2f}"
+        )
     # a near-tie between two tokens, broken the other way by another summation order, makes the runs part for good
     print(f"the same tokens per step through step {min(same)} of {a.steps} (each repeat: {same})")
     print(
@@ -142,6 +164,7 @@ def main() -> int:
                 "ranks_tokens_per_s": tn,
                 "efficiency": eff,
                 "same_tokens_through_step": min(same),
+                "ceiling": ceiling,
             }
         )
     )

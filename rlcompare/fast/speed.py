@@ -55,6 +55,13 @@ class Recording:
         """The recording of the batch rows `keep` (a [b] bool mask or indices, CPU)."""
         return Recording(self.projections, self.rows[keep.cpu()])
 
+    def placed(self, at: torch.Tensor, n_rows: int) -> "Recording":
+        """This recording's rows at the positions `at` ([b] long, CPU) of a batch of `n_rows`: the others were
+        sampled elsewhere (by another rank) and have none (-1, which `recorded_update_forward` declines)."""
+        rows = torch.full((n_rows,), -1, dtype=torch.long)
+        rows[at] = self.rows
+        return Recording(self.projections, rows)
+
 
 def decoder_for(
     model,
@@ -108,10 +115,14 @@ def recorded_update_forward(
     autograd, rebuilt from the sampler's projections (`recorded_update.rebuilt_logits`): the same values and gradients as
     the plain forward while the weights are the ones that sampled (the first optimizer step on a batch: the
     caller decides that). None when there is no recording (the ordinary path sampled, or several rollouts were
-    joined) or the transformers version is outside the tested range: the caller runs the plain forward."""
+    joined), a row was not recorded here (another rank sampled it: `Recording.placed`) or the transformers
+    version is outside the tested range: the caller runs the plain forward."""
     if recording is None or static_decode.transformers_version_refusal() is not None:
         return None
-    record_rows = recording.rows[rows.cpu()].to(comp_ids.device)
+    record_rows = recording.rows[rows.cpu()]
+    if bool((record_rows < 0).any()):  # a row this process did not sample
+        return None
+    record_rows = record_rows.to(comp_ids.device)
     return recorded_update.rebuilt_logits(
         model,
         recording.projections,

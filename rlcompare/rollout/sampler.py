@@ -44,10 +44,10 @@ class Completions:
         )
 
 
-def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token lists as `[n, longest]` ids left-padded with `pad_id` and their 0/1 mask (built as lists: one tensor
-    each instead of a few small writes per row)."""
-    width = max(len(s) for s in seqs)
+def left_pad(seqs: list[list[int]], pad_id: int, device, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token lists as `[n, width]` ids (`width`: the longest unless given) left-padded with `pad_id` and their
+    0/1 mask (built as lists: one tensor each instead of a few small writes per row)."""
+    width = max(len(s) for s in seqs) if width is None else width
     ids = torch.tensor([[pad_id] * (width - len(s)) + list(s) for s in seqs], dtype=torch.long)
     mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], dtype=torch.long)
     return ids.to(device), mask.to(device)

@@ -2,19 +2,22 @@
 
 What a rank does (docs/scaling.md has the whole picture):
 
-- it samples and scores its share of each round's prompt groups (`share`), with one random stream per group
-  (`rollout.streams=group`), and the shares are gathered (`gather_rows`), so that every rank holds the whole
-  batch, sampled as one process would have sampled it;
+- it samples and scores its share of each round's prompt groups (`share`; on a step's first round, when the
+  update's order of the groups is drawn already, the groups it will train on: `group_shares`), with one random
+  stream per group (`rollout.streams=group`), and the shares are gathered (`gather_rows`), so that every rank
+  holds the whole batch, sampled as one process would have sampled it;
 - everything computed from the whole batch (advantages, the batch standard deviation, every aggregation's token,
   sequence and horizon totals, dynamic sampling's refill) is therefore the global quantity on every rank;
 - each optimizer step's mini-batch is split again by whole groups (`share`); a rank backpropagates its rows
-  with the global normalizers, and the gradients are summed over ranks (`all_reduce_grads`) before the step,
-  as DDP sums them. The optimizer steps are then the same on every rank and the weights stay equal;
+  with the global normalizers, and the gradients are summed over ranks (`GradientSum`, in buckets overlapped
+  with the backward) before the step, as DDP sums them. The optimizer steps are then the same on every rank and the weights stay equal;
 - update metrics are merged over ranks before they are reduced (`merge_metrics`); rank 0 alone writes.
 
 Not `torch.nn.parallel.DistributedDataParallel`: its backward hooks need every rank to run a backward on every
-step, and a mini-batch of fewer groups than ranks leaves some ranks with no rows. The all-reduce here is one
-flat bucket per optimizer step (DDP with `no_sync` over micro-batches communicates the same sum).
+step, and a mini-batch of fewer groups than ranks leaves some ranks with no rows; and the first update's forward
+may not run through the model at all (the speed layer rebuilds it from the rollout). The all-reduce here is
+DDP's bucketed one on the last micro-batch's backward (DDP with `no_sync` over micro-batches communicates the
+same sum).
 
 Every collective is a no-op on a world of one process.
 """
@@ -72,9 +75,20 @@ class World:
     # ------------------------------------------------------------------ splitting
     def share(self, n: int) -> slice:
         """This rank's contiguous share of `n` units (prompt groups): sizes differ by at most one, rank order."""
-        base, extra = divmod(n, self.size)
-        lo = self.rank * base + min(self.rank, extra)
-        return slice(lo, lo + base + (1 if self.rank < extra else 0))
+        return _share(n, self.rank, self.size)
+
+    def shares(self, n: int) -> list[list[int]]:
+        """Every rank's `share` of `n` units, as the units' indices, in rank order."""
+        return [list(range(n))[_share(n, r, self.size)] for r in range(self.size)]
+
+    def group_shares(self, order: torch.Tensor, n_minibatches: int) -> list[list[int]]:
+        """Every rank's prompt groups to sample, in rank order, when the step's mini-batch order of the groups
+        (`order`) is drawn before sampling: in each mini-batch (`torch.tensor_split(order, n_minibatches)`, as the
+        update splits it) the block `share_rows` will give that rank. Each rank then trains on the groups it
+        sampled (what the speed layer's recorded first update needs), and the shares differ by at most one group
+        per mini-batch."""
+        parts = torch.tensor_split(order, n_minibatches)
+        return [[int(g) for mb in parts for g in mb[_share(len(mb), r, self.size)]] for r in range(self.size)]
 
     def row_share(self, n_rows: int, unit: int) -> slice:
         """The positions of this rank's share of `n_rows` rows, in whole units of `unit` rows (a group)."""
@@ -151,24 +165,86 @@ class World:
             return bool(flag)
         return any(self.gather_objects(bool(flag)))
 
-    def all_reduce_grads(self, params: list[torch.nn.Parameter]) -> None:
-        """Sum every parameter's gradient over ranks, in place (one flat bucket). A rank whose share of the
-        mini-batch was empty contributes zeros. The losses are normalized by the whole batch's totals, so the sum
-        is the gradient one process computes on the whole mini-batch."""
-        if self.size == 1 or not params:
+
+# the gradient sum's bucket size (elements): small enough that the first buckets' all-reduces run while the
+# backward computes the rest (4 MiB of fp32 each; DDP's first bucket is 1 MiB, the others 25)
+BUCKET_ELEMENTS = 1 << 20
+
+
+class GradientSum:
+    """Every trained parameter's gradient summed over the ranks, in place, overlapped with the backward that
+    produces it, as DDP's buckets are: the parameters are cut into fixed buckets (in reverse order, the order the
+    backward reaches them), and once the last micro-batch's backward has accumulated every gradient of a bucket
+    (a post-accumulate-grad hook), that bucket's all-reduce starts, asynchronously. Buckets start in their order
+    on every rank, whatever order the gradients arrive in, so the ranks' collectives always match. `finish`
+    starts the buckets the backward did not complete (a rank with no rows, a parameter no loss reached: zeros),
+    waits for all and writes the sums back. For two ranks each element is one sum, a + b, whatever the
+    bucketing. The losses are normalized by the whole batch's totals, so the sum is the gradient one process
+    computes on the whole mini-batch. A no-op on one process."""
+
+    def __init__(self, world: World, params: list[torch.nn.Parameter]):
+        self.world, self.armed = world, False
+        self.buckets: list[list[torch.nn.Parameter]] = []
+        if world.size == 1:
             return
+        size = BUCKET_ELEMENTS
+        for p in reversed(params):
+            if size + p.numel() > BUCKET_ELEMENTS and (not self.buckets or self.buckets[-1]):
+                self.buckets.append([])
+                size = 0
+            self.buckets[-1].append(p)
+            size += p.numel()
+        self._bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b}
+        for p in params:
+            p.register_post_accumulate_grad_hook(self._accumulated)
+        self._missing: list[int] = []
+        self._started: list = []
+
+    def arm(self) -> None:
+        """The next backward is this rank's last of the optimizer step: its gradients are final once accumulated."""
+        if self.world.size > 1:
+            self.armed, self._missing, self._started = True, [len(b) for b in self.buckets], []
+
+    def _accumulated(self, p: torch.nn.Parameter) -> None:
+        if not self.armed:
+            return
+        self._missing[self._bucket_of[id(p)]] -= 1
+        while len(self._started) < len(self.buckets) and self._missing[len(self._started)] == 0:
+            self._start(len(self._started))
+
+    def _start(self, i: int) -> None:
         import torch.distributed as dist
 
-        for p in params:
+        bucket = self.buckets[i]
+        for p in bucket:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        flat = torch.cat([p.grad.reshape(-1) for p in params]).to(self.comm_device)
-        _collective(dist.all_reduce, flat, op=dist.ReduceOp.SUM)
-        at = 0
-        for p in params:
-            n = p.numel()
-            p.grad.copy_(flat[at : at + n].view_as(p.grad))  # copy_ moves it back to the grad's device
-            at += n
+        flat = torch.cat([p.grad.reshape(-1) for p in bucket]).to(self.world.comm_device)
+        self._started.append((_collective(dist.all_reduce, flat, op=dist.ReduceOp.SUM, async_op=True), flat))
+
+    def finish(self) -> None:
+        """Start what the backward did not, wait for every bucket's sum and write it into the gradients."""
+        if self.world.size == 1 or not self.buckets:
+            return
+        if not self.armed:  # no backward on this rank since the last step (no rows): every bucket from here
+            self.arm()
+        self.armed = False
+        while len(self._started) < len(self.buckets):
+            self._start(len(self._started))
+        for bucket, (work, flat) in zip(self.buckets, self._started):
+            _collective(work.wait)
+            at = 0
+            for p in bucket:
+                n = p.numel()
+                p.grad.copy_(flat[at : at + n].view_as(p.grad))  # copy_ moves it back to the grad's device
+                at += n
+        self._started = []
+
+
+def _share(n: int, rank: int, size: int) -> slice:
+    base, extra = divmod(n, size)
+    lo = rank * base + min(rank, extra)
+    return slice(lo, lo + base + (1 if rank < extra else 0))
 
 
 def _collective(fn, *args, **kwargs):

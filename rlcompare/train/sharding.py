@@ -12,7 +12,7 @@ The layout is a hybrid engine, as verl's FSDP actor beside its rollout engine:
   one all-gather per trained tensor, the cost of one FSDP forward.
 
 Gradients are reduce-scattered as a sum (divide factor 1): every loss is already normalized by the whole batch's
-totals, so the sum over ranks is the gradient one process computes, as `World.all_reduce_grads` gives DDP.
+totals, so the sum over ranks is the gradient one process computes, as `parallel.GradientSum` gives DDP.
 
 FSDP's collectives run inside every forward and backward of the trained copy, so every rank must run the same
 number of them: the trainer pads a rank with fewer micro-batches with zero-weight ones (`Trainer._pad_micro_steps`).

@@ -30,7 +30,7 @@ from rlcompare.rollout import Completions, grouped_sequence_logits, left_pad, sa
 from rlcompare.rollout.streams import GroupStreams, group_seed
 from rlcompare.train import sharding
 from rlcompare.train.batch import Collected, RolloutBatch, Targets, TrainerState
-from rlcompare.train.parallel import World, merge_metrics
+from rlcompare.train.parallel import GradientSum, World, merge_metrics
 
 TIMING_PREFIXES = ("time/", "perf/")
 # what the surrogates clip/mask/gate and the token weights, logged as policy/<name>
@@ -154,6 +154,7 @@ class Trainer:
         self.params = [p for p in self.update_model.parameters() if p.requires_grad]
         # the first update on a batch reuses the sampler's projections where the speed layer can (rlcompare.fast)
         self._recording: fast.Recording | None = None  # the last rollout's, whose buffers the next may reuse
+        self._order: torch.Tensor | None = None  # the step's mini-batch order of its groups, once drawn
         self.flop_observer: fast.FlopObserver | None = None  # the benchmark's FLOP count of the fast path
         self.opt = _adamw(
             self.params, lr=train_cfg.lr, betas=tuple(train_cfg.betas), weight_decay=train_cfg.weight_decay
@@ -166,6 +167,8 @@ class Trainer:
         if algo.advantage.estimator == "gae":
             self.critic = ValueModel(model).to(self.device)
             self.critic_opt = _adamw(self.critic.parameters(), lr=algo.critic.lr, betas=tuple(train_cfg.betas))
+        # over several ranks: the trained weights' gradients summed as the backward produces them
+        self.grad_sum = GradientSum(self.world, self._replicated_params())
         self.gen = torch.Generator(device=self.device)
         self.gen.manual_seed(cfg.seed)
         self.shuffle_gen = torch.Generator()
@@ -202,13 +205,19 @@ class Trainer:
         greedy: bool,
         reuse_recording: bool = False,
         streams: GroupStreams | None = None,
+        trains_these: bool = False,
+        width: int | None = None,
     ):
         """`repeat` completions of each prompt; returns the prompts (each repeated `repeat` times) and their mask, and
         the `Completions`. reuse_recording: the last rollout's batch is done with, so its recording's buffers may
         be rewritten. streams: one random stream per prompt (`rollout.streams=group`), else the run's generator.
-        Over several ranks nothing is recorded: the update's rows are not the rows this rank sampled."""
-        prompt_ids, prompt_mask = left_pad([p.ids for p in prompts], self.pad_id, self.device)
-        record = not greedy and repeat > 1 and bool(self.cfg.trainer.update_from_rollout) and self.world.size == 1
+        trains_these: over several ranks, whether this rank's update trains on these very groups (`_round_shares`);
+        only then is anything recorded for the update to rebuild from, and never for fsdp's sharded copy.
+        width: the prompts' padded width (the whole round's, over several ranks: the recording's then fits the
+        gathered batch); else the longest of these."""
+        prompt_ids, prompt_mask = left_pad([p.ids for p in prompts], self.pad_id, self.device, width)
+        own = self.world.size == 1 or (trains_these and not self.world.shards)
+        record = not greedy and repeat > 1 and bool(self.cfg.trainer.update_from_rollout) and own
         if record and reuse_recording and self._recording is not None:
             record = self._recording
         self.policy.model.eval()
@@ -268,6 +277,7 @@ class Trainer:
         self.state.step += 1
         if self.world.mode != "none":  # torch's own RNG (dropout) keyed by (seed, step, rank): resumes exactly
             torch.manual_seed(group_seed(self.cfg.seed, self.state.step, self.world.rank))
+        self._order = self._group_order()
         collected = self.collect()
         self.state.tokens += collected.generated_tokens
         row = self._collect_metrics(collected)
@@ -306,25 +316,28 @@ class Trainer:
         while need > 0:
             prompts = self.stream.take(need)
             t0 = time.perf_counter()
-            mine = self.world.share(len(prompts))  # this rank's groups (all of them on one process)
-            if mine.stop > mine.start:
+            shares, trains_these = self._round_shares(len(prompts), rounds)
+            mine = [prompts[j] for j in shares[self.world.rank]]  # this rank's groups (all of them on one process)
+            if mine:
                 prompt_ids, prompt_mask, completions = self._sample(
-                    prompts[mine],
+                    mine,
                     repeat=G,
                     greedy=False,
                     reuse_recording=rounds == 0,
-                    streams=self._streams(rounds, mine),
+                    streams=self._streams(rounds, shares[self.world.rank]),
+                    trains_these=trains_these,
+                    width=max(len(p.ids) for p in prompts),
                 )
             else:  # a refill of fewer groups than ranks: nothing for this one
                 prompt_ids = prompt_mask = None
                 completions = _no_completions(self.device, with_logp=self._reads_sampler_logp())
             t1 = time.perf_counter()
-            texts, verifier_rewards, correct, errors = self._score(prompts[mine], completions, G)
+            texts, verifier_rewards, correct, errors = self._score(mine, completions, G)
             t_score += time.perf_counter() - t1
             t_roll += t1 - t0
             if self.world.size > 1:  # every rank holds the whole round, in group order
                 prompt_ids, prompt_mask, completions, texts, verifier_rewards, correct, errors = self._gather_round(
-                    prompts, completions, verifier_rewards, correct, errors
+                    prompts, shares, completions, verifier_rewards, correct, errors
                 )
             self.state.verifier_errors += errors
             rounds += 1
@@ -357,32 +370,80 @@ class Trainer:
             batch = batch.select(torch.arange(len(batch.prompts) * G) < n_prompts * G, G)
         return Collected(batch, rounds, drawn, dropped, gen_tokens, t_roll, t_score)
 
-    def _streams(self, round_: int, mine: slice) -> GroupStreams | None:
+    def _group_order(self) -> torch.Tensor | None:
+        """The step's mini-batch order of its prompt groups (`_plan_update`'s), drawn before sampling where the
+        batch is sure to be whole groups (no dynamic sampling), so that over several ranks each can sample the
+        groups it will train on (`_round_shares`); the same draw, from the same generator, as one drawn later."""
+        t = self.cfg.trainer
+        if (
+            self.cfg.algorithm.dynamic_sampling.enabled
+            or t.group_size < 2
+            or t.prompts_per_step < t.updates_per_rollout
+        ):
+            return None
+        return torch.randperm(t.prompts_per_step, generator=self.shuffle_gen)
+
+    def _round_shares(self, n: int, round_: int) -> tuple[list[list[int]], bool]:
+        """Every rank's prompt groups of a sampling round of `n`, and whether each rank's update trains on its own:
+        on a step's first round with the mini-batch order drawn (`_group_order`), the groups each rank trains on
+        in every mini-batch (`World.group_shares`), so the first update can be rebuilt from the rank's own
+        rollout; else contiguous shares. What is sampled is the same either way (one stream per group)."""
+        w = self.world
+        if w.size > 1 and round_ == 0 and self._order is not None and len(self._order) == n:
+            return w.group_shares(self._order, self.cfg.trainer.updates_per_rollout), True
+        return w.shares(n), False
+
+    def _streams(self, round_: int, mine: list[int]) -> GroupStreams | None:
         """rollout.streams=group: one stream per prompt group of this round, keyed by (seed, step, round, group)."""
         if self.cfg.rollout.streams != "group":
             return None
-        keys = [(self.cfg.seed, self.state.step, round_, j) for j in range(mine.start, mine.stop)]
+        keys = [(self.cfg.seed, self.state.step, round_, j) for j in mine]
         return GroupStreams(keys, self.cfg.trainer.group_size, self.device)
 
-    def _gather_round(self, prompts: list[EncodedPrompt], completions: Completions, verifier_rewards, correct, errors):
-        """The ranks' shares of one sampling round as the whole round (group order), the same on every rank."""
+    def _gather_round(
+        self,
+        prompts: list[EncodedPrompt],
+        shares: list[list[int]],
+        completions: Completions,
+        verifier_rewards,
+        correct,
+        errors,
+    ):
+        """The ranks' shares of one sampling round (`shares`: each rank's groups) as the whole round in group
+        order, the same on every rank; this rank's recording (if any) placed at its rows."""
         w, G = self.world, self.cfg.trainer.group_size
         prompt_ids, prompt_mask = left_pad([p.ids for p in prompts], self.pad_id, self.device)
         prompt_ids, prompt_mask = prompt_ids.repeat_interleave(G, 0), prompt_mask.repeat_interleave(G, 0)
+
+        def rows_of(groups) -> torch.Tensor:
+            return (torch.as_tensor(groups, dtype=torch.long)[:, None] * G + torch.arange(G)).reshape(-1)
+
+        # gathered rows come in rank order: group g's sit at the position of g in sum(shares, [])
+        in_order = rows_of(torch.argsort(torch.as_tensor(sum(shares, []), dtype=torch.long)))
+
+        def gathered(x, pad):
+            x = w.gather_rows(x, pad)
+            return None if x is None else x[in_order.to(x.device)]
+
         whole = Completions(
-            w.gather_rows(completions.ids, self.pad_id),
-            w.gather_rows(completions.mask, 0),
-            w.gather_rows(completions.logp, 0.0),
-            w.gather_rows(completions.truncated, False),
-            w.gather_rows(completions.lengths, 0),
+            gathered(completions.ids, self.pad_id),
+            gathered(completions.mask, 0),
+            gathered(completions.logp, 0.0),
+            gathered(completions.truncated, False),
+            gathered(completions.lengths, 0),
+            recording=(
+                completions.recording.placed(rows_of(shares[w.rank]), len(prompts) * G)
+                if completions.recording is not None
+                else None
+            ),
         )
         return (
             prompt_ids,
             prompt_mask,
             whole,
             self._decode(whole),
-            w.gather_rows(verifier_rewards, 0.0),
-            w.gather_rows(correct, False),
+            gathered(verifier_rewards, 0.0),
+            gathered(correct, False),
             sum(w.gather_objects(errors)),
         )
 
@@ -508,16 +569,18 @@ class Trainer:
             # under fsdp the ranks agree on their micro-batch count first: a collective outside the sharded model's
             n_micro = max(self.world.gather_objects(len(micro))) if self.world.shards else len(micro)
             totals, first = [], 0
-            for idx in micro:
+            for j, idx in enumerate(micro):
                 sel = None if selection is None else {k: v[first : first + len(idx)] for k, v in selection.items()}
                 first += len(idx)
+                if j == len(micro) - 1:
+                    self.grad_sum.arm()  # this backward's gradients are the step's: their sums start as they come
                 totals.append(
                     self._micro_step(
                         batch, targets, old_logp, idx, plan, first_minibatch=i == 0, selection=sel, metrics=metrics
                     )
                 )
             self._pad_micro_steps(batch, step_rows, n_micro - len(micro), plan.grouped)
-            self.world.all_reduce_grads(self._replicated_params())  # the sum over ranks: the mini-batch's gradient
+            self.grad_sum.finish()  # the sum over ranks: the mini-batch's gradient
             bad = self._optimizer_step(sum(self.world.gather_objects(totals), []), metrics)
             if bad:
                 skipped += 1  # a NaN/inf loss or gradient: this update (policy and critic) skipped
@@ -533,8 +596,8 @@ class Trainer:
         )
 
     def _replicated_params(self) -> list:
-        """The trained weights every rank holds whole, whose gradients are all-reduced here: the policy's and the
-        critic's, but for the policy's under fsdp (FSDP reduce-scatters those itself)."""
+        """The trained weights every rank holds whole, whose gradients are summed here (`grad_sum`): the policy's and
+        the critic's, but for the policy's under fsdp (FSDP reduce-scatters those itself)."""
         policy = [] if self.world.shards else self.params
         return policy + (list(self.critic.parameters()) if self.critic is not None else [])
 
@@ -572,7 +635,8 @@ class Trainer:
         n_groups = B // G
         grouped = G > 1 and n_groups * G == B and n_groups >= train_cfg.updates_per_rollout
         if grouped:
-            order = torch.randperm(n_groups, generator=self.shuffle_gen)
+            drawn = self._order is not None and len(self._order) == n_groups
+            order = self._order if drawn else torch.randperm(n_groups, generator=self.shuffle_gen)
             minibatches = [
                 (g[:, None] * G + torch.arange(G)).reshape(-1)
                 for g in torch.tensor_split(order, train_cfg.updates_per_rollout)

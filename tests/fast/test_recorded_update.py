@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlcompare import fast
 from rlcompare.fast import recorded_update, static_decode
 from rlcompare.config import validate
 from rlcompare.fast.recorded_update import can_rebuild, rebuilt_logits
@@ -130,6 +131,29 @@ def test_a_subset_of_groups_in_any_order_rebuilds_its_own_rows(groups):
     sub = type(comp)(comp.ids[rows], comp.mask[rows], comp.logp[rows], comp.truncated[rows], comp.lengths[rows])
     (_, want), (_, got) = _ordinary_and_rebuilt(model, comp.recording.projections, rows, pi[rows], pm[rows], sub, adv)
     _assert_same_grads(got, want)
+
+
+def test_a_recording_placed_in_a_larger_batch_rebuilds_its_own_rows_and_declines_the_others():
+    """Over several ranks a rank's recording sits at its groups' rows of the gathered batch (`Recording.placed`):
+    those rows rebuild as the ordinary forward; a row sampled elsewhere (no recorded row) makes the speed layer
+    decline (None), so the trainer runs the plain forward instead of reading another row's projections."""
+    model = _eos_model()
+    pi, pm, comp = _rollout(model)
+    at = torch.cat([torch.arange(g * G, (g + 1) * G) for g in (3, 1, 4)])  # its 3 groups: 3, 1, 4 of 5
+    placed = comp.recording.placed(at, 5 * G)
+    assert placed.rows[at].tolist() == list(range(3 * G))
+    assert (placed.rows[:G] == -1).all() and (placed.rows[2 * G : 3 * G] == -1).all()
+    mine = torch.arange(G, 2 * G)  # the batch's group 1: the recording's group 1
+    adv = torch.randn(G, generator=torch.Generator().manual_seed(3))
+    sub = type(comp)(comp.ids[mine], comp.mask[mine], comp.logp[mine], comp.truncated[mine], comp.lengths[mine])
+    p1, m1 = pi[mine], pm[mine]
+    want = _grads(model, lambda: grouped_sequence_logits(model, p1, m1, sub.ids, sub.mask, group_size=G), sub, adv)
+    got = _grads(
+        model, lambda: fast.recorded_update_forward(model, placed, mine, p1, m1, sub.ids, group_size=G), sub, adv
+    )
+    _assert_same_grads(got[1], want[1])
+    other = torch.arange(0, G)  # the batch's group 0: another rank's
+    assert fast.recorded_update_forward(model, placed, other, pi[:G], pm[:G], comp.ids[:G], group_size=G) is None
 
 
 def test_the_backward_computes_only_rows_with_a_gradient(monkeypatch):

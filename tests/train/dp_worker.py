@@ -4,7 +4,8 @@
 
 For every case (a name, a list of Hydra overrides, and optionally a parallel "mode", ddp by default, or fsdp)
 every rank builds a Trainer in one data-parallel world and runs the case's steps; rank 0 writes `<name>.json` (the
-metrics rows, the eval rows, and the fraction of the training state it held) and `<name>.grads.safetensors` (the
+metrics rows, the eval rows, the fraction of the training state it held, and how many update rows all ranks
+rebuilt from their own rollouts) and `<name>.grads.safetensors` (the
 gradient every optimizer step applied, after the reduction, whole: `s<step>.p<parameter>`). With `--reference`,
 rank 0 then runs each case again as a world of one process (what `torchrun --nproc_per_node=1` gives) and writes
 `<name>.ref.json` and `<name>.ref.grads.safetensors`; a case with `"reference": false` has none of its own (it
@@ -13,6 +14,7 @@ shares another case's).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -61,10 +63,43 @@ def _run(cfg, world, run_dir: Path, steps: int) -> tuple[list, list, dict]:
         return step(*a, **kw)
 
     tr.opt.step = recording_step
-    evals = [tr.evaluate()[0]]
-    rows = [tr.step() for _ in range(steps)]
-    evals.append(tr.evaluate()[0])
-    return rows, evals, {k: v for g in grads for k, v in g.items()}, _held(tr)
+    with _counted_rebuilt_rows() as rebuilt:
+        evals = [tr.evaluate()[0]]
+        rows = [tr.step() for _ in range(steps)]
+        evals.append(tr.evaluate()[0])
+    return rows, evals, {k: v for g in grads for k, v in g.items()}, _held(tr), _summed(world, rebuilt[0])
+
+
+@contextlib.contextmanager
+def _counted_rebuilt_rows():
+    """Counts, into the yielded one-element list, the update rows whose logits the speed layer rebuilt from this
+    rank's own rollout (`fast.recorded_update_forward` not declining)."""
+    from rlcompare import fast
+
+    count, rebuild = [0], fast.recorded_update_forward
+
+    def counted(model, recording, rows, *a, **kw):
+        logits = rebuild(model, recording, rows, *a, **kw)
+        count[0] += 0 if logits is None else len(rows)
+        return logits
+
+    fast.recorded_update_forward = counted
+    try:
+        yield count
+    finally:
+        fast.recorded_update_forward = rebuild
+
+
+def _summed(world, n: int) -> int:
+    """n summed over the world's ranks."""
+    import torch
+    import torch.distributed as dist
+
+    if world.size == 1:
+        return n
+    t = torch.tensor([n])
+    dist.all_reduce(t)
+    return int(t)
 
 
 def _held(tr) -> dict:
@@ -81,11 +116,13 @@ def _held(tr) -> dict:
     }
 
 
-def _write(out: Path, name: str, rows, evals, grads, held) -> None:
+def _write(out: Path, name: str, rows, evals, grads, held, rebuilt_rows) -> None:
     from safetensors.torch import save_file
 
     keep = [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))} for r in rows]
-    (out / f"{name}.json").write_text(json.dumps({"rows": keep, "evals": evals, "held": held}))
+    (out / f"{name}.json").write_text(
+        json.dumps({"rows": keep, "evals": evals, "held": held, "rebuilt_rows": rebuilt_rows})
+    )
     save_file({k: v.contiguous() for k, v in grads.items()}, str(out / f"{name}.grads.safetensors"))
 
 

@@ -82,6 +82,45 @@ def test_share_rows_keeps_whole_groups():
     assert World(rank=3, size=4).share_rows(rows, 4).tolist() == []  # fewer groups than ranks: an empty share
 
 
+def test_group_shares_give_each_rank_the_groups_it_trains_on_in_every_mini_batch():
+    # 6 groups in the update's order 3 0 2 | 1 5 4 (2 mini-batches); in each, share_rows gives rank 0 the first
+    # 2 groups and rank 1 the last (3 = 2 + 1), so rank 0 samples 3 0 1 5 and rank 1 samples 2 4
+    order = torch.tensor([3, 0, 2, 1, 5, 4])
+    assert World(rank=1, size=2).group_shares(order, 2) == [[3, 0, 1, 5], [2, 4]]
+    for r in range(2):  # the same rows share_rows hands that rank in each mini-batch, groups of 4 rows
+        mine = set(World(rank=r, size=2).group_shares(order, 2)[r])
+        for mb in torch.tensor_split(order, 2):
+            rows = (mb[:, None] * 4 + torch.arange(4)).reshape(-1)
+            assert {int(x) // 4 for x in World(rank=r, size=2).share_rows(rows, 4)} <= mine
+    assert World(size=3).group_shares(order, 1) == [[3, 0], [2, 1], [5, 4]]
+    assert World(size=2).shares(3) == [[0, 1], [2]]
+
+
+def test_gradient_buckets_follow_the_backward_and_start_in_their_order(monkeypatch):
+    """GradientSum's buckets: the parameters in reverse (the backward's order), cut at BUCKET_ELEMENTS, a larger
+    one alone; armed, a bucket starts once its last gradient is accumulated and every earlier bucket has started,
+    so the ranks' collectives match whatever order the gradients arrive in; unarmed, nothing starts."""
+    from rlcompare.train import parallel
+
+    monkeypatch.setattr(parallel, "BUCKET_ELEMENTS", 10)
+    params = [torch.nn.Parameter(torch.zeros(n)) for n in (6, 6, 3, 20)]
+    gs = parallel.GradientSum(World(rank=0, size=2), params)
+    assert [[len(p) for p in b] for b in gs.buckets] == [[20], [3, 6], [6]]
+    started = gs._started  # the fake start records the bucket in it, as the real one records its collective
+    monkeypatch.setattr(gs, "_start", lambda i: started.append((i, None)))
+    (params[0].sum() + params[1].sum()).backward()  # not armed: an earlier micro-batch's backward
+    assert started == []
+    gs.arm()
+    started = gs._started
+    params[0].grad = params[1].grad = None
+    params[2].sum().backward()  # bucket 1 half done, bucket 0 not yet: nothing may start
+    assert started == []
+    (params[0].sum() * params[3].sum()).backward()  # bucket 0 done: it starts, bucket 1 still waits for params[1]
+    assert [i for i, _ in started] == [0]
+    params[1].sum().backward()
+    assert [i for i, _ in started] == [0, 1, 2]  # bucket 2 (params[0]) was complete: it starts right after
+
+
 def test_group_seeds_differ_for_swapped_or_nearby_keys():
     seeds = {group_seed(0, s, 0, g) for s in range(1, 4) for g in range(4)}
     assert len(seeds) == 12 and group_seed(0, 1, 0, 2) != group_seed(0, 2, 0, 1)
@@ -252,6 +291,8 @@ def _hf_full_case(lora: dict) -> dict:
 # a rank with fewer micro-batches or none, frozen weights beside trained ones, a critic or a reference beside the
 # shards, a refilled batch), each against its ddp case's 1-process reference. The aggregations and normalizers
 # are computed before the update, from the gathered batch, the same in both modes
+# the ddp cases whose 1-process run rebuilds its first update from the rollout, and whose ranks then do too
+REBUILDS = {c["name"] for c in CASES} - {"dapo"}
 FSDP_CASES = ["agg_token-mean", "kl_in_loss", "dapo", "ppo", "uneven", "lora_hf", "hf_full_gc"]
 
 
@@ -292,6 +333,14 @@ def test_two_ranks_give_one_process_rows_and_gradient(two_rank_cases, case):
     for i, (a, b) in enumerate(zip(got["rows"], want["rows"])):
         _close(a, b, f"{case} step {i + 1}")
     _close(got["evals"], want["evals"], f"{case} evals")
+    # the speed layer's first update rebuilt from the rollout (rlcompare.fast): under ddp each rank samples the
+    # groups it trains on, so the ranks rebuild as many rows in all as one process does; not for fsdp's sharded
+    # copy, and not where the model refuses it (LoRA, gradient checkpointing); dynamic sampling's refilled batch
+    # (dapo) is known only after sampling, so its ranks sample contiguous shares and rebuild nothing
+    if case in REBUILDS:
+        assert got["rebuilt_rows"] == want["rebuilt_rows"] > 0
+    else:
+        assert got["rebuilt_rows"] == 0
     # the gradient each optimizer step applied: after the all-reduce, the 1-process gradient (a step whose rows all
     # have zero advantage has none: exactly 0 without KL, the rounding floor with it)
     g, w = (
