@@ -142,6 +142,12 @@ def main() -> int:
         f"{a.ranks} ranks {a.parallel}: {tn:8.0f} tokens/s   (each repeat: {', '.join(f'{x:.0f}' for x, _ in multi)})"
     )
     print(f"speed-up {tn / t1:.2f}x, scaling efficiency {eff:.2f}")
+    # the host's speed drifts between runs: a repeat's own pair (run back to back) is the steadier comparison
+    pairs = [m / (a.ranks * o) for (o, _), (m, _) in zip(single, multi)]
+    print(
+        f"each repeat's own efficiency: {', '.join(f'{e:.2f}' for e in pairs)} "
+        f"(median {sorted(pairs)[len(pairs) // 2]:.2f})"
+    )
     ceiling = None
     if a.ceiling:
         ts = sorted(x for x, _ in side)[len(side) // 2]
@@ -163,6 +169,7 @@ def main() -> int:
                 "one_tokens_per_s": t1,
                 "ranks_tokens_per_s": tn,
                 "efficiency": eff,
+                "efficiency_by_repeat": pairs,
                 "same_tokens_through_step": min(same),
                 "ceiling": ceiling,
             }
