@@ -374,14 +374,14 @@ class Trainer:
         """The step's mini-batch order of its prompt groups (`_plan_update`'s), drawn before sampling where the
         batch is sure to be whole groups (no dynamic sampling), so that over several ranks each can sample the
         groups it will train on (`_round_shares`); the same draw, from the same generator, as one drawn later."""
-        t = self.cfg.trainer
-        if (
-            self.cfg.algorithm.dynamic_sampling.enabled
-            or t.group_size < 2
-            or t.prompts_per_step < t.updates_per_rollout
-        ):
+        n = self.cfg.trainer.prompts_per_step
+        if self.cfg.algorithm.dynamic_sampling.enabled or not self._splits_by_groups(n):
             return None
-        return torch.randperm(t.prompts_per_step, generator=self.shuffle_gen)
+        return torch.randperm(n, generator=self.shuffle_gen)
+
+    def _splits_by_groups(self, n_groups: int) -> bool:
+        """Whether a batch of `n_groups` whole groups is cut into mini-batches of whole groups (`_plan_update`)."""
+        return self.cfg.trainer.group_size > 1 and n_groups >= self.cfg.trainer.updates_per_rollout
 
     def _round_shares(self, n: int, round_: int) -> tuple[list[list[int]], bool]:
         """Every rank's prompt groups of a sampling round of `n`, and whether each rank's update trains on its own:
@@ -415,11 +415,8 @@ class Trainer:
         prompt_ids, prompt_mask = left_pad([p.ids for p in prompts], self.pad_id, self.device)
         prompt_ids, prompt_mask = prompt_ids.repeat_interleave(G, 0), prompt_mask.repeat_interleave(G, 0)
 
-        def rows_of(groups) -> torch.Tensor:
-            return (torch.as_tensor(groups, dtype=torch.long)[:, None] * G + torch.arange(G)).reshape(-1)
-
         # gathered rows come in rank order: group g's sit at the position of g in sum(shares, [])
-        in_order = rows_of(torch.argsort(torch.as_tensor(sum(shares, []), dtype=torch.long)))
+        in_order = _group_rows(torch.argsort(torch.as_tensor(sum(shares, []), dtype=torch.long)), G)
 
         def gathered(x, pad):
             x = w.gather_rows(x, pad)
@@ -432,7 +429,9 @@ class Trainer:
             gathered(completions.truncated, False),
             gathered(completions.lengths, 0),
             recording=(
-                completions.recording.placed(rows_of(shares[w.rank]), len(prompts) * G)
+                completions.recording.placed(
+                    _group_rows(torch.as_tensor(shares[w.rank], dtype=torch.long), G), len(prompts) * G
+                )
                 if completions.recording is not None
                 else None
             ),
@@ -633,14 +632,11 @@ class Trainer:
         algo, train_cfg = self.cfg.algorithm, self.cfg.trainer
         B, G = len(batch), train_cfg.group_size
         n_groups = B // G
-        grouped = G > 1 and n_groups * G == B and n_groups >= train_cfg.updates_per_rollout
+        grouped = n_groups * G == B and self._splits_by_groups(n_groups)
         if grouped:
             drawn = self._order is not None and len(self._order) == n_groups
             order = self._order if drawn else torch.randperm(n_groups, generator=self.shuffle_gen)
-            minibatches = [
-                (g[:, None] * G + torch.arange(G)).reshape(-1)
-                for g in torch.tensor_split(order, train_cfg.updates_per_rollout)
-            ]
+            minibatches = [_group_rows(g, G) for g in torch.tensor_split(order, train_cfg.updates_per_rollout)]
         else:
             order = torch.randperm(B, generator=self.shuffle_gen)
             minibatches = [mb for mb in torch.tensor_split(order, train_cfg.updates_per_rollout) if len(mb)]
@@ -1034,6 +1030,11 @@ def _add_micro_metrics(
         metrics.add(k, v, weight=w, kind=_POLICY_METRIC_KINDS.get(k, "weighted"))
     entropy_mean = float((entropy * mask).sum() / mask.sum().clamp(min=1))
     metrics.add("policy/entropy", entropy_mean, weight=weight, kind="weighted")
+
+
+def _group_rows(groups: torch.Tensor, group_size: int) -> torch.Tensor:
+    """The batch rows of the groups `groups` ([g] long), group by group."""
+    return (groups[:, None] * group_size + torch.arange(group_size)).reshape(-1)
 
 
 def _responses(mask: torch.Tensor) -> float:

@@ -67,7 +67,7 @@ def _run(cfg, world, run_dir: Path, steps: int) -> tuple[list, list, dict]:
         evals = [tr.evaluate()[0]]
         rows = [tr.step() for _ in range(steps)]
         evals.append(tr.evaluate()[0])
-    return rows, evals, {k: v for g in grads for k, v in g.items()}, _held(tr), _summed(world, rebuilt[0])
+    return rows, evals, {k: v for g in grads for k, v in g.items()}, _held(tr), sum(world.gather_objects(rebuilt[0]))
 
 
 @contextlib.contextmanager
@@ -88,18 +88,6 @@ def _counted_rebuilt_rows():
         yield count
     finally:
         fast.recorded_update_forward = rebuild
-
-
-def _summed(world, n: int) -> int:
-    """n summed over the world's ranks."""
-    import torch
-    import torch.distributed as dist
-
-    if world.size == 1:
-        return n
-    t = torch.tensor([n])
-    dist.all_reduce(t)
-    return int(t)
 
 
 def _held(tr) -> dict:
