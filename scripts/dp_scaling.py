@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -68,8 +69,10 @@ def launch(*cmds: list[str], env: dict) -> None:
     ]
     for cmd, proc in zip(cmds, procs):
         err = proc.communicate()[1]
-        if proc.returncode != 0:
-            sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{err[-3000:]}")
+        if proc.returncode != 0:  # every rank's stderr kept: the summary at the end names a rank, not its error
+            log = Path(tempfile.mkstemp(prefix="dp_scaling-failed-", suffix=".log")[1])
+            log.write_text(err)
+            sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{err[-3000:]}\nwhole stderr: {log}")
 
 
 def main() -> int:
@@ -145,8 +148,7 @@ def main() -> int:
     # the host's speed drifts between runs: a repeat's own pair (run back to back) is the steadier comparison
     pairs = [m / (a.ranks * o) for (o, _), (m, _) in zip(single, multi)]
     print(
-        f"each repeat's own efficiency: {', '.join(f'{e:.2f}' for e in pairs)} "
-        f"(median {sorted(pairs)[len(pairs) // 2]:.2f})"
+        f"each repeat's own efficiency: {', '.join(f'{e:.2f}' for e in pairs)} (median {statistics.median(pairs):.2f})"
     )
     ceiling = None
     if a.ceiling:

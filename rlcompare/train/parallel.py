@@ -61,6 +61,7 @@ class World:
     mode: str = "none"
     local_size: int = 1  # ranks on this machine (torchrun's LOCAL_WORLD_SIZE)
     comm_device: str = "cpu"  # where the backend's tensors must be: cpu (gloo) | cuda (NCCL)
+    owns_group: bool = False  # init_world started the process group (so `leave` ends it)
 
     @property
     def shards(self) -> bool:
@@ -158,6 +159,18 @@ class World:
                 _collective(dist.broadcast, moved, src=0)
                 if moved is not t.data:
                     t.data.copy_(moved)
+
+    def leave(self) -> None:
+        """End the process group this run started, once no collective is in flight (a finished run, a stop at a
+        step's end). Without it the interpreter's exit can abort the process: gloo's worker threads may still
+        release the last asynchronous work (the gradient buckets' all-reduces) and its tensors while Python
+        finalizes, which aborts with SIGABRT (pytorch/pytorch#179291). torch's documentation asks for it too."""
+        if not self.owns_group:
+            return
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
     def any_true(self, flag: bool) -> bool:
         """Whether `flag` holds on some rank (a SIGTERM one rank received, a non-finite loss)."""
@@ -283,7 +296,8 @@ def init_world(cfg) -> World:
     cuda = str(cfg.device) in ("auto", "cuda") and torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(local_rank)  # device "cuda" now means this rank's GPU
-    if not dist.is_initialized():
+    owns_group = not dist.is_initialized()  # else the caller's group (a test's worker): theirs to end
+    if owns_group:
         dist.init_process_group("nccl" if cuda else "gloo", timeout=TIMEOUT)
     return World(
         rank=dist.get_rank(),
@@ -291,6 +305,7 @@ def init_world(cfg) -> World:
         mode=mode,
         local_size=int(os.environ.get("LOCAL_WORLD_SIZE", str(size))),
         comm_device="cuda" if cuda else "cpu",
+        owns_group=owns_group,
     )
 
 

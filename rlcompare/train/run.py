@@ -488,11 +488,22 @@ def apply_process_settings(cfg: DictConfig, world: World | None = None) -> None:
 
 def train(cfg: DictConfig | dict) -> dict:
     """Run one training job; returns the summary dict (also written to summary.json)."""
-    from rlcompare.train.trainer import resolve_run_dir
-
     _quiet_libraries()
     cfg = validate(cfg)
     world = init_world(cfg)  # torchrun: joins the process group; refuses a split that would change the run
+    try:
+        summary = _train_as_rank(cfg, world)
+    except Terminated:  # stopped at a step's end, every rank agreed: nothing in flight
+        world.leave()
+        raise
+    world.leave()  # not after another error: a collective may be in flight; the process exits non-zero anyway
+    return summary
+
+
+def _train_as_rank(cfg: DictConfig, world: World) -> dict:
+    """train() on this process: rank 0 (or the only process) writes the run, the others follow it."""
+    from rlcompare.train.trainer import resolve_run_dir
+
     apply_process_settings(cfg, world)
     if not world.is_writer:
         return _follow(world)

@@ -219,6 +219,52 @@ def test_torchrun_settings_that_would_change_the_run_are_refused_before_anything
         _cfg(compose, "trainer.parallel=zero3")
 
 
+def test_leave_ends_the_group_the_run_started_and_no_other(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        World(owns_group=False).leave()  # a caller's group (a test worker's): left alone
+        assert dist.is_initialized()
+        World(owns_group=True).leave()
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+@pytest.mark.parametrize(
+    "ends, leaves",
+    [("returns", True), ("terminated", True), ("fails", False)],
+)
+def test_a_rank_leaves_the_group_after_a_finished_run_or_a_stop_but_not_mid_collective(
+    compose, monkeypatch, ends, leaves
+):
+    """train() ends the process group before the interpreter exits (pytorch/pytorch#179291: an exit with gloo's
+    asynchronous work still held can abort), except after an error, where a collective may still be in flight."""
+    from rlcompare.train import run
+
+    left = []
+    monkeypatch.setattr(World, "leave", lambda self: left.append(self.rank))
+    monkeypatch.setattr(run, "init_world", lambda cfg: World(rank=1, size=2, mode="ddp", owns_group=True))
+
+    def as_rank(cfg, world):
+        if ends == "terminated":
+            raise run.Terminated()
+        if ends == "fails":
+            raise RuntimeError("a rank's step failed")
+        return {"rank": world.rank, "status": "completed"}
+
+    monkeypatch.setattr(run, "_train_as_rank", as_rank)
+    cfg = compose("rollout.streams=group")
+    if ends == "returns":
+        assert train(cfg) == {"rank": 1, "status": "completed"}
+    else:
+        with pytest.raises(run.Terminated if ends == "terminated" else RuntimeError):
+            train(cfg)
+    assert left == ([1] if leaves else [])
+
+
 # ----------------------------------------------------------------------------- 2 ranks against 1, case by case
 # DAPO's soft overlong punishment (lengths 3 to 6 of the 6-token budget lose 0 to 0.75): rewards differ within
 # almost every group, so every mini-batch's gradient carries signal
