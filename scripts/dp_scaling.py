@@ -134,8 +134,8 @@ def main() -> int:
             same.append(next((i for i, (x, y) in enumerate(zip(a_tok, b_tok)) if x != y), len(a_tok)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    t1 = sorted(x for x, _ in single)[len(single) // 2]
-    tn = sorted(x for x, _ in multi)[len(multi) // 2]
+    t1 = statistics.median(x for x, _ in single)
+    tn = statistics.median(x for x, _ in multi)
     eff = tn / (a.ranks * t1)
     print(
         f"size {a.size}, {a.prompts} prompts x 8 per step, {a.steps} steps ({a.warmup} left out), 1 thread per process"
@@ -152,7 +152,7 @@ def main() -> int:
     )
     ceiling = None
     if a.ceiling:
-        ts = sorted(x for x, _ in side)[len(side) // 2]
+        ts = statistics.median(x for x, _ in side)
         ceiling = ts / t1
         print(
             f"{a.ranks} independent processes side by side: {ts:8.0f} tokens/s each "
