@@ -128,24 +128,28 @@ class World:
         return torch.cat([o[: int(s[0])] for o, s in zip(out, shapes)])
 
     def gather_objects(self, obj) -> list:
-        """Every rank's `obj` (plain numbers, strings, lists, dicts of this run's own processes), in rank order."""
+        """Every rank's `obj`, in rank order. `obj` is JSON data (numbers, strings, bools, None, lists and dicts
+        with string keys; tuples come back as lists) and travels as JSON text, never pickled: torch's
+        `all_gather_object` unpickles what a peer sends, which can run code (its documentation warns)."""
         if self.size == 1:
             return [obj]
-        import torch.distributed as dist
-
-        out = [None] * self.size
-        _collective(dist.all_gather_object, out, obj)
-        return out
+        texts = self.gather_rows(_json_bytes(obj)[None, :])  # (size, widest): right-padded with 0 bytes
+        return [_from_json_bytes(row) for row in texts]
 
     def broadcast_object(self, obj=None):
-        """Rank 0's `obj` on every rank."""
+        """Rank 0's `obj` (JSON data, as for `gather_objects`) on every rank."""
         if self.size == 1:
             return obj
         import torch.distributed as dist
 
-        box = [obj]
-        _collective(dist.broadcast_object_list, box, src=0)
-        return box[0]
+        dev = self.comm_device
+        data = _json_bytes(obj if self.rank == 0 else None).to(dev)
+        length = torch.tensor([data.numel()], dtype=torch.long, device=dev)
+        _collective(dist.broadcast, length, src=0)
+        if self.rank != 0:
+            data = torch.empty(int(length), dtype=torch.uint8, device=dev)
+        _collective(dist.broadcast, data, src=0)
+        return _from_json_bytes(data)
 
     def broadcast_tensors(self, tensors: list[torch.Tensor]) -> None:
         """Rank 0's values of `tensors` (the weights) copied into every rank's, in place."""
@@ -307,6 +311,42 @@ def init_world(cfg) -> World:
         comm_device="cuda" if cuda else "cpu",
         owns_group=owns_group,
     )
+
+
+def _json_bytes(obj) -> torch.Tensor:
+    """`obj` as JSON text in a uint8 tensor. ASCII only (`ensure_ascii`), so no byte is 0 and a gather's zero
+    padding is stripped safely. Dict keys must be strings (JSON would turn others into strings silently)."""
+    import json
+
+    _check_keys(obj)
+    text = json.dumps(obj, ensure_ascii=True, allow_nan=True, separators=(",", ":"), default=_json_number)
+    return torch.frombuffer(bytearray(text.encode("ascii")), dtype=torch.uint8)
+
+
+def _from_json_bytes(data: torch.Tensor):
+    import json
+
+    return json.loads(data.cpu().numpy().tobytes().rstrip(b"\0").decode("ascii"))
+
+
+def _json_number(x):
+    """A 0-d tensor or a numpy scalar as its Python number; anything else is refused (TypeError)."""
+    if isinstance(x, torch.Tensor) and x.numel() == 1:
+        return x.item()
+    if type(x).__module__ == "numpy" and hasattr(x, "item"):
+        return x.item()
+    raise TypeError(f"not JSON data, cannot be sent to the other ranks: {type(x).__name__}")
+
+
+def _check_keys(obj) -> None:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if not isinstance(k, str):
+                raise TypeError(f"a dict key sent to the other ranks must be a string, not {type(k).__name__}")
+            _check_keys(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _check_keys(v)
 
 
 def merge_metrics(world: World, values: dict, kinds: dict) -> tuple[dict, dict]:

@@ -233,6 +233,63 @@ def test_leave_ends_the_group_the_run_started_and_no_other(tmp_path):
             dist.destroy_process_group()
 
 
+# rank r's payload: sizes differ (the gather pads), non-ASCII text, NaN, exact floats, a 0-d tensor and a tuple
+_OBJECTS_WORKER = r"""
+import math, sys, torch, torch.distributed as dist
+from rlcompare.train.parallel import World
+
+rank, store = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+def refused(*a, **k):
+    raise AssertionError("a pickling collective was called")
+dist.all_gather_object = dist.broadcast_object_list = refused
+w = World(rank=rank, size=2, mode="ddp")
+mine = {"rank": rank, "text": "r\u00e9sum\u00e9 " * (1 + 40 * rank), "x": 0.1 + rank, "nan": float("nan"),
+        "t": torch.tensor(2.5 * rank), "pair": (rank, None, True)}
+got = w.gather_objects(mine)
+assert [g["rank"] for g in got] == [0, 1], got
+assert got[1]["text"] == "r\u00e9sum\u00e9 " * 41 and got[0]["x"] == 0.1 and got[1]["x"] == 1.1
+assert all(math.isnan(g["nan"]) for g in got) and got[1]["t"] == 2.5 and got[0]["pair"] == [0, None, True]
+start = w.broadcast_object({"config": "a: 1\n" * 500, "checkpoint": None} if rank == 0 else "ignored")
+assert start == {"config": "a: 1\n" * 500, "checkpoint": None}, start
+assert w.broadcast_object(None if rank == 0 else {"x": 1}) is None
+dist.destroy_process_group()
+print("ok", rank)
+"""
+
+
+def test_object_collectives_carry_json_between_ranks_and_never_unpickle(tmp_path):
+    """What ranks exchange besides tensors (metrics, counts, rank 0's config) travels as JSON text in a uint8
+    tensor, not through torch's object collectives, which unpickle what a peer sends."""
+    env = _env(tmp_path)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OBJECTS_WORKER, str(r), str(tmp_path / "store")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert [o.strip().splitlines()[-1] for o in outs] == ["ok 0", "ok 1"]
+
+
+def test_object_collectives_refuse_what_json_would_change_or_cannot_carry():
+    from rlcompare.train.parallel import _from_json_bytes, _json_bytes
+
+    with pytest.raises(TypeError, match="must be a string"):
+        _json_bytes({"metrics": {3: 1.0}})  # JSON would hand the peers the key "3"
+    with pytest.raises(TypeError, match="not JSON data"):
+        _json_bytes([Path("/tmp")])
+    with pytest.raises(TypeError, match="not JSON data"):
+        _json_bytes(torch.ones(2))  # a tensor goes through gather_rows, not as text
+    padded = torch.cat([_json_bytes([1.5, "x"]), torch.zeros(3, dtype=torch.uint8)])  # a gather's padding
+    assert _from_json_bytes(padded) == [1.5, "x"]
+
+
 @pytest.mark.parametrize(
     "ends, leaves",
     [("returns", True), ("terminated", True), ("fails", False)],
