@@ -35,6 +35,7 @@ started. An exception or timeout gives `Score(0.0, False, error=True, reason=...
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import math
 import os
@@ -674,7 +675,7 @@ def _worker_entry(fd: int) -> None:
         if msg is None:
             return
         try:
-            conn.send(_score_in_worker(verifier, *msg))
+            conn.send_bytes(_reply(_score_in_worker(verifier, *msg)))
         except (EOFError, OSError):
             return
 
@@ -687,10 +688,41 @@ def _worker_ready(conn):
         if warm is not None:
             warm()
         _limit_memory()
-        conn.send("ready")
+        conn.send_bytes(_reply("ready"))
     except (EOFError, OSError):
         return None
     return verifier
+
+
+# A worker's replies are JSON, never pickles: it parses model output, so the parent trusts nothing it sends
+# (unpickling can run code). The parent's messages to it (the verifier, the items) stay pickled: it trusts them.
+_REPLY_MAX_BYTES = 1 << 20
+
+
+def _reply(obj) -> bytes:
+    return json.dumps(obj, allow_nan=False).encode()
+
+
+def _read_reply(conn):
+    """A worker's reply (JSON), or None when it died or sent more than _REPLY_MAX_BYTES or something not JSON."""
+    try:
+        return json.loads(conn.recv_bytes(_REPLY_MAX_BYTES))
+    except Exception:
+        return None
+
+
+def _is_score_reply(msg, i: int) -> bool:
+    """[i, reward, correct, error, reason] for item i, with a finite reward: what _score_in_worker returns."""
+    return (
+        isinstance(msg, list)
+        and len(msg) == 5
+        and msg[0] == i
+        and type(msg[1]) in (int, float)
+        and math.isfinite(msg[1])
+        and isinstance(msg[2], bool)
+        and isinstance(msg[3], bool)
+        and isinstance(msg[4], str)
+    )
 
 
 def _score_in_worker(verifier, i: int, completion, answer, timeout_s) -> tuple:
@@ -716,7 +748,8 @@ def _score_in_worker(verifier, i: int, completion, answer, timeout_s) -> tuple:
 
 class _Worker:
     """One worker: `python -c ...` (a fresh interpreter: no fork of a threaded/CUDA parent, no re-import of
-    the caller's __main__), talking over a socketpair with multiprocessing's pickle framing."""
+    the caller's __main__), over a socketpair: the parent's messages pickled (multiprocessing's framing), the
+    worker's replies JSON (`_reply`, `_read_reply`)."""
 
     def __init__(self, verifier_blob: bytes):
         import socket
@@ -850,14 +883,11 @@ class _WorkerPool:
             ends.append(now + batch_left)
         for conn in wait(list(watch), timeout=max(0.0, min(ends) - now)):
             k = watch[conn]
-            try:
-                msg = conn.recv()
-            except Exception:  # the worker died (crash, memory limit)
-                msg = None
+            msg = _read_reply(conn)  # None: the worker died (crash, memory limit) or sent something else
             if k in busy:
                 i, _ = busy.pop(k)
-                ok = isinstance(msg, tuple) and len(msg) == 5 and msg[0] == i
-                results[i] = Score(msg[1], msg[2], msg[3], msg[4]) if ok else WORKER_LOST
+                ok = _is_score_reply(msg, i)
+                results[i] = Score(float(msg[1]), msg[2], msg[3], msg[4]) if ok else WORKER_LOST
                 if not ok:
                     self._drop(k)
             elif msg == "ready":

@@ -308,3 +308,33 @@ def test_math_verify_new_hostile_batch():
         assert [s.correct for s in out] == [False] * len(refs) and all(s.reward == 0.0 for s in out)
     finally:
         v.close()
+
+
+# ---------------------------------------------------------------- the worker's replies are read as JSON only
+def test_a_worker_reply_that_is_a_pickle_is_not_unpickled(tmp_path):
+    """A worker parses model output, so what it sends back is untrusted: a reply that is a pickle (here one that
+    creates a file when unpickled) is refused as a lost worker, and the worker is replaced."""
+    from rlcompare.rewards.verifiers import WORKER_LOST
+    from tests.rewards.hostile_worker import PicklingWorkerVerifier
+
+    marker = tmp_path / "unpickled"
+    v = PicklingWorkerVerifier(str(marker))
+    try:
+        out = score_batch(v, ["a", "b"], ["", ""], timeout_s=30.0, batch_timeout_s=60.0)
+    finally:
+        v.close()
+    assert not marker.exists()  # the parent never unpickled it
+    assert out == [WORKER_LOST, WORKER_LOST]  # each item's reply refused; the replaced worker sends another
+
+
+def test_a_worker_reply_must_be_the_item_s_score():
+    from rlcompare.rewards.verifiers import _is_score_reply
+
+    assert _is_score_reply([3, 1.0, True, False, ""], 3)
+    assert _is_score_reply([3, 0, False, True, "raised"], 3)
+    assert not _is_score_reply([4, 1.0, True, False, ""], 3)  # another item's
+    assert not _is_score_reply([3, float("nan"), True, False, ""], 3)
+    assert not _is_score_reply([3, "1.0", True, False, ""], 3)
+    assert not _is_score_reply([3, 1.0, 1, False, ""], 3)  # correct must be a bool
+    assert not _is_score_reply((3, 1.0, True, False, ""), 3)  # JSON gives lists; anything else is not a reply
+    assert not _is_score_reply(None, 3)
