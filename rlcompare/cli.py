@@ -105,9 +105,16 @@ def train_main(argv: list[str]) -> int:
     from rlcompare.train.placement import note_multirun_jobs
 
     note_multirun_jobs(argv)  # how many jobs `-m` makes, so that concurrent ones split the machine
-    sys.argv = ["rlcompare train"] + argv
+    _register_sweeper()  # after the checks (Hydra's plugin scan imports every launcher): `rlcompare sweep` runs
+    sys.argv = ["rlcompare train"] + argv  # `train -m hydra/sweeper=rlcompare_jobs`
     _app()
     return 0
+
+
+def _register_sweeper() -> None:
+    from hydra_plugins.rlcompare_sweeper import register
+
+    register()
 
 
 def _follower_hydra_dir() -> str | None:
@@ -134,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         return train_main(rest)
     if cmd == "sweep":
         from rlcompare.sweep import main as sweep_main
+
+        _register_sweeper()  # the sweep composes hydra/sweeper=rlcompare_jobs to check its launcher settings
 
         return sweep_main(rest)
     if cmd == "report":

@@ -35,6 +35,15 @@ ConfigStore.instance().store(
 )
 
 
+def register() -> None:
+    """Make this sweeper known to Hydra in this process (`rlcompare train` and `rlcompare sweep` call it first).
+    Hydra finds plugins by listing the `hydra_plugins` folders on sys.path, and an editable install lists none
+    of rlcompare's: setuptools' import hook maps `hydra_plugins.rlcompare_sweeper` by name, which pkgutil cannot
+    list. Without this, `rlcompare sweep` worked only with `python -m` from the checkout's folder. Importing this
+    module has stored the config node; `Plugins.register` adds the class (a no-op when the scan found it)."""
+    Plugins.instance().register(JobListSweeper)
+
+
 class JobListSweeper(Sweeper):
     def __init__(self, jobs_file: Optional[str] = None) -> None:
         self.jobs_file = jobs_file

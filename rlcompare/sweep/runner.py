@@ -1072,7 +1072,9 @@ def check_launch_settings(hydra_extra: list[str]) -> str:
         if "hydra/sweeper/rlcompare_jobs" in msg:
             raise SweepError(
                 "Hydra cannot find rlcompare's sweeper (hydra_plugins/rlcompare_sweeper, shipped with "
-                "rlcompare): reinstall with `pip install -e .` from the repository"
+                "rlcompare). From Python, call hydra_plugins.rlcompare_sweeper.register() first, as "
+                "`rlcompare sweep` does; if it cannot be imported, reinstall with `pip install -e .` from the "
+                "repository"
             ) from None
         raise SweepError(
             f"the Hydra settings {' '.join(hydra_extra)} do not compose: {msg}\n"

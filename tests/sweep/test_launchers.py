@@ -195,6 +195,37 @@ def test_train_multirun_under_joblib_splits_the_cores(tmp_path):
         assert cfg["trainer"]["threads"] == max(1, pl.cpu_cores() // 2)
 
 
+def test_the_console_script_runs_a_sweep_from_outside_the_checkout(tmp_path):
+    """`rlcompare sweep` as users type it: the installed console script, from a folder that is not the checkout,
+    with no PYTHONPATH. Hydra lists plugins from the `hydra_plugins` folders on sys.path, and an editable install
+    puts none of rlcompare's there, so the sweeper must be registered by rlcompare itself (it once was not: the
+    sweep stopped at "Hydra cannot find rlcompare's sweeper" unless run with `python -m` from the checkout)."""
+    repo = Path(__file__).resolve().parents[2]
+    script = Path(sys.executable).with_name("rlcompare")
+    assert script.exists(), f"no console script beside {sys.executable}: install with pip install -e ."
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    env.pop(pl.LAUNCH_JOBS_ENV, None)
+    env.pop("PYTHONPATH", None)
+    workdir = tmp_path / "elsewhere"
+    workdir.mkdir()
+    spec = write_sweep(tmp_path, completing_only=True)
+    quick = [o for o in QUICK if not o.startswith("budget.max_steps")] + ["budget.max_steps=1"]
+    res = subprocess.run(
+        [str(script), "sweep", str(spec), *quick, f"results_dir={tmp_path / 'out'}"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    assert "2 of 2 runs completed" in res.stdout
+    for run in ("grpo__s0", "clip_higher__s0"):
+        summary = json.loads((tmp_path / "out" / "par" / run / "summary.json").read_text())
+        assert summary["status"] == "completed"
+    assert not (repo / "par").exists() and not (workdir / "results").exists()
+
+
 # ----------------------------------------------------------------------------- failure isolation (fake launches)
 def _members(tmp_path: Path):
     p = write_sweep(tmp_path)
