@@ -8,6 +8,8 @@ Each repeat runs the serial sweep (Hydra's basic launcher, trainer.threads unset
 one (hydra/launcher=joblib hydra.launcher.n_jobs=JOBS, threads by the rule in rlcompare/train/placement.py), alternating
 which goes first. The warm start is built once beforehand, so neither pays for it. It prints each wall time, the
 speed-up (serial / parallel) and whether every run's metrics.jsonl rows (timing columns aside) are the same in both,
+then what bounds the speed-up: each run's own time alone at the default threads against at 1 thread beside the other
+jobs (on a host where torch's 2 threads are barely faster than 1, the bound nears 2x; where they are 1.23x, 1.6x),
 then one JSON line.
 """
 
@@ -17,6 +19,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -69,6 +72,15 @@ def same_rows(a: Path, b: Path) -> list[str]:
     )
 
 
+def run_seconds(root: Path) -> list[float]:
+    """Each run's own wall time (summary.json's wall_time_s: from its start to its end, the imports aside)."""
+    return [
+        json.loads((d / "summary.json").read_text())["wall_time_s"]
+        for d in sorted(root.iterdir())
+        if (d / "summary.json").exists()
+    ]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--presets", default="grpo,drgrpo,rloo,gspo", help="the base first, then the variants")
@@ -98,6 +110,7 @@ def main(argv=None) -> int:
     run(py + ["train", *common, "budget.max_steps=1", f"results_dir={work / 'warm'}"], env)  # builds the warm start
     spec = sweep_file(work / "speed.yaml", presets, seeds)
     times: dict[str, list[float]] = {"serial": [], "parallel": []}
+    per_run: dict[str, list[float]] = {"serial": [], "parallel": []}
     differing: list[str] = []
     for rep in range(args.repeats):
         order = ("serial", "parallel") if rep % 2 == 0 else ("parallel", "serial")
@@ -107,6 +120,7 @@ def main(argv=None) -> int:
             launcher = [] if mode == "serial" else ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={args.jobs}"]
             wall = run(py + ["sweep", str(spec), *common, f"results_dir={dest}", *launcher], env)
             times[mode].append(wall)
+            per_run[mode] += run_seconds(dest / "speed")
             print(f"  repeat {rep} {mode:8s} {wall:7.1f} s", flush=True)
         differing += same_rows(work / f"serial{rep}" / "speed", work / f"parallel{rep}" / "speed")
     serial, parallel = min(times["serial"]), min(times["parallel"])
@@ -116,10 +130,20 @@ def main(argv=None) -> int:
         f"metrics rows equal in every run: {not differing}"
         + (f" (differ: {', '.join(differing)})" if differing else "")
     )
+    # what bounds the speed-up: a run at 1 thread beside another against a run alone at the default threads
+    alone, beside = statistics.median(per_run["serial"]), statistics.median(per_run["parallel"])
+    bound = args.jobs * alone / beside
+    print(
+        f"a run took {alone:.1f} s alone at the default threads and {beside:.1f} s at 1 thread beside "
+        f"{args.jobs - 1} other(s) (medians; a worker's first run also pays its imports): with no cost outside the runs the speed-up could reach {bound:.2f}x"
+    )
     print(
         json.dumps(
             {
                 "runs": n_runs,
+                "run_s_serial_median": round(alone, 2),
+                "run_s_parallel_median": round(beside, 2),
+                "bound": round(bound, 3),
                 "jobs": args.jobs,
                 "serial_s": times["serial"],
                 "parallel_s": times["parallel"],
