@@ -105,8 +105,10 @@ def train_main(argv: list[str]) -> int:
     from rlcompare.train.placement import note_multirun_jobs
 
     note_multirun_jobs(argv)  # how many jobs `-m` makes, so that concurrent ones split the machine
-    _register_sweeper()  # after the checks (Hydra's plugin scan imports every launcher): `rlcompare sweep` runs
-    sys.argv = ["rlcompare train"] + argv  # `train -m hydra/sweeper=rlcompare_jobs`
+    # `rlcompare sweep` runs `train -m hydra/sweeper=rlcompare_jobs`. Registered after the checks above: Hydra's
+    # plugin scan imports every installed launcher, which a config error need not wait for
+    _register_sweeper()
+    sys.argv = ["rlcompare train"] + argv
     _app()
     return 0
 

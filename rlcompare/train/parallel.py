@@ -25,6 +25,7 @@ Every collective is a no-op on a world of one process.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 from dataclasses import dataclass
 
@@ -316,16 +317,12 @@ def init_world(cfg) -> World:
 def _json_bytes(obj) -> torch.Tensor:
     """`obj` as JSON text in a uint8 tensor. ASCII only (`ensure_ascii`), so no byte is 0 and a gather's zero
     padding is stripped safely. Dict keys must be strings (JSON would turn others into strings silently)."""
-    import json
-
     _check_keys(obj)
     text = json.dumps(obj, ensure_ascii=True, allow_nan=True, separators=(",", ":"), default=_json_number)
     return torch.frombuffer(bytearray(text.encode("ascii")), dtype=torch.uint8)
 
 
 def _from_json_bytes(data: torch.Tensor):
-    import json
-
     return json.loads(data.cpu().numpy().tobytes().rstrip(b"\0").decode("ascii"))
 
 
