@@ -270,6 +270,7 @@ def rebuilt_logits(
         )
         return logits.index_select(0, record_rows)
     Tc = T - 1  # tokens fed to the model: all but the last
+    record.zero_past_fed(Tc)  # a batch wider than this rollout (another rank's rows were longer)
     pu, pmu = prompt_ids[::G], prompt_mask[::G].bool()
     dev = comp_ids.device
     # The token rows of the prompts (g x P) and of the completions (Tc x b, time-major as the record holds them)

@@ -200,6 +200,8 @@ class StaticDecoder:
         self.key_mask[:, self.length] = True
         logits = self._forward(tokens[:, None], pos, self.length)
         self.length += 1
+        if self.record is not None:
+            self.record.fed = self.length - self.record.P  # completion positions 0..length-P-1 written
         return logits
 
     def select(self, rows: torch.Tensor) -> None:
@@ -536,7 +538,8 @@ class ProjectionRecord:
     completion[layer][slot]: `[max_new_tokens - 1, B, width]`, time-major: [j, row] = completion token j of `row`,
     fed at decode step j + 1 (the last token is never fed). A decode step writes one contiguous `[B, width]`
     block (B-major, each of its rows would be a strided write into its own page: 2.3 ms a rollout slower at the
-    benchmark's 0.5M size). Positions a row never fed (it was dropped after its EOS) are zero.
+    benchmark's 0.5M size). Positions a row never fed (it was dropped after its EOS) are zero; positions past the
+    rollout's last step (`fed`) are zeroed when a wider batch reads them (`zero_past_fed`).
     flat[layer][slot]: `[n * P + (max_new_tokens - 1) * B, width]`, the memory of both, prompt rows first: the
     token rows of a whole-batch rebuild in its order (`rlcompare.fast.recorded_update`), read in place.
     Allocate it outside `torch.inference_mode()` (the sampler writes into it there) so that the update can use
@@ -550,6 +553,7 @@ class ProjectionRecord:
         self.P, self.repeats, self.n_rows, self.n_fed = P, repeats, B, T1
         self.qk_roped = qk_roped_in_place(model)  # QKV rows hold q and k with rope applied
         self.key = (n, P, repeats, max_new_tokens, str(device), dtype)
+        self.fed = 0  # completion positions this rollout wrote (decode steps run), or zeroed since
         self.flat = [
             [torch.empty((n * P + B * T1, w), device=device, dtype=dtype) if w else None for w in widths]
             for _ in base.model.layers
@@ -578,7 +582,7 @@ class ProjectionRecord:
         """`old` itself when it has the same shapes (its buffers are overwritten; fresh pages would cost a page
         fault per 4 KiB at every rollout), else a new record."""
         if old is not None and old.key == (n, P, repeats, max_new_tokens, str(device), dtype):
-            old.rows = None
+            old.rows, old.fed = None, 0
             return old
         return cls(model, n, P, repeats, max_new_tokens, device, dtype)
 
@@ -603,6 +607,20 @@ class ProjectionRecord:
             block.index_copy_(0, self.rows, y)
         else:
             block.copy_(y)
+
+    def zero_past_fed(self, width: int) -> None:
+        """Zero the completion positions `fed..width-1`, which this rollout never wrote, before a batch `width`
+        positions wide reads them: over several ranks the gathered batch is as wide as the longest rank's rows. The
+        buffers come from torch.empty (or hold an earlier rollout's values), and a NaN there would survive the zero
+        weight that attention or the loss mask gives it (0 x NaN = NaN) and poison the gradient."""
+        if width <= self.fed:
+            return
+        with torch.no_grad():
+            for layer in self.completion:
+                for buf in layer:
+                    if buf is not None:
+                        buf[self.fed : width] = 0
+        self.fed = width
 
     def select(self, keep: torch.Tensor, next_position: int) -> None:
         """The decoder keeps only rows `keep`; the others are never written again from `next_position` on."""

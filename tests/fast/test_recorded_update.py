@@ -520,3 +520,38 @@ def test_every_preset_trains_the_same_through_the_fast_path_and_plain_autograd(c
                 assert f[k] == pytest.approx(p[k], rel=1e-6, abs=1e-9, nan_ok=True), (step, k)  # the same tokens
             else:
                 assert f[k] == pytest.approx(p[k], rel=STEP2_RTOL, abs=STEP2_ATOL, nan_ok=True), (step, k)
+
+
+def test_a_batch_wider_than_its_rollout_never_reads_the_positions_the_sampler_did_not_write():
+    """Over several ranks the gathered batch is as wide as the longest rank's completions, so a rank whose rows all
+    ended sooner rebuilds positions its own sampler never wrote. The record's buffers are not zeroed when
+    allocated (torch.empty: whatever the memory held, NaN included, which a zero attention or loss weight still
+    carries, 0 x NaN = NaN; a CI run's NaN guard once skipped a 2-rank update for it). Here those positions hold
+    NaN: the rebuild must still give the ordinary forward's logits and gradients on the padded batch."""
+    model = _eos_model()
+    with torch.no_grad():
+        model.lm_head.bias[TOK.eos_token_id] = 4.0
+    pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
+    comp = sample(
+        model, pi, pm, generator=torch.Generator().manual_seed(0), record=True, **{**KW, "max_new_tokens": 40}
+    )
+    rec, T = comp.recording.projections, comp.ids.shape[1]
+    assert T + 4 < 40  # every row ended: positions T-1 and on were never fed
+    for layer in rec.completion:
+        for buf in layer:
+            if buf is not None:
+                buf[T - 1 :] = float("nan")
+    wide = T + 4  # another rank's rows were 4 tokens longer: the batch is padded to them
+    pad = lambda t, v: torch.nn.functional.pad(t, (0, wide - T), value=v)  # noqa: E731
+    padded = type(comp)(
+        pad(comp.ids, TOK.pad_token_id), pad(comp.mask, 0), pad(comp.logp, 0.0), comp.truncated, comp.lengths
+    )
+    adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(5))
+    pr, pmr = pi.repeat_interleave(G, 0), pm.repeat_interleave(G, 0)
+    (want_logits, want), (got_logits, got) = _ordinary_and_rebuilt(
+        model, rec, torch.arange(3 * G), pr, pmr, padded, adv
+    )
+    m = padded.mask.bool()
+    torch.testing.assert_close(got_logits[m], want_logits[m], atol=1e-5, rtol=0)
+    assert all(bool(torch.isfinite(g).all()) for g in got.values())
+    _assert_same_grads(got, want, floor=1e-3)
