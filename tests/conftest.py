@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 
 from rlcompare.cli import conf_dir, register_resolvers
 
@@ -20,6 +21,22 @@ FAST = [
     "trainer.eval_every=2",
     "trainer.threads=1",  # 2 threads on a busy 2-core machine thrash; 1 is 10x faster there
 ]
+
+
+def nan_filled(shape: tuple, *, dtype, device) -> torch.Tensor:
+    """`static_decode.unwritten` for the tests: NaN where production code leaves memory uninitialised, so that a
+    read of a position nobody wrote fails every time (the NaN reaches a loss or a gradient) instead of once in a
+    while, when the memory happened to hold a NaN (a CI run's 2-rank update, skipped by the NaN guard)."""
+    return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _unwritten_buffers_are_nan():
+    from rlcompare.fast import static_decode
+
+    real, static_decode.unwritten = static_decode.unwritten, nan_filled
+    yield
+    static_decode.unwritten = real
 
 
 @pytest.fixture(scope="session", autouse=True)

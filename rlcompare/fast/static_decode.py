@@ -240,7 +240,7 @@ class StaticDecoder:
             project = _per_module(projections, self._recorded(li, projections, 0))
             q, k, v = self._attention_inputs(li, layer, projections, project, x, cos, sin, 0)
             for cache, t in ((self.keys, k), (self.values, v)):
-                full = torch.empty((n * repeats, kvh, self.capacity, hd), dtype=t.dtype, device=t.device)
+                full = unwritten((n * repeats, kvh, self.capacity, hd), dtype=t.dtype, device=t.device)
                 full.view(n, repeats, kvh, self.capacity, hd)[:, :, :, :T] = t[:, None]
                 cache.append(full)
             a = F.scaled_dot_product_attention(
@@ -352,6 +352,14 @@ QKV, O, GATE_UP, DOWN = range(4)  # the four projections of a layer, in the orde
 # also recorded: the MLP's silu(gate), silu(gate) * up (the down projection's input) and up * silu'(gate); the
 # GATE_UP outputs themselves are not (the rebuild needs only these three)
 ACT, GATED, GATE_GRAD = 4, 5, 6
+
+
+def unwritten(shape: tuple, *, dtype, device) -> torch.Tensor:
+    """A buffer whose positions are each written before they are read (the KV cache, the projection record):
+    uninitialised, since zeroing it would be one more pass over memory that the writes make anyway. The tests
+    fill it with NaN instead (tests/conftest.py, tests/train/dp_worker.py), so that reading a position nobody
+    wrote fails there every time, not once in a while."""
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def additive_mask(allowed: torch.Tensor, dtype) -> torch.Tensor:
@@ -555,7 +563,7 @@ class ProjectionRecord:
         self.key = (n, P, repeats, max_new_tokens, str(device), dtype)
         self.fed = 0  # completion positions this rollout wrote (decode steps run), or zeroed since
         self.flat = [
-            [torch.empty((n * P + B * T1, w), device=device, dtype=dtype) if w else None for w in widths]
+            [unwritten((n * P + B * T1, w), device=device, dtype=dtype) if w else None for w in widths]
             for _ in base.model.layers
         ]
         self.prompt = [
@@ -611,7 +619,7 @@ class ProjectionRecord:
     def zero_past_fed(self, width: int) -> None:
         """Zero the completion positions `fed..width-1`, which this rollout never wrote, before a batch `width`
         positions wide reads them: over several ranks the gathered batch is as wide as the longest rank's rows. The
-        buffers come from torch.empty (or hold an earlier rollout's values), and a NaN there would survive the zero
+        buffers are `unwritten` (or hold an earlier rollout's values), and a NaN there would survive the zero
         weight that attention or the loss mask gives it (0 x NaN = NaN) and poison the gradient."""
         if width <= self.fed:
             return
