@@ -947,26 +947,33 @@ class Trainer:
 
     # ------------------------------------------------------------------ eval
     def evaluate(self) -> tuple[dict, list[dict]]:
-        """Greedy held-out accuracy. Over several ranks, rank r decodes chunks r, r + N, ... of the same chunks one
-        process decodes (so every chunk is the same batch), and the counts are summed."""
+        """Greedy held-out accuracy, over the chunks of `trainer.eval_batch_size` prompts. Over several ranks each
+        rank decodes its share of every chunk's rows, padded to the chunk's width as one process pads the whole
+        chunk, and the counts are summed: the default's 200 prompts are one chunk, which one rank alone would
+        decode while the others wait."""
         train_cfg = self.cfg.trainer
         correct, lengths, samples = 0, 0.0, []
-        starts = list(range(0, len(self.eval_prompts), train_cfg.eval_batch_size))
-        for i in starts[self.world.rank :: self.world.size]:
+        for i in range(0, len(self.eval_prompts), train_cfg.eval_batch_size):
             chunk = self.eval_prompts[i : i + train_cfg.eval_batch_size]
-            _, _, completions = self._sample(chunk, repeat=1, greedy=True)
-            texts, rewards, corr, _ = self._score(chunk, completions, 1)
+            mine = self.world.share(len(chunk))
+            part = chunk[mine]
+            if not part:  # fewer prompts in the chunk than ranks
+                continue
+            width = max(len(p.ids) for p in chunk)
+            _, _, completions = self._sample(part, repeat=1, greedy=True, width=width)
+            texts, rewards, corr, _ = self._score(part, completions, 1)
             correct += int(corr.sum())
             lengths += float(completions.lengths.sum())
-            for j in range(min(len(chunk), train_cfg.n_samples_logged)):
+            for j in range(min(len(part), train_cfg.n_samples_logged - mine.start)):
+                example = part[j].example
                 samples.append(
                     (
-                        i + j,
+                        i + mine.start + j,
                         {
                             "step": self.state.step,
-                            "prompt": chunk[j].example.prompt[: train_cfg.sample_max_chars],
+                            "prompt": example.prompt[: train_cfg.sample_max_chars],
                             "completion": texts[j][: train_cfg.sample_max_chars],
-                            "answer": chunk[j].example.answer[: train_cfg.sample_max_chars],
+                            "answer": example.answer[: train_cfg.sample_max_chars],
                             "reward": float(rewards[j]),
                             "correct": bool(corr[j]),
                         },

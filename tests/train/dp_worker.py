@@ -4,8 +4,8 @@
 
 For every case (a name, a list of Hydra overrides, and optionally a parallel "mode", ddp by default, or fsdp)
 every rank builds a Trainer in one data-parallel world and runs the case's steps; rank 0 writes `<name>.json` (the
-metrics rows, the eval rows, the fraction of the training state it held, and how many update rows all ranks
-rebuilt from their own rollouts) and `<name>.grads.safetensors` (the
+metrics rows, the eval rows, the fraction of the training state it held, how many held-out prompts each rank
+decoded, and how many update rows all ranks rebuilt from their own rollouts) and `<name>.grads.safetensors` (the
 gradient every optimizer step applied, after the reduction, whole: `s<step>.p<parameter>`). With `--reference`,
 rank 0 then runs each case again as a world of one process (what `torchrun --nproc_per_node=1` gives) and writes
 `<name>.ref.json` and `<name>.ref.grads.safetensors`; a case with `"reference": false` has none of its own (it
@@ -63,11 +63,19 @@ def _run(cfg, world, run_dir: Path, steps: int) -> tuple[list, list, dict]:
         return step(*a, **kw)
 
     tr.opt.step = recording_step
+    eval_rows, sample_rows = [0], tr._sample
+
+    def counted_sample(prompts, *, greedy, **kw):  # the held-out prompts this rank decodes
+        eval_rows[0] += len(prompts) if greedy else 0
+        return sample_rows(prompts, greedy=greedy, **kw)
+
+    tr._sample = counted_sample
     with _counted_rebuilt_rows() as rebuilt:
         evals = [tr.evaluate()[0]]
         rows = [tr.step() for _ in range(steps)]
         evals.append(tr.evaluate()[0])
-    return rows, evals, {k: v for g in grads for k, v in g.items()}, _held(tr), sum(world.gather_objects(rebuilt[0]))
+    counts = {"rebuilt_rows": sum(world.gather_objects(rebuilt[0])), "eval_rows": world.gather_objects(eval_rows[0])}
+    return rows, evals, {k: v for g in grads for k, v in g.items()}, _held(tr), counts
 
 
 @contextlib.contextmanager
@@ -104,13 +112,11 @@ def _held(tr) -> dict:
     }
 
 
-def _write(out: Path, name: str, rows, evals, grads, held, rebuilt_rows) -> None:
+def _write(out: Path, name: str, rows, evals, grads, held, counts) -> None:
     from safetensors.torch import save_file
 
     keep = [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))} for r in rows]
-    (out / f"{name}.json").write_text(
-        json.dumps({"rows": keep, "evals": evals, "held": held, "rebuilt_rows": rebuilt_rows})
-    )
+    (out / f"{name}.json").write_text(json.dumps({"rows": keep, "evals": evals, "held": held, **counts}))
     save_file({k: v.contiguous() for k, v in grads.items()}, str(out / f"{name}.grads.safetensors"))
 
 

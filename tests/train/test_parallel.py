@@ -435,6 +435,10 @@ def test_two_ranks_give_one_process_rows_and_gradient(two_rank_cases, case):
     for i, (a, b) in enumerate(zip(got["rows"], want["rows"])):
         _close(a, b, f"{case} step {i + 1}")
     _close(got["evals"], want["evals"], f"{case} evals")
+    # the held-out prompts (one chunk) split over the ranks: each decodes half of every eval's, one process all
+    n_evals = len(want["evals"])
+    assert sum(want["eval_rows"]) == sum(got["eval_rows"]) and len(want["eval_rows"]) == 1
+    assert got["eval_rows"][0] == got["eval_rows"][1] == want["eval_rows"][0] // 2 and n_evals == 2
     # the speed layer's first update rebuilt from the rollout (rlcompare.fast): under ddp each rank samples the
     # groups it trains on, so the ranks rebuild as many rows in all as one process does; not for fsdp's sharded
     # copy, and not where the model refuses it (LoRA, gradient checkpointing); dynamic sampling's refilled batch
