@@ -181,7 +181,11 @@ class World:
         """Whether `flag` holds on some rank (a SIGTERM one rank received, a non-finite loss)."""
         if self.size == 1:
             return bool(flag)
-        return any(self.gather_objects(bool(flag)))
+        import torch.distributed as dist
+
+        mark = torch.tensor([int(bool(flag))], dtype=torch.int32, device=self.comm_device)
+        _collective(dist.all_reduce, mark, op=dist.ReduceOp.MAX)  # one collective, not gather_objects' two
+        return bool(mark.item())
 
 
 # the gradient sum's bucket size (elements): small enough that the first buckets' all-reduces run while the
@@ -196,7 +200,8 @@ class GradientSum:
     (a post-accumulate-grad hook), that bucket's all-reduce starts, asynchronously. Buckets start in their order
     on every rank, whatever order the gradients arrive in, so the ranks' collectives always match. `finish`
     starts the buckets the backward did not complete (a rank with no rows, a parameter no loss reached: zeros),
-    waits for all and writes the sums back. For two ranks each element is one sum, a + b, whatever the
+    waits for all and makes each gradient a view of its bucket's sum (no copy back; a copy where the backend's
+    device is not the gradient's). For two ranks each element is one sum, a + b, whatever the
     bucketing. The losses are normalized by the whole batch's totals, so the sum is the gradient one process
     computes on the whole mini-batch. A no-op on one process."""
 
@@ -254,7 +259,11 @@ class GradientSum:
             at = 0
             for p in bucket:
                 n = p.numel()
-                p.grad.copy_(flat[at : at + n].view_as(p.grad))  # copy_ moves it back to the grad's device
+                summed = flat[at : at + n].view_as(p.grad)
+                if summed.device == p.grad.device and summed.dtype == p.grad.dtype:
+                    p.grad = summed  # the optimizer reads it in place; the next step's zero_grad drops it
+                else:
+                    p.grad.copy_(summed)
                 at += n
         self._started = []
 

@@ -580,7 +580,8 @@ class Trainer:
                 )
             self._pad_micro_steps(batch, step_rows, n_micro - len(micro), plan.grouped)
             self.grad_sum.finish()  # the sum over ranks: the mini-batch's gradient
-            bad = self._optimizer_step(sum(self.world.gather_objects(totals), []), metrics)
+            # a NaN/inf loss on any rank: one small all-reduce, not every rank's totals
+            bad = self._optimizer_step(self.world.any_true(not all(math.isfinite(v) for v in totals)), metrics)
             if bad:
                 skipped += 1  # a NaN/inf loss or gradient: this update (policy and critic) skipped
                 nonfinite = nonfinite or bad
@@ -773,13 +774,13 @@ class Trainer:
             )
         return logits
 
-    def _optimizer_step(self, totals: list[float], metrics: MetricsAccumulator) -> str | None:
+    def _optimizer_step(self, nonfinite_loss: bool, metrics: MetricsAccumulator) -> str | None:
         """Clip the gradients and step (policy and critic), unless a loss or gradient norm is NaN/inf (the NaN
         guard): then the gradients are dropped and the quantity named."""
         max_norm = self.cfg.trainer.max_grad_norm or float("inf")
         gnorm = sharding.full_tensor(torch.nn.utils.clip_grad_norm_(self.params, max_norm))  # global under fsdp
         cnorm = torch.nn.utils.clip_grad_norm_(self.critic.parameters(), max_norm) if self.critic is not None else None
-        bad = _nonfinite(totals, gnorm, cnorm)
+        bad = _nonfinite(nonfinite_loss, gnorm, cnorm)
         if bad:
             self._zero_grad()
             return bad
@@ -1104,9 +1105,9 @@ def _adamw(params, **kw):
         return torch.optim.AdamW(params, **kw)
 
 
-def _nonfinite(totals: list[float], gnorm, cnorm) -> str | None:
+def _nonfinite(nonfinite_loss: bool, gnorm, cnorm) -> str | None:
     """Which quantity of one update is NaN/inf: "loss", "gradient norm", or None when all are finite."""
-    if any(not math.isfinite(v) for v in totals):
+    if nonfinite_loss:
         return "loss"
     if not torch.isfinite(gnorm) or (cnorm is not None and not torch.isfinite(cnorm)):
         return "gradient norm"

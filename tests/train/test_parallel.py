@@ -253,6 +253,8 @@ assert all(math.isnan(g["nan"]) for g in got) and got[1]["t"] == 2.5 and got[0][
 start = w.broadcast_object({"config": "a: 1\n" * 500, "checkpoint": None} if rank == 0 else "ignored")
 assert start == {"config": "a: 1\n" * 500, "checkpoint": None}, start
 assert w.broadcast_object(None if rank == 0 else {"x": 1}) is None
+# any_true: a flag one rank raised (a SIGTERM, a NaN loss) holds on both; one no rank raised on neither
+assert [w.any_true(rank == 1), w.any_true(rank == 0), w.any_true(False), w.any_true(True)] == [True, True, False, True]
 dist.destroy_process_group()
 print("ok", rank)
 """
@@ -260,7 +262,8 @@ print("ok", rank)
 
 def test_object_collectives_carry_json_between_ranks_and_never_unpickle(tmp_path):
     """What ranks exchange besides tensors (metrics, counts, rank 0's config) travels as JSON text in a uint8
-    tensor, not through torch's object collectives, which unpickle what a peer sends."""
+    tensor, not through torch's object collectives, which unpickle what a peer sends; `any_true` is one
+    all-reduce of a flag."""
     env = _env(tmp_path)
     procs = [
         subprocess.Popen(
