@@ -128,6 +128,47 @@ class World:
         _collective(dist.all_gather, out, padded.contiguous())
         return torch.cat([o[: int(s[0])] for o, s in zip(out, shapes)])
 
+    def gather_many(self, xs: list, pad_values: list) -> list:
+        """`gather_rows` of several tensors (None passes through) in two collectives instead of two each: their
+        shapes in one, their values in another, as float64, which holds every value here exactly (floats of up to
+        32 bits, bools, and integers below 2**53: token ids, lengths, counts). Every rank passes the same tensors
+        by position, with the same dtypes."""
+        if self.size == 1:
+            return list(xs)
+        import torch.distributed as dist
+
+        present = [i for i, x in enumerate(xs) if x is not None]
+        for i in present:
+            x = xs[i]
+            integer = not x.is_floating_point() and x.dtype != torch.bool
+            if x.dim() > 2 or (integer and x.numel() and int(x.abs().max()) >= 2**53):
+                raise ValueError(f"gather_many: tensor {i} ({x.dtype}, {tuple(x.shape)}) is not exact in float64")
+        dev = self.comm_device
+        shape = torch.tensor(
+            [[xs[i].shape[0], xs[i].shape[1] if xs[i].dim() > 1 else 0] for i in present], dtype=torch.long, device=dev
+        )
+        shapes = [torch.zeros_like(shape) for _ in range(self.size)]
+        _collective(dist.all_gather, shapes, shape)
+        rows = torch.stack(shapes).amax(0)  # [k, 2]: the widest on any rank, for every tensor
+        parts = []
+        for j, i in enumerate(present):  # each tensor as [widest rows, widest width (1 for a vector)], padded
+            x, n, w = xs[i].to(dev), int(rows[j, 0]), max(int(rows[j, 1]), 1)
+            full = torch.full((n, w), float(pad_values[i]), dtype=torch.float64, device=dev)
+            full[: x.shape[0], : x.shape[1] if x.dim() > 1 else 1] = x if x.dim() > 1 else x[:, None]
+            parts.append(full.reshape(-1))
+        packed = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64, device=dev)
+        out = [torch.empty_like(packed) for _ in range(self.size)]
+        _collective(dist.all_gather, out, packed)
+        gathered, at = list(xs), 0
+        for j, i in enumerate(present):
+            n, w = int(rows[j, 0]), max(int(rows[j, 1]), 1)
+            blocks = [buf[at : at + n * w].view(n, w)[: int(sh[j, 0])] for buf, sh in zip(out, shapes)]
+            whole = torch.cat(blocks)
+            whole = whole[:, : int(rows[j, 1])] if xs[i].dim() > 1 else whole[:, 0]
+            gathered[i] = whole.to(xs[i].dtype).to(xs[i].device)
+            at += n * w
+        return gathered
+
     def gather_objects(self, obj) -> list:
         """Every rank's `obj`, in rank order. `obj` is JSON data (numbers, strings, bools, None, lists and dicts
         with string keys; tuples come back as lists) and travels as JSON text, never pickled: torch's

@@ -418,16 +418,20 @@ class Trainer:
         # gathered rows come in rank order: group g's sit at the position of g in sum(shares, [])
         in_order = _group_rows(torch.argsort(torch.as_tensor(sum(shares, []), dtype=torch.long)), G)
 
-        def gathered(x, pad):
-            x = w.gather_rows(x, pad)
-            return None if x is None else x[in_order.to(x.device)]
-
+        c = completions
+        pads = [self.pad_id, 0, 0.0, False, 0, 0.0, False, 0]
+        *rows, n_errors = w.gather_many(
+            [c.ids, c.mask, c.logp, c.truncated, c.lengths, verifier_rewards, correct, torch.tensor([errors])], pads
+        )
+        ids, mask, logp, truncated, lengths, rewards, correct = (
+            None if x is None else x[in_order.to(x.device)] for x in rows
+        )
         whole = Completions(
-            gathered(completions.ids, self.pad_id),
-            gathered(completions.mask, 0),
-            gathered(completions.logp, 0.0),
-            gathered(completions.truncated, False),
-            gathered(completions.lengths, 0),
+            ids,
+            mask,
+            logp,
+            truncated,
+            lengths,
             recording=(
                 completions.recording.placed(
                     _group_rows(torch.as_tensor(shares[w.rank], dtype=torch.long), G), len(prompts) * G
@@ -441,9 +445,9 @@ class Trainer:
             prompt_mask,
             whole,
             self._decode(whole),
-            gathered(verifier_rewards, 0.0),
-            gathered(correct, False),
-            sum(w.gather_objects(errors)),
+            rewards,
+            correct,
+            int(n_errors.sum()),
         )
 
     def _by_rank(self, batch: RolloutBatch, rows_fn):

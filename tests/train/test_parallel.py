@@ -253,6 +253,19 @@ assert all(math.isnan(g["nan"]) for g in got) and got[1]["t"] == 2.5 and got[0][
 start = w.broadcast_object({"config": "a: 1\n" * 500, "checkpoint": None} if rank == 0 else "ignored")
 assert start == {"config": "a: 1\n" * 500, "checkpoint": None}, start
 assert w.broadcast_object(None if rank == 0 else {"x": 1}) is None
+# gather_many: what gather_rows gives tensor by tensor, in two collectives: widths and row counts that differ by
+# rank (rank 1 has an empty [0, 0] share, as a rank with no groups in a round), None, a vector, bools, exact values
+ids = torch.tensor([[5, 2**52 + 1, 7]]) if rank == 0 else torch.zeros((0, 0), dtype=torch.long)
+logp = torch.tensor([[0.1, float("nan"), -float("inf"), 1e-30]]) if rank == 0 else torch.zeros((0, 0))
+flags = torch.tensor([True, False]) if rank == 0 else torch.tensor([True])
+counts = torch.tensor([3 + rank])
+pads = [-1, 0.0, None, False, 0]
+got = w.gather_many([ids, logp, None, flags, counts], pads)
+want = [w.gather_rows(x, p) if x is not None else None for x, p in zip([ids, logp, None, flags, counts], pads)]
+assert got[2] is None and all(g.dtype == r.dtype and g.shape == r.shape for g, r in zip(got, want) if r is not None)
+assert all(torch.equal(g, r) for g, r in zip(got, want) if r is not None and not r.is_floating_point()), got
+assert torch.allclose(got[1], want[1], rtol=0, atol=0, equal_nan=True) and got[0][0, 1] == 2**52 + 1, got
+assert got[3].tolist() == [True, False, True] and got[4].tolist() == [3, 4]
 # any_true: a flag one rank raised (a SIGTERM, a NaN loss) holds on both; one no rank raised on neither
 assert [w.any_true(rank == 1), w.any_true(rank == 0), w.any_true(False), w.any_true(True)] == [True, True, False, True]
 dist.destroy_process_group()
@@ -262,8 +275,8 @@ print("ok", rank)
 
 def test_object_collectives_carry_json_between_ranks_and_never_unpickle(tmp_path):
     """What ranks exchange besides tensors (metrics, counts, rank 0's config) travels as JSON text in a uint8
-    tensor, not through torch's object collectives, which unpickle what a peer sends; `any_true` is one
-    all-reduce of a flag."""
+    tensor, not through torch's object collectives, which unpickle what a peer sends; `gather_many` gathers
+    several tensors exactly as `gather_rows` does one by one; `any_true` is one all-reduce of a flag."""
     env = _env(tmp_path)
     procs = [
         subprocess.Popen(
