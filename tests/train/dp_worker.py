@@ -2,10 +2,12 @@
 
     python -m torch.distributed.run --nproc_per_node=N tests/train/dp_worker.py CASES.json OUT_DIR
 
-For every case (a name, a list of Hydra overrides, and optionally a parallel "mode", ddp by default, or fsdp)
+For every case (a name, a list of Hydra overrides, optionally a parallel "mode", ddp by default, or fsdp, and a
+"nan_rank" whose step-1 losses are made NaN)
 every rank builds a Trainer in one data-parallel world and runs the case's steps; rank 0 writes `<name>.json` (the
 metrics rows, the eval rows, the fraction of the training state it held, how many held-out prompts each rank
-decoded, and how many update rows all ranks rebuilt from their own rollouts) and `<name>.grads.safetensors` (the
+decoded, every rank's sum of the trained weights at the end, and how many update rows all ranks rebuilt from
+their own rollouts) and `<name>.grads.safetensors` (the
 gradient every optimizer step applied, after the reduction, whole: `s<step>.p<parameter>`). With `--reference`,
 rank 0 then runs each case again as a world of one process (what `torchrun --nproc_per_node=1` gives) and writes
 `<name>.ref.json` and `<name>.ref.grads.safetensors`; a case with `"reference": false` has none of its own (it
@@ -31,7 +33,7 @@ def _compose(overrides: list[str], results: Path):
         return compose("config", overrides=[f"results_dir={results}"] + overrides)
 
 
-def _run(cfg, world, run_dir: Path, steps: int) -> tuple[list, list, dict]:
+def _run(cfg, world, run_dir: Path, steps: int, nan_rank: int | None = None) -> tuple[list, list, dict]:
     from rlcompare.config import validate
     from rlcompare.train.run import _weights
     from rlcompare.train.sharding import full_tensor
@@ -70,11 +72,24 @@ def _run(cfg, world, run_dir: Path, steps: int) -> tuple[list, list, dict]:
         return sample_rows(prompts, greedy=greedy, **kw)
 
     tr._sample = counted_sample
+    if nan_rank == world.rank:  # this rank alone sees a NaN loss in step 1 (its gradients stay finite)
+        micro_step = tr._micro_step
+
+        def nan_micro_step(*a, **kw):
+            total = micro_step(*a, **kw)
+            return float("nan") if tr.state.step == 1 else total
+
+        tr._micro_step = nan_micro_step
     with _counted_rebuilt_rows() as rebuilt:
         evals = [tr.evaluate()[0]]
         rows = [tr.step() for _ in range(steps)]
         evals.append(tr.evaluate()[0])
-    counts = {"rebuilt_rows": sum(world.gather_objects(rebuilt[0])), "eval_rows": world.gather_objects(eval_rows[0])}
+    weight_sum = sum(float(full_tensor(p.detach()).double().sum()) for p in tr.params)  # whole under fsdp too
+    counts = {
+        "rebuilt_rows": sum(world.gather_objects(rebuilt[0])),
+        "eval_rows": world.gather_objects(eval_rows[0]),
+        "weight_sums": world.gather_objects(weight_sum),
+    }
     return rows, evals, {k: v for g in grads for k, v in g.items()}, _held(tr), counts
 
 
@@ -139,7 +154,7 @@ def main(argv: list[str]) -> int:
         # a case's "mode": ddp, or fsdp (the policy's training state sharded over the ranks)
         world = World(rank=dist.get_rank(), size=dist.get_world_size(), mode=case.get("mode", "ddp"))
         cfg = _compose(case["overrides"], out / "results")
-        ran = _run(cfg, world, out / "runs" / case["name"], case["steps"])
+        ran = _run(cfg, world, out / "runs" / case["name"], case["steps"], case.get("nan_rank"))
         if world.rank == 0:
             _write(out, case["name"], *ran)
     if reference and world.rank == 0:

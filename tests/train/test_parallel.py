@@ -365,6 +365,20 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("case", ["nan_on_rank1", "fsdp_nan_on_rank1"])
+def test_a_nan_loss_on_one_rank_skips_the_update_on_every_rank(two_rank_cases, case):
+    """Rank 1 alone sees NaN losses in step 1 (its gradients finite): the NaN guard's decision is every rank's
+    (`World.any_true`), so both skip every optimizer step of step 1 and step normally in step 2, and the ranks'
+    weights stay equal. Were the check local, rank 0 would step on its own and the weights would part."""
+    got = json.loads((two_rank_cases / f"{case}.json").read_text())
+    first, second = got["rows"]
+    # conf/config.yaml's trainer.updates_per_rollout: 2 optimizer steps a step, both skipped, no gradient norm kept
+    assert first["optim/nonfinite"] == 1 and first["optim/skipped_updates"] == 2, first
+    assert first["optim/grad_norm"] is None and second["optim/grad_norm"] > 0
+    assert second["optim/nonfinite"] == 0 and second["optim/skipped_updates"] == 2
+    assert got["weight_sums"][0] == got["weight_sums"][1], got["weight_sums"]
+
+
 def _lora_case(tmp: Path) -> dict:
     """LoRA on a from-scratch Llama saved with save_pretrained (`model=hf`): only the adapters' gradients are
     all-reduced; rewarded for a lowercase first letter (tests/models/test_hf_models.py's REWARDED)."""
@@ -424,6 +438,8 @@ def two_rank_cases(tmp_path_factory):
     cases += [lora, _hf_full_case(lora)]
     by_name = {c["name"]: c for c in cases}
     cases += [{**by_name[n], "name": f"fsdp_{n}", "mode": "fsdp", "reference": False} for n in FSDP_CASES]
+    nan_case = {**by_name["agg_token-mean"], "nan_rank": 1, "reference": False}
+    cases += [{**nan_case, "name": "nan_on_rank1"}, {**nan_case, "name": "fsdp_nan_on_rank1", "mode": "fsdp"}]
     (tmp / "cases.json").write_text(json.dumps(cases))
     out = subprocess.run(
         _torchrun(2, str(REPO / "tests" / "train" / "dp_worker.py"), str(tmp / "cases.json"), str(tmp), "--reference"),
