@@ -417,10 +417,9 @@ def test_the_rebuild_runs_no_silu():
     assert "aten::mm" in names and not names & {"aten::silu", "aten::silu_", "aten::silu_backward"}
 
 
-def test_a_batch_that_ends_before_the_limit_rebuilds_from_a_copy_of_its_positions():
-    """Every row ends before `max_new_tokens` (a model with EOS about 1 token in 3, 40 tokens allowed), so the
-    record's buffers have positions past the batch's last token: the rebuild reads only the batch's own positions
-    (a copy, not the buffers in place) and still gives the ordinary gradient."""
+def _rollout_ending_early():
+    """A rollout whose rows all end well before the 40 tokens allowed (EOS about 1 token in 3): (model, prompt ids,
+    prompt mask, completions with their recording)."""
     model = _eos_model()
     with torch.no_grad():
         model.lm_head.bias[TOK.eos_token_id] = 4.0
@@ -428,6 +427,14 @@ def test_a_batch_that_ends_before_the_limit_rebuilds_from_a_copy_of_its_position
     comp = sample(
         model, pi, pm, generator=torch.Generator().manual_seed(0), record=True, **{**KW, "max_new_tokens": 40}
     )
+    return model, pi, pm, comp
+
+
+def test_a_batch_that_ends_before_the_limit_rebuilds_from_a_copy_of_its_positions():
+    """Every row ends before `max_new_tokens` (a model with EOS about 1 token in 3, 40 tokens allowed), so the
+    record's buffers have positions past the batch's last token: the rebuild reads only the batch's own positions
+    (a copy, not the buffers in place) and still gives the ordinary gradient."""
+    model, pi, pm, comp = _rollout_ending_early()
     assert 1 < comp.ids.shape[1] < 40 and comp.ids.shape[1] - 1 < comp.recording.projections.n_fed
     adv = torch.randn(3 * G, generator=torch.Generator().manual_seed(4))
     (want_logits, want), (got_logits, got) = _ordinary_and_rebuilt(
@@ -525,16 +532,11 @@ def test_every_preset_trains_the_same_through_the_fast_path_and_plain_autograd(c
 def test_a_batch_wider_than_its_rollout_never_reads_the_positions_the_sampler_did_not_write():
     """Over several ranks the gathered batch is as wide as the longest rank's completions, so a rank whose rows all
     ended sooner rebuilds positions its own sampler never wrote. The record's buffers are not zeroed when
-    allocated (torch.empty: whatever the memory held, NaN included, which a zero attention or loss weight still
-    carries, 0 x NaN = NaN; a CI run's NaN guard once skipped a 2-rank update for it). Here those positions hold
-    NaN: the rebuild must still give the ordinary forward's logits and gradients on the padded batch."""
-    model = _eos_model()
-    with torch.no_grad():
-        model.lm_head.bias[TOK.eos_token_id] = 4.0
-    pi, pm = left_pad(PROMPTS, TOK.pad_token_id, "cpu")
-    comp = sample(
-        model, pi, pm, generator=torch.Generator().manual_seed(0), record=True, **{**KW, "max_new_tokens": 40}
-    )
+    allocated (`static_decode.unwritten`: whatever the memory held, NaN included, which a zero attention or loss
+    weight still carries, 0 x NaN = NaN; a CI run's NaN guard once skipped a 2-rank update for it). Here those
+    positions hold NaN (as every such buffer does under the tests, set again here so that the test says what it
+    checks): the rebuild must still give the ordinary forward's logits and gradients on the padded batch."""
+    model, pi, pm, comp = _rollout_ending_early()
     rec, T = comp.recording.projections, comp.ids.shape[1]
     assert T + 4 < 40  # every row ended: positions T-1 and on were never fed
     for layer in rec.completion:
