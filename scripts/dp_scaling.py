@@ -1,7 +1,7 @@
 """Scaling efficiency of data-parallel training (issue 21): one run over N torchrun ranks against one process.
 
     python scripts/dp_scaling.py [--ranks 2] [--parallel ddp|fsdp] [--size 4.2M] [--prompts 16] [--steps 12]
-                                 [--warmup 2] [--repeats 1] [--ceiling]
+                                 [--warmup 2] [--repeats 1] [--ceiling] [--bound]
 
 Both sides train the same run (`rollout.streams=group`, the benchmark's model size from
 `rlcompare.bench.against_trl.SIZES`, a 1-step warm start, no evals) with 1 CPU thread per process:
@@ -15,7 +15,10 @@ Throughput is generated tokens per second of training step (rows after `--warmup
 efficiency = throughput(N ranks) / (N x throughput(one process)). `--ceiling` also runs N independent one-process
 runs side by side: the fraction of one process's throughput each keeps (the cores' shared caches and memory
 bandwidth) bounds the efficiency any data-parallel split can reach here. It also reports through which step the two runs
-sampled the same number of tokens (`tokens/step` row by row). A measurement script, not a test: the machine decides the figure.
+sampled the same number of tokens (`tokens/step` row by row). `--bound` also runs one process on the N-th part of
+the batch: the part's step time over the whole batch's bounds the efficiency that free communication on idle cores
+would reach (a step's fixed costs are paid in full by each rank), and the `time/*` phases of the three runs show
+where a rank's step goes. A measurement script, not a test: the machine decides the figure.
 """
 
 from __future__ import annotations
@@ -61,6 +64,14 @@ def throughput(results: Path, warmup: int) -> tuple[float, list[int]]:
     return sum(r["tokens/step"] for r in kept) / sum(r["time/step_s"] for r in kept), [r["tokens/step"] for r in rows]
 
 
+def phases(results: Path, warmup: int) -> dict[str, float]:
+    """Median milliseconds of each `time/*` column of a run's rows after `warmup` (rollout, update, step, ...)."""
+    rows = [json.loads(line) for line in (results / "default" / "run" / "metrics.jsonl").read_text().splitlines()]
+    kept = rows[warmup:]
+    keys = [k for k in kept[0] if k.startswith("time/") and k.endswith("_s") and k != "time/elapsed_s"]
+    return {k[len("time/") : -len("_s")]: 1000 * statistics.median(r[k] for r in kept) for k in keys}
+
+
 def launch(*cmds: list[str], env: dict) -> None:
     """Run the commands side by side and wait for all."""
     procs = [
@@ -90,20 +101,28 @@ def main() -> int:
         help="also run N independent one-process runs side by side: the throughput each keeps is the efficiency a "
         "split with no communication and no fixed cost would reach on this machine",
     )
+    p.add_argument(
+        "--bound",
+        action="store_true",
+        help="also run one process on prompts / ranks: the step time of the part against the whole batch's bounds "
+        "the efficiency free communication on idle cores would reach (fixed costs per step)",
+    )
     a = p.parse_args()
+    if a.bound and a.prompts % a.ranks:
+        p.error(f"--bound needs --prompts divisible by --ranks ({a.prompts} by {a.ranks})")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     tmp = Path(tempfile.mkdtemp(prefix="dp_scaling-"))
     env.setdefault("RLCOMPARE_CACHE", str(tmp / "cache"))
-    single, multi, side, same = [], [], [], []
+    single, multi, side, same, part, timed = [], [], [], [], [], {"one": [], "part": [], "ranks": []}
 
-    def one_cmd(results: Path) -> list[str]:
+    def one_cmd(results: Path, prompts: int = a.prompts) -> list[str]:
         return [
             sys.executable,
             "-m",
             "rlcompare.cli",
             "train",
             "trainer.threads=1",
-            *overrides(a.size, a.prompts, a.steps, results),
+            *overrides(a.size, prompts, a.steps, results),
         ]
 
     try:
@@ -126,10 +145,15 @@ def main() -> int:
             runs = [([one_cmd(one)], [one], single), ([ranks_cmd], [many], multi)]
             if a.ceiling:
                 runs.append(([one_cmd(d) for d in apart], apart, side))
+            if a.bound:
+                runs.append(([one_cmd(tmp / f"part{r}", a.prompts // a.ranks)], [tmp / f"part{r}"], part))
             for cmds, results, into in runs if r % 2 == 0 else runs[::-1]:
                 launch(*cmds, env=env)
                 got = [throughput(d, a.warmup) for d in results]
                 into.append((sum(x for x, _ in got) / len(got), got[0][1]))
+            if a.bound:
+                for name, d in (("one", one), ("part", tmp / f"part{r}"), ("ranks", many)):
+                    timed[name].append(phases(d, a.warmup))
             a_tok, b_tok = single[-1][1], multi[-1][1]
             same.append(next((i for i, (x, y) in enumerate(zip(a_tok, b_tok)) if x != y), len(a_tok)))
     finally:
@@ -159,6 +183,23 @@ def main() -> int:
             f"(each repeat: {', '.join(f'{x:.0f}' for x, _ in side)}): the machine's ceiling on the efficiency, "
             f"{ceiling:.2f}"
         )
+    bound = None
+    if a.bound:
+        for name, label in (
+            ("one", f"one process, {a.prompts} prompts"),
+            ("part", f"one process, {a.prompts // a.ranks} prompts"),
+            ("ranks", f"{a.ranks} ranks, {a.prompts} prompts"),
+        ):
+            per = timed[name]
+            cols = ", ".join(f"{k} {'/'.join(f'{t[k]:.0f}' for t in per)}" for k in per[0])
+            print(f"ms a step (median of its rows, each repeat) for {label}: {cols}")
+        shares = [p_["step"] / o["step"] for p_, o in zip(timed["part"], timed["one"])]
+        bound = 1 / (a.ranks * statistics.median(shares))
+        print(
+            f"1/{a.ranks} of the batch costs one process {', '.join(f'{x:.2f}' for x in shares)} of the "
+            f"whole batch's step: with free communication on idle cores the efficiency is at most {bound:.2f}"
+            + (f", and about {bound * ceiling:.2f} with the side-by-side ceiling" if ceiling else "")
+        )
     # a near-tie between two tokens, broken the other way by another summation order, makes the runs part for good
     print(f"the same tokens per step through step {min(same)} of {a.steps} (each repeat: {same})")
     print(
@@ -174,6 +215,7 @@ def main() -> int:
                 "efficiency_by_repeat": pairs,
                 "same_tokens_through_step": min(same),
                 "ceiling": ceiling,
+                "bound": bound,
             }
         )
     )
