@@ -149,10 +149,11 @@ class World:
         )
         shapes = [torch.zeros_like(shape) for _ in range(self.size)]
         _collective(dist.all_gather, shapes, shape)
-        rows = torch.stack(shapes).amax(0)  # [k, 2]: the widest on any rank, for every tensor
+        # each tensor travels as [widest rows, widest width (1 for a vector)] on any rank, padded
+        widest = [(int(n), max(int(w), 1)) for n, w in torch.stack(shapes).amax(0).tolist()]
         parts = []
-        for j, i in enumerate(present):  # each tensor as [widest rows, widest width (1 for a vector)], padded
-            x, n, w = xs[i].to(dev), int(rows[j, 0]), max(int(rows[j, 1]), 1)
+        for i, (n, w) in zip(present, widest):
+            x = xs[i].to(dev)
             full = torch.full((n, w), float(pad_values[i]), dtype=torch.float64, device=dev)
             full[: x.shape[0], : x.shape[1] if x.dim() > 1 else 1] = x if x.dim() > 1 else x[:, None]
             parts.append(full.reshape(-1))
@@ -160,11 +161,9 @@ class World:
         out = [torch.empty_like(packed) for _ in range(self.size)]
         _collective(dist.all_gather, out, packed)
         gathered, at = list(xs), 0
-        for j, i in enumerate(present):
-            n, w = int(rows[j, 0]), max(int(rows[j, 1]), 1)
-            blocks = [buf[at : at + n * w].view(n, w)[: int(sh[j, 0])] for buf, sh in zip(out, shapes)]
-            whole = torch.cat(blocks)
-            whole = whole[:, : int(rows[j, 1])] if xs[i].dim() > 1 else whole[:, 0]
+        for j, (i, (n, w)) in enumerate(zip(present, widest)):
+            whole = torch.cat([buf[at : at + n * w].view(n, w)[: int(sh[j, 0])] for buf, sh in zip(out, shapes)])
+            whole = whole[:, : max(int(sh[j, 1]) for sh in shapes)] if xs[i].dim() > 1 else whole[:, 0]
             gathered[i] = whole.to(xs[i].dtype).to(xs[i].device)
             at += n * w
         return gathered

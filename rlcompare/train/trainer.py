@@ -419,10 +419,17 @@ class Trainer:
         in_order = _group_rows(torch.argsort(torch.as_tensor(sum(shares, []), dtype=torch.long)), G)
 
         c = completions
-        pads = [self.pad_id, 0, 0.0, False, 0, 0.0, False, 0]
-        *rows, n_errors = w.gather_many(
-            [c.ids, c.mask, c.logp, c.truncated, c.lengths, verifier_rewards, correct, torch.tensor([errors])], pads
+        tensors, pads = zip(  # each with the value that pads a shorter share
+            (c.ids, self.pad_id),
+            (c.mask, 0),
+            (c.logp, 0.0),
+            (c.truncated, False),
+            (c.lengths, 0),
+            (verifier_rewards, 0.0),
+            (correct, False),
+            (torch.tensor([errors]), 0),
         )
+        *rows, n_errors = w.gather_many(list(tensors), list(pads))
         ids, mask, logp, truncated, lengths, rewards, correct = (
             None if x is None else x[in_order.to(x.device)] for x in rows
         )
