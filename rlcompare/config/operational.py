@@ -34,6 +34,7 @@ OPERATIONAL: dict[str, str] = {
     "trainer.keep_checkpoints": "how many checkpoints are kept on disk",
     "trainer.max_bad_steps": "when a run gives up on non-finite steps; a run that finishes computed the same",
     "trainer.parallel": "how many processes share each step: the same rows up to rounding (tests/train/test_parallel.py)",
+    "trainer.grad_sum": "how ranks add their gradients: the same sums (tests/train/test_parallel.py)",
     "rollout.kv_cache": "how decoding stores its cache: the same tokens (tests/fast/test_static_decode.py)",
     "verifier.probe": "a check of the verifier before training, not part of the reward",
     "logger.name": "where metrics are mirrored (W&B or nowhere); results/ holds them either way",

@@ -285,6 +285,9 @@ class TrainerConfig:
     progress: bool = True  # print a progress line
     inject_nan_at_step: Optional[int] = None  # testing hook: makes that step's loss NaN; null: off
     parallel: str = "auto"  # data parallelism: auto (ddp under torchrun, else none) | none | ddp | fsdp
+    grad_sum: str = (
+        "auto"  # how ranks sum gradients: auto (shared memory for CPU ranks on one machine) | shared_memory | backend
+    )
 
 
 @dataclass
@@ -341,6 +344,7 @@ PROMPT_KINDS = ("arithmetic", "chain", "countdown", "file", "hf")
 KV_CACHES = ("auto", "dynamic")
 STREAMS = ("batch", "group")
 PARALLEL_MODES = ("auto", "none", "ddp", "fsdp")
+GRAD_SUMS = ("auto", "shared_memory", "backend")
 
 
 MAX_TIMEOUT_S = 3600.0  # seconds per completion: an hour is already far past any verifier's need
@@ -502,6 +506,11 @@ def _check_trainer(c: DictConfig) -> None:
         raise ConfigError(
             f"trainer.parallel={t.parallel!r} must be auto (ddp when launched by torchrun), none, ddp, or "
             f"fsdp (ddp with the policy's training state sharded over the ranks; docs/scaling.md)"
+        )
+    if t.grad_sum not in GRAD_SUMS:
+        raise ConfigError(
+            f"trainer.grad_sum={t.grad_sum!r} must be auto (shared memory when every rank is a CPU process on this "
+            f"machine, else the backend), shared_memory, or backend (gloo or NCCL's all-reduce)"
         )
     if c.rollout.streams not in STREAMS:
         raise ConfigError(

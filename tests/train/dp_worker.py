@@ -139,7 +139,7 @@ def main(argv: list[str]) -> int:
     import torch
     import torch.distributed as dist
 
-    from rlcompare.train.parallel import World
+    from rlcompare.train.parallel import World, grad_sum_through_shared_memory
 
     from rlcompare.fast import static_decode
     from tests.conftest import nan_filled
@@ -152,8 +152,10 @@ def main(argv: list[str]) -> int:
     dist.init_process_group("gloo")
     for case in cases:
         # a case's "mode": ddp, or fsdp (the policy's training state sharded over the ranks)
-        world = World(rank=dist.get_rank(), size=dist.get_world_size(), mode=case.get("mode", "ddp"))
         cfg = _compose(case["overrides"], out / "results")
+        size = dist.get_world_size()  # trainer.grad_sum as init_world resolves it: these ranks share one machine
+        shared = grad_sum_through_shared_memory(cfg.trainer.grad_sum, cuda=False, size=size, local_size=size)
+        world = World(rank=dist.get_rank(), size=size, mode=case.get("mode", "ddp"), shared_memory=shared)
         ran = _run(cfg, world, out / "runs" / case["name"], case["steps"], case.get("nan_rank"))
         if world.rank == 0:
             _write(out, case["name"], *ran)
