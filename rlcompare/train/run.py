@@ -550,6 +550,10 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
         # how many processes shared each step: never changes what is computed
         "world_size": followers.world.size,
         "parallel": followers.world.mode,
+        # how the ranks summed gradients (trainer.grad_sum resolved); none on one process
+        "grad_sum": None
+        if followers.world.size == 1
+        else ("shared_memory" if followers.world.shared_memory else "backend"),
     }
     atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     atomic_write_json(run_dir / "summary.json", summary)

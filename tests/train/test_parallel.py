@@ -547,7 +547,8 @@ def test_torchrun_two_ranks_equal_one_process_and_rank0_alone_writes(compose, tm
             _close(a, b, name)
     s = json.loads((run / "summary.json").read_text())
     assert s["status"] == "completed" and s["world_size"] == 2 and s["parallel"] == "ddp"
-    assert one["world_size"] == 1 and one["parallel"] == "none"
+    assert s["grad_sum"] == "shared_memory"  # trainer.grad_sum=auto: CPU ranks on one machine
+    assert one["world_size"] == 1 and one["parallel"] == "none" and one["grad_sum"] is None
     # parallelism never changes what is computed: the fingerprints agree
     assert json.loads((run / "fingerprint.json").read_text()) == json.loads((ref / "fingerprint.json").read_text())
     # rank 1 wrote nothing: no other run folder, and its scratch Hydra folder is gone
