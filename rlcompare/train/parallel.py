@@ -262,7 +262,9 @@ class GradientSum:
         self.shared = None
         if world.size == 1 or not params:
             return
-        if world.shared_memory:  # ranks on one host's CPUs: no buckets, one shared-memory sum in `finish`
+        from rlcompare.train.shared_sum import carries
+
+        if world.shared_memory and carries(params):  # ranks on one host's CPUs: one shared-memory sum in `finish`
             self.shared = params  # the window is opened by the first `finish` (a collective; see there)
             return
         size = BUCKET_ELEMENTS

@@ -50,9 +50,16 @@ def window_layout(n: int, size: int, chunk_elements: int = CHUNK_ELEMENTS) -> tu
     return Path(tempfile.gettempdir()), chunk
 
 
+def carries(params) -> bool:
+    """Whether the float32 window holds these parameters' gradients exactly: float32, bfloat16 or float16 (a
+    float64 parameter is summed by the backend instead)."""
+    return all(p.dtype in (torch.float32, torch.bfloat16, torch.float16) for p in params)
+
+
 class SharedMemorySum:
     """`sum_into_grads()` makes every parameter's `.grad` the sum of every rank's, for ranks of `world` (a
-    `rlcompare.train.parallel.World` of CPU processes on one host). Construct it on every rank at once: it is a
+    `rlcompare.train.parallel.World` of CPU processes on one host). The window is float32: bfloat16 and float16
+    gradients are added in float32 and rounded back once (`carries`). Construct it on every rank at once: it is a
     collective (rank 0 creates the window and tells the others where it is)."""
 
     def __init__(self, world, params: list[torch.nn.Parameter], chunk_elements: int | None = None):
@@ -98,7 +105,8 @@ class SharedMemorySum:
                 out.add_(every[r])
             self.parity ^= 1
         for p, at in zip(self.params, self.offsets):
-            p.grad = self.total[at : at + p.numel()].view_as(p)
+            summed = self.total[at : at + p.numel()].view_as(p)
+            p.grad = summed if p.dtype == torch.float32 else summed.to(p.dtype)  # bf16 / fp16: added in fp32
 
     def _copy_in(self, grads: list, lo: int, hi: int, slot: torch.Tensor) -> None:
         """The flat gradient's elements [lo, hi) into `slot` (zeros for parameters without a gradient)."""

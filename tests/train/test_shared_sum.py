@@ -16,8 +16,8 @@ from rlcompare.train.parallel import grad_sum_through_shared_memory
 REPO = Path(__file__).resolve().parents[2]
 
 # Rank r's gradients are r + 1 times a fixed pattern, so every sum is (1 + 2 + ... + size) times it: 3x for 2 ranks,
-# 6x for 3. Parameters of 5, 3 (no gradient on rank 1: zeros there), 7 and 1 elements, chunks of 4 elements: the
-# first and third parameters straddle chunks, and the 16 elements take 4 chunks, so both parities' slots are
+# 6x for 3. Parameters of 5, 3 (no gradient on rank 1: zeros there), 7, 1 and 2 (bfloat16) elements, chunks of 4
+# elements: the first and third parameters straddle chunks, and the 18 elements take 5 chunks, so both parities' slots are
 # written twice and a rank's chunk k+1 lands beside a slower rank's chunk k. A second round with other gradients
 # (minus rank + 1 times the pattern, +0.5 on p[3]) reuses the slots; both results are exact in float32.
 _WORKER = r"""
@@ -26,12 +26,14 @@ from pathlib import Path
 from rlcompare.train import shared_sum
 from rlcompare.train.parallel import GradientSum, World
 
+F32, BF16 = torch.float32, torch.bfloat16
 rank, size, store, shm = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
 shared_sum.SHM_DIR = shm  # a folder of the test's own: what is left in it afterwards is this test's
 dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=size)
 w = World(rank=rank, size=size, mode="ddp", shared_memory=True)
-params = [torch.nn.Parameter(torch.zeros(n)) for n in (5, 3, 7, 1)]
-pattern = [torch.arange(1.0, n + 1) * (10 ** i) for i, n in enumerate((5, 3, 7, 1))]
+# a bfloat16 parameter last (LoRA on a bf16 model): added in the float32 window, its gradient bf16 again
+params = [torch.nn.Parameter(torch.zeros(n, dtype=d)) for n, d in ((5, F32), (3, F32), (7, F32), (1, F32), (2, BF16))]
+pattern = [torch.arange(1.0, p.numel() + 1, dtype=p.dtype) * (10**i if p.dtype == F32 else 1) for i, p in enumerate(params)]
 shared_sum.CHUNK_ELEMENTS = 4  # read when the first `finish` opens the window
 gs = GradientSum(w, params)
 total = sum(range(1, size + 1))
@@ -39,10 +41,10 @@ for p, x in zip(params, pattern):
     p.grad = None if (rank == 1 and p.numel() == 3) else (rank + 1) * x
 gs.arm()
 gs.finish()
-assert gs.shared.chunk == 4 and gs.shared.n == 16
+assert gs.shared.chunk == 4 and gs.shared.n == 18
 for p, x in zip(params, pattern):
     want = (total - (2 if p.numel() == 3 else 0)) * x  # rank 1 had no gradient for the 3-element parameter
-    assert torch.equal(p.grad, want), (rank, p.numel(), p.grad, want)
+    assert p.grad.dtype == p.dtype and torch.equal(p.grad, want), (rank, p.numel(), p.grad, want)
 assert list(shm.iterdir()) == [], list(shm.iterdir())  # the window's name is gone once every rank mapped it
 for p, x in zip(params, pattern):
     p.grad = -(rank + 1) * x + (0.5 if p.numel() == 1 else 0.0)
@@ -125,3 +127,14 @@ def test_a_model_smaller_than_a_chunk_is_one_chunk_of_its_size(monkeypatch, tmp_
 
     monkeypatch.setattr(shared_sum, "SHM_DIR", tmp_path)
     assert shared_sum.window_layout(1000, 2) == (tmp_path, 1000)
+
+
+def test_float64_gradients_are_summed_by_the_backend_not_the_float32_window():
+    import torch
+
+    from rlcompare.train.parallel import GradientSum, World
+
+    shared = World(rank=0, size=2, mode="ddp", shared_memory=True)
+    assert GradientSum(shared, [torch.nn.Parameter(torch.zeros(3))]).shared is not None
+    in_float64 = GradientSum(shared, [torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))])
+    assert in_float64.shared is None and len(in_float64.buckets) == 1
