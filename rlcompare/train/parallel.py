@@ -259,13 +259,14 @@ class GradientSum:
     def __init__(self, world: World, params: list[torch.nn.Parameter]):
         self.world, self.armed = world, False
         self.buckets: list[list[torch.nn.Parameter]] = []
-        self.shared = None
+        self.shared = None  # the shared-memory sum, opened by the first `finish` (a collective; see there)
+        self.shared_params: list[torch.nn.Parameter] | None = None  # what it sums; None: the backend's buckets
         if world.size == 1 or not params:
             return
         from rlcompare.train.shared_sum import carries
 
         if world.shared_memory and carries(params):  # ranks on one host's CPUs: one shared-memory sum in `finish`
-            self.shared = params  # the window is opened by the first `finish` (a collective; see there)
+            self.shared_params = params
             return
         size = BUCKET_ELEMENTS
         for p in reversed(params):
@@ -282,7 +283,7 @@ class GradientSum:
 
     def arm(self) -> None:
         """The next backward is this rank's last of the optimizer step: its gradients are final once accumulated."""
-        if self.world.size > 1 and self.shared is None:
+        if self.world.size > 1 and self.shared_params is None:
             self.armed, self._missing, self._started = True, [len(b) for b in self.buckets], []
 
     def _accumulated(self, p: torch.nn.Parameter) -> None:
@@ -304,11 +305,11 @@ class GradientSum:
 
     def finish(self) -> None:
         """Start what the backward did not, wait for every bucket's sum and write it into the gradients."""
-        if self.shared is not None:
-            if isinstance(self.shared, list):  # opened here, where every rank is, not in Trainer(): rank 0 builds
-                from rlcompare.train.shared_sum import SharedMemorySum  # its trainer before the others start theirs
+        if self.shared_params is not None:
+            if self.shared is None:  # opened here, where every rank is, not in Trainer(): rank 0 builds its trainer
+                from rlcompare.train.shared_sum import SharedMemorySum  # before the other ranks start theirs
 
-                self.shared = SharedMemorySum(self.world, self.shared)
+                self.shared = SharedMemorySum(self.world, self.shared_params)
             self.shared.sum_into_grads()
             return
         if self.world.size == 1 or not self.buckets:

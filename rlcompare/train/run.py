@@ -550,7 +550,8 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
         # how many processes shared each step: never changes what is computed
         "world_size": followers.world.size,
         "parallel": followers.world.mode,
-        # how the ranks summed gradients (trainer.grad_sum resolved); none on one process
+        # how the ranks summed the gradients of the weights each holds whole (trainer.grad_sum resolved; fsdp
+        # reduce-scatters its shards itself); none on one process
         "grad_sum": None
         if followers.world.size == 1
         else ("shared_memory" if followers.world.shared_memory else "backend"),

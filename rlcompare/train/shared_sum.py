@@ -62,7 +62,7 @@ class SharedMemorySum:
     gradients are added in float32 and rounded back once (`carries`). Construct it on every rank at once: it is a
     collective (rank 0 creates the window and tells the others where it is)."""
 
-    def __init__(self, world, params: list[torch.nn.Parameter], chunk_elements: int | None = None):
+    def __init__(self, world, params: list[torch.nn.Parameter]):
         self.world, self.params = world, list(params)
         sizes = [p.numel() for p in self.params]
         self.n = sum(sizes)
@@ -70,7 +70,7 @@ class SharedMemorySum:
         path = None
         try:
             if world.rank == 0:
-                folder, chunk = window_layout(self.n, world.size, chunk_elements or CHUNK_ELEMENTS)
+                folder, chunk = window_layout(self.n, world.size, CHUNK_ELEMENTS)
                 path = folder / f"rlcompare-gradsum-{os.getpid()}-{secrets.token_hex(8)}"
                 fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
                 try:

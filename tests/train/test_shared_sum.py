@@ -135,6 +135,6 @@ def test_float64_gradients_are_summed_by_the_backend_not_the_float32_window():
     from rlcompare.train.parallel import GradientSum, World
 
     shared = World(rank=0, size=2, mode="ddp", shared_memory=True)
-    assert GradientSum(shared, [torch.nn.Parameter(torch.zeros(3))]).shared is not None
+    assert GradientSum(shared, [torch.nn.Parameter(torch.zeros(3))]).shared_params is not None
     in_float64 = GradientSum(shared, [torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))])
-    assert in_float64.shared is None and len(in_float64.buckets) == 1
+    assert in_float64.shared_params is None and len(in_float64.buckets) == 1
