@@ -30,6 +30,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+def torchrun(ranks: int) -> list[str]:
+    """This script under torchrun, `ranks` processes on this machine."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", __file__]
+
+
 def sum_alone(sizes: list[float], repeats: int) -> None:
     import torch
     import torch.distributed as dist
@@ -105,8 +110,13 @@ def in_run(steps: int) -> None:
         out = Path(tmp) / "times.json"
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "GRAD_SUM_SPEED_OUT": str(out)}
         env.setdefault("RLCOMPARE_CACHE", str(Path(tmp) / "cache"))
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__]
-        cmd += ["--worker", "train", "trainer.parallel=ddp", *overrides("4.2M", 16, steps, Path(tmp) / "results")]
+        cmd = [
+            *torchrun(2),
+            "--worker",
+            "train",
+            "trainer.parallel=ddp",
+            *overrides("4.2M", 16, steps, Path(tmp) / "results"),
+        ]
         subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, cwd=REPO)
         times = json.loads(out.read_text())
     b, s = times["backend"][2:], times["shared_memory"][2:]  # the first pair of each: warm-up
@@ -138,8 +148,7 @@ def main() -> int:
         return 0
     spec = json.dumps({"sizes": [float(x) for x in a.sizes.split(",")], "repeats": a.repeats})
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={a.ranks}", __file__]
-    subprocess.run([*cmd, "--alone", spec], env=env, check=True, cwd=REPO)
+    subprocess.run([*torchrun(a.ranks), "--alone", spec], env=env, check=True, cwd=REPO)
     return 0
 
 

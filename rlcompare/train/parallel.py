@@ -221,12 +221,9 @@ class World:
             dist.destroy_process_group()
 
     def barrier(self) -> None:
-        """Wait until every rank is here: a one-element all-reduce (gloo's own barrier took 0.55 ms against 0.44
-        between 2 idle processes here)."""
-        if self.size > 1:
-            import torch.distributed as dist
-
-            _collective(dist.all_reduce, torch.zeros(1, device=self.comm_device))
+        """Wait until every rank is here: `any_true`'s one-element all-reduce (gloo's own barrier took 0.55 ms
+        against 0.44 between 2 idle processes here)."""
+        self.any_true(False)
 
     def any_true(self, flag: bool) -> bool:
         """Whether `flag` holds on some rank (a SIGTERM one rank received, a non-finite loss)."""
