@@ -300,17 +300,18 @@ class GradientSum:
         flat = torch.cat([p.grad.reshape(-1) for p in bucket]).to(self.world.comm_device)
         self._started.append((_collective(dist.all_reduce, flat, op=dist.ReduceOp.SUM, async_op=True), flat))
 
-    def finish(self) -> None:
-        """Start what the backward did not, wait for every bucket's sum and write it into the gradients."""
+    def finish(self, flag: bool = False) -> bool:
+        """Start what the backward did not, wait for every bucket's sum and write it into the gradients. Returns
+        whether `flag` (this rank's non-finite loss) holds on some rank: the shared-memory sum's barrier carries it,
+        so the optimizer step's check costs no collective of its own there (`World.any_true` otherwise)."""
         if self.shared_params is not None:
             if self.shared is None:  # opened here, where every rank is, not in Trainer(): rank 0 builds its trainer
                 from rlcompare.train.shared_sum import SharedMemorySum  # before the other ranks start theirs
 
                 self.shared = SharedMemorySum(self.world, self.shared_params)
-            self.shared.sum_into_grads()
-            return
+            return self.shared.sum_into_grads(flag)
         if self.world.size == 1 or not self.buckets:
-            return
+            return self.world.any_true(flag)
         if not self.armed:  # no backward on this rank since the last step (no rows): every bucket from here
             self.arm()
         self.armed = False
@@ -328,6 +329,7 @@ class GradientSum:
                     p.grad.copy_(summed)
                 at += n
         self._started = []
+        return self.world.any_true(flag)
 
 
 def _share(n: int, rank: int, size: int) -> slice:

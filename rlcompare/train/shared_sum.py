@@ -89,15 +89,22 @@ class SharedMemorySum:
         self.total = torch.zeros(self.n)  # this rank's copy of the sum; each gradient becomes a view of it
         self.parity = 0
 
-    def sum_into_grads(self) -> None:
+    def sum_into_grads(self, flag: bool = False) -> bool:
         """Every rank's gradients summed (a parameter without one counts as zeros), in rank order, into each
-        parameter's `.grad`, which becomes a view of this rank's `total`."""
+        parameter's `.grad`, which becomes a view of this rank's `total`. Returns whether `flag` holds on some
+        rank: the first chunk's barrier is `World.any_true(flag)`, so a caller's flag costs no collective."""
         grads = [None if p.grad is None else p.grad.reshape(-1) for p in self.params]
+        if self.n == 0:
+            return self.world.any_true(flag)
+        anywhere = False
         for lo in range(0, self.n, self.chunk):
             hi = min(lo + self.chunk, self.n)
             mine = self.slots[self.parity, self.world.rank, : hi - lo]
             self._copy_in(grads, lo, hi, mine)
-            self.world.barrier()  # every rank's slot of this chunk is written
+            if lo == 0:  # every rank's slot of this chunk is written (the first barrier also carries the flag)
+                anywhere = self.world.any_true(flag)
+            else:
+                self.world.barrier()
             every = self.slots[self.parity, :, : hi - lo]
             out = self.total[lo:hi]
             torch.add(every[0], every[1], out=out)
@@ -107,6 +114,7 @@ class SharedMemorySum:
         for p, at in zip(self.params, self.offsets):
             summed = self.total[at : at + p.numel()].view_as(p)
             p.grad = summed if p.dtype == torch.float32 else summed.to(p.dtype)  # bf16 / fp16: added in fp32
+        return anywhere
 
     def _copy_in(self, grads: list, lo: int, hi: int, slot: torch.Tensor) -> None:
         """The flat gradient's elements [lo, hi) into `slot` (zeros for parameters without a gradient)."""

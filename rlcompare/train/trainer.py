@@ -590,9 +590,10 @@ class Trainer:
                     )
                 )
             self._pad_micro_steps(batch, step_rows, n_micro - len(micro), plan.grouped)
-            self.grad_sum.finish()  # the sum over ranks: the mini-batch's gradient
-            # a NaN/inf loss on any rank: one small all-reduce, not every rank's totals
-            bad = self._optimizer_step(self.world.any_true(not all(math.isfinite(v) for v in totals)), metrics)
+            # the sum over ranks (the mini-batch's gradient), and whether any rank's loss was NaN/inf: one flag
+            # that rides the sum's barrier, not every rank's totals
+            nonfinite_loss = self.grad_sum.finish(not all(math.isfinite(v) for v in totals))
+            bad = self._optimizer_step(nonfinite_loss, metrics)
             if bad:
                 skipped += 1  # a NaN/inf loss or gradient: this update (policy and critic) skipped
                 nonfinite = nonfinite or bad

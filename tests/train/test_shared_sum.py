@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 # 6x for 3. Parameters of 5, 3 (no gradient on rank 1: zeros there), 7, 1 and 2 (bfloat16) elements, chunks of 4
 # elements: the first and third parameters straddle chunks, and the 18 elements take 5 chunks, so both parities' slots are
 # written twice and a rank's chunk k+1 lands beside a slower rank's chunk k. A second round with other gradients
-# (minus rank + 1 times the pattern, +0.5 on p[3]) reuses the slots; both results are exact in float32.
+# (minus rank + 1 times the pattern, +0.5 on p[3]) reuses the slots; both results are exact in float32. The flag
+# `finish` carries (a rank's non-finite loss) comes back as whether any rank raised it.
 _WORKER = r"""
 import os, sys, torch, torch.distributed as dist
 from pathlib import Path
@@ -40,7 +41,8 @@ total = sum(range(1, size + 1))
 for p, x in zip(params, pattern):
     p.grad = None if (rank == 1 and p.numel() == 3) else (rank + 1) * x
 gs.arm()
-gs.finish()
+# the flag (a non-finite loss) rides the first chunk's barrier: none raised it here
+assert gs.finish(False) is False
 assert gs.shared.chunk == 4 and gs.shared.n == 18
 for p, x in zip(params, pattern):
     want = (total - (2 if p.numel() == 3 else 0)) * x  # rank 1 had no gradient for the 3-element parameter
@@ -48,7 +50,7 @@ for p, x in zip(params, pattern):
 assert list(shm.iterdir()) == [], list(shm.iterdir())  # the window's name is gone once every rank mapped it
 for p, x in zip(params, pattern):
     p.grad = -(rank + 1) * x + (0.5 if p.numel() == 1 else 0.0)
-gs.finish()
+assert gs.finish(rank == size - 1) is True  # the last rank alone raised it: every rank learns it
 for p, x in zip(params, pattern):
     assert torch.equal(p.grad, -total * x + (0.5 * size if p.numel() == 1 else 0.0)), (rank, p.grad)
 # the gradients are views of this rank's own sum: scaling one in place (the clip) leaves the other ranks' alone
