@@ -12,13 +12,18 @@ Both sides train the same run (`rollout.streams=group`, the benchmark's model si
 
 Throughput is generated tokens per second of training step (rows after `--warmup` steps, from metrics.jsonl:
 `tokens/step` / `time/step_s`, rank 0's clock: it waits for the slowest rank at every collective). Scaling
-efficiency = throughput(N ranks) / (N x throughput(one process)). `--ceiling` also runs N independent one-process
-runs side by side: the fraction of one process's throughput each keeps (the cores' shared caches and memory
-bandwidth) bounds the efficiency any data-parallel split can reach here. It also reports through which step the two runs
-sampled the same number of tokens (`tokens/step` row by row). `--bound` also runs one process on the N-th part of
-the batch: the part's step time over the whole batch's bounds the efficiency that free communication on idle cores
-would reach (a step's fixed costs are paid in full by each rank), and the `time/*` phases of the three runs show
-where a rank's step goes. A measurement script, not a test: the machine decides the figure.
+efficiency = throughput(N ranks) / (N x throughput(one process)). It also reports through which step the two runs
+sampled the same number of tokens (`tokens/step` row by row). Two options split the efficiency into three factors:
+
+- `--bound` also runs one process on a rank's share of the batch (prompts / N): the share's step time over the whole
+  batch's bounds the efficiency that free communication on idle cores would reach (a step's fixed costs are paid
+  in full by each rank); the `time/*` phases of the runs show where a rank's step goes;
+- `--ceiling` (implies `--bound`) also runs N such share-sized runs side by side, as independent processes: the
+  fraction of the lone share-sized run's throughput each keeps is what sharing the machine (caches, memory
+  bandwidth) costs a rank, with no communication at all;
+- what the N ranks lose beyond bound x ceiling is the collectives and the waits for the slowest rank.
+
+A measurement script, not a test: the machine decides the figure.
 """
 
 from __future__ import annotations
@@ -98,8 +103,8 @@ def main() -> int:
     p.add_argument(
         "--ceiling",
         action="store_true",
-        help="also run N independent one-process runs side by side: the throughput each keeps is the efficiency a "
-        "split with no communication and no fixed cost would reach on this machine",
+        help="also run N independent one-process runs on prompts / ranks side by side (implies --bound): the "
+        "throughput each keeps, against one such run alone, is what sharing the machine costs a rank",
     )
     p.add_argument(
         "--bound",
@@ -108,8 +113,9 @@ def main() -> int:
         "the efficiency free communication on idle cores would reach (fixed costs per step)",
     )
     a = p.parse_args()
+    a.bound = a.bound or a.ceiling
     if a.bound and a.prompts % a.ranks:
-        p.error(f"--bound needs --prompts divisible by --ranks ({a.prompts} by {a.ranks})")
+        p.error(f"--bound and --ceiling need --prompts divisible by --ranks ({a.prompts} by {a.ranks})")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     tmp = Path(tempfile.mkdtemp(prefix="dp_scaling-"))
     env.setdefault("RLCOMPARE_CACHE", str(tmp / "cache"))
@@ -144,7 +150,7 @@ def main() -> int:
             # (commands run side by side, their results, where their mean throughput goes)
             runs = [([one_cmd(one)], [one], single), ([ranks_cmd], [many], multi)]
             if a.ceiling:
-                runs.append(([one_cmd(d) for d in apart], apart, side))
+                runs.append(([one_cmd(d, a.prompts // a.ranks) for d in apart], apart, side))
             if a.bound:
                 runs.append(([one_cmd(tmp / f"part{r}", a.prompts // a.ranks)], [tmp / f"part{r}"], part))
             for cmds, results, into in runs if r % 2 == 0 else runs[::-1]:
@@ -174,15 +180,6 @@ def main() -> int:
     print(
         f"each repeat's own efficiency: {', '.join(f'{e:.2f}' for e in pairs)} (median {statistics.median(pairs):.2f})"
     )
-    ceiling = None
-    if a.ceiling:
-        ts = statistics.median(x for x, _ in side)
-        ceiling = ts / t1
-        print(
-            f"{a.ranks} independent processes side by side: {ts:8.0f} tokens/s each "
-            f"(each repeat: {', '.join(f'{x:.0f}' for x, _ in side)}): the machine's ceiling on the efficiency, "
-            f"{ceiling:.2f}"
-        )
     bound = None
     if a.bound:
         for name, label in (
@@ -198,7 +195,20 @@ def main() -> int:
         print(
             f"1/{a.ranks} of the batch costs one process {', '.join(f'{x:.2f}' for x in shares)} of the "
             f"whole batch's step: with free communication on idle cores the efficiency is at most {bound:.2f}"
-            + (f", and about {bound * ceiling:.2f} with the side-by-side ceiling" if ceiling else "")
+        )
+    ceiling = rest = None
+    if a.ceiling:
+        kept = [s_ / p_ for (s_, _), (p_, _) in zip(side, part)]  # each repeat's side by side over its lone run
+        ceiling = statistics.median(kept)
+        rest = statistics.median(pairs) / (bound * ceiling)
+        print(
+            f"{a.ranks} independent processes on {a.prompts // a.ranks} prompts side by side keep "
+            f"{', '.join(f'{x:.2f}' for x in kept)} of one alone's throughput (median {ceiling:.2f}): what sharing "
+            f"the machine costs a rank"
+        )
+        print(
+            f"efficiency {statistics.median(pairs):.2f} = bound {bound:.2f} x side by side {ceiling:.2f} x "
+            f"{rest:.2f} (the collectives and the waits for the slowest rank)"
         )
     # a near-tie between two tokens, broken the other way by another summation order, makes the runs part for good
     print(f"the same tokens per step through step {min(same)} of {a.steps} (each repeat: {same})")
@@ -214,8 +224,9 @@ def main() -> int:
                 "efficiency": eff,
                 "efficiency_by_repeat": pairs,
                 "same_tokens_through_step": min(same),
-                "ceiling": ceiling,
                 "bound": bound,
+                "side_by_side": ceiling,
+                "collectives_and_waits": rest,
             }
         )
     )

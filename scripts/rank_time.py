@@ -1,0 +1,156 @@
+"""Where a data-parallel rank's step goes (issue 21): each rank's phases and collectives, against one process on a
+rank's share of the batch. A measurement script, not a test.
+
+    python scripts/rank_time.py [--ranks 2] [--size 4.2M] [--prompts 16] [--steps 12] [--warmup 3]
+
+Runs `scripts/dp_scaling.py`'s training run twice, 1 thread per process: under `torchrun --nproc_per_node=N` on
+`--prompts`, and as one process on `--prompts / N` (what each rank samples and trains on). In both, every process
+times the trainer's phases (`collect`, `advantages`, `update` and, inside it, the gradient sum's `finish` and
+the optimizer step) and, on the ranks, every collective (`rlcompare.train.parallel._collective`, named by the
+function that called it), from step `--warmup` + 1 on. Prints milliseconds a step for each, one process against
+every rank: what the ranks spend beyond the lone share-sized process is data parallelism's cost on this host
+(the collectives, including the waits for the slowest rank, and the compute two processes slow each other by).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+from dp_scaling import overrides  # noqa: E402
+
+# Run in every process in place of `python -m rlcompare.cli`: wraps the timed functions, then runs the CLI; at exit
+# writes {name: [seconds, calls]} to $RANK_TIME_OUT/rank<RANK>.json.
+_WRAPPER = r"""
+import atexit, collections, json, os, runpy, sys, time, traceback
+import rlcompare.train.parallel as par
+import rlcompare.train.trainer as trainer_mod
+
+spent = collections.defaultdict(lambda: [0.0, 0])
+warmup = int(os.environ["RANK_TIME_WARMUP"])
+
+def timed(name, fn):
+    def run(*a, **k):
+        t = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            s = spent[name]
+            s[0] += time.perf_counter() - t
+            s[1] += 1
+    return run
+
+collective = par._collective
+def named_collective(fn, *a, **k):
+    caller = traceback.extract_stack(limit=3)[0].name  # the World method that called _collective
+    return timed(f"collective: {fn.__name__} in {caller}", collective)(fn, *a, **k)
+par._collective = named_collective
+for name in ("collect", "advantages", "update", "_optimizer_step"):
+    setattr(trainer_mod.Trainer, name, timed(f"phase: {name.strip('_')}", getattr(trainer_mod.Trainer, name)))
+par.GradientSum.finish = timed("phase: gradient sum (finish)", par.GradientSum.finish)
+step = trainer_mod.Trainer.step
+def counted_step(self):
+    if self.state.step == warmup:
+        spent.clear()
+    return step(self)
+trainer_mod.Trainer.step = counted_step
+
+def dump():
+    out = os.path.join(os.environ["RANK_TIME_OUT"], f"rank{os.environ.get('RANK', '0')}.json")
+    with open(out, "w") as f:
+        json.dump(dict(spent), f)
+atexit.register(dump)
+sys.argv = ["rlcompare", *sys.argv[1:]]
+runpy.run_module("rlcompare.cli", run_name="__main__")
+"""
+
+
+def run(cmd_prefix: list[str], args: list[str], out: Path, warmup: int) -> list[dict]:
+    out.mkdir(parents=True)
+    wrapper = out / "wrapper.py"
+    wrapper.write_text(_WRAPPER)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(REPO),
+        "RANK_TIME_OUT": str(out),
+        "RANK_TIME_WARMUP": str(warmup),
+    }
+    proc = subprocess.run([*cmd_prefix, str(wrapper), *args], env=env, capture_output=True, text=True, cwd=REPO)
+    if proc.returncode != 0:
+        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd_prefix)} ...\n{proc.stderr[-3000:]}")
+    return [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+
+
+def step_ms(results: Path, warmup: int) -> float:
+    rows = [json.loads(x) for x in (results / "default" / "run" / "metrics.jsonl").read_text().splitlines()]
+    return 1000 * statistics.median(r["time/step_s"] for r in rows[warmup:])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--size", default="4.2M")
+    p.add_argument("--prompts", type=int, default=16)
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--warmup", type=int, default=3, help="steps left out")
+    a = p.parse_args()
+    if a.prompts % a.ranks:
+        p.error(f"--prompts must be divisible by --ranks ({a.prompts} by {a.ranks})")
+    tmp = Path(tempfile.mkdtemp(prefix="rank_time-"))
+    os.environ.setdefault("RLCOMPARE_CACHE", str(tmp / "cache"))
+    steps = a.steps - a.warmup
+
+    def train_args(prompts: int, results: Path) -> list[str]:
+        return ["train", "trainer.threads=1", *overrides(a.size, prompts, a.steps, results)]
+
+    part = a.prompts // a.ranks
+    try:
+        return report(a, tmp, part, steps, train_args)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def report(a, tmp: Path, part: int, steps: int, train_args) -> int:
+    one = run([sys.executable], train_args(part, tmp / "one_results"), tmp / "one", a.warmup)[0]
+    ranks = run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={a.ranks}"],
+        train_args(a.prompts, tmp / "ranks_results"),
+        tmp / "ranks",
+        a.warmup,
+    )
+    names = sorted(set(one).union(*ranks), key=lambda k: (not k.startswith("phase"), -ranks[0].get(k, [0])[0]))
+    print(f"size {a.size}, 1 thread per process; {a.ranks} ranks on {a.prompts} prompts against one process on {part}")
+    print(
+        f"{f'ms a step (steps {a.warmup + 1}-{a.steps})':44s}{'one process':>14s}"
+        + "".join(f"{f'rank {r}':>10s}" for r in range(a.ranks))
+        + f"{'calls a step':>14s}"
+    )
+
+    def line(name: str, values: list[float], calls: str = "") -> None:
+        print(f"{name:44s}{values[0]:14.1f}" + "".join(f"{v:10.1f}" for v in values[1:]) + f"{calls:>14s}")
+
+    for name in names:
+        cols = [one.get(name, [0, 0]), *(r.get(name, [0, 0]) for r in ranks)]
+        line(name, [1000 * c[0] / steps for c in cols], f"{max(c[1] for c in cols[1:]) / steps:.1f}")
+    line(
+        "collectives, all",
+        [0.0, *(1000 * sum(v[0] for k, v in r.items() if k.startswith("collective")) / steps for r in ranks)],
+    )
+    line(
+        "step (time/step_s, median)", [step_ms(tmp / "one_results", a.warmup), step_ms(tmp / "ranks_results", a.warmup)]
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
