@@ -2,7 +2,6 @@
 rank's share of the batch. A measurement script, not a test.
 
     python scripts/rank_time.py [--ranks 2] [--size 4.2M] [--prompts 16] [--steps 12] [--warmup 3]
-    python scripts/rank_time.py --alternate-reference [--steps 60]
 
 Runs `scripts/dp_scaling.py`'s training run twice, 1 thread per process: under `torchrun --nproc_per_node=N` on
 `--prompts`, and as one process on `--prompts / N` (what each rank samples and trains on). In both, every process
@@ -11,11 +10,6 @@ the optimizer step) and, on the ranks, every collective (`rlcompare.train.parall
 function that called it), from step `--warmup` + 1 on. Prints milliseconds a step for each, one process against
 every rank: what the ranks spend beyond the lone share-sized process is data parallelism's cost on this host
 (the collectives, including the waits for the slowest rank, and the compute two processes slow each other by).
-
-`--alternate-reference` instead runs the N ranks alone, their steps alternating in pairs between the reference's
-log-probs computed with the rollout (`Trainer._reference_with_rollout`, the default) and by share after it (as
-before 2026-12-03), so that the host's drift hits both alike: prints each way's median step and the ratio of
-neighbouring pairs.
 """
 
 from __future__ import annotations
@@ -69,9 +63,6 @@ def counted_step(self):
         spent.clear()
     return step(self)
 trainer_mod.Trainer.step = counted_step
-if os.environ.get("RANK_TIME_ALTERNATE") == "1":  # steps 1, 4-5, 8-9, ...: with the rollout; 2-3, 6-7, ...: by share
-    with_rollout = trainer_mod.Trainer._reference_with_rollout
-    trainer_mod.Trainer._reference_with_rollout = lambda self: with_rollout(self) and self.state.step // 2 % 2 == 0
 
 def dump():
     out = os.path.join(os.environ["RANK_TIME_OUT"], f"rank{os.environ.get('RANK', '0')}.json")
@@ -112,7 +103,6 @@ def main() -> int:
     p.add_argument("--prompts", type=int, default=16)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--warmup", type=int, default=3, help="steps left out")
-    p.add_argument("--alternate-reference", action="store_true", help="the A/B described above, N ranks only")
     a = p.parse_args()
     if a.prompts % a.ranks:
         p.error(f"--prompts must be divisible by --ranks ({a.prompts} by {a.ranks})")
@@ -125,41 +115,9 @@ def main() -> int:
 
     part = a.prompts // a.ranks
     try:
-        if a.alternate_reference:
-            return alternate(a, tmp, train_args)
         return report(a, tmp, part, steps, train_args)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def alternate(a, tmp: Path, train_args) -> int:
-    os.environ["RANK_TIME_ALTERNATE"] = "1"
-    results = tmp / "ranks_results"
-    run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={a.ranks}"],
-        train_args(a.prompts, results),
-        tmp / "ranks",
-        a.warmup,
-    )
-    rows = [json.loads(x) for x in (results / "default" / "run" / "metrics.jsonl").read_text().splitlines()]
-    ms = {r["step"]: 1000 * r["time/step_s"] for r in rows if r["step"] > a.warmup}
-    early = {s: t for s, t in ms.items() if s // 2 % 2 == 0}
-    late = {s: t for s, t in ms.items() if s // 2 % 2 == 1}
-    # each by-share pair (steps s, s+1) against the mean of the with-rollout pairs on either side: a drift that is
-    # linear over the 6 steps cancels
-    ratios = [
-        2 * (late[s] + late[s + 1]) / (early[s - 2] + early[s - 1] + early[s + 2] + early[s + 3])
-        for s in sorted(late)
-        if s % 2 == 0 and {s + 1} <= late.keys() and {s - 2, s - 1, s + 2, s + 3} <= early.keys()
-    ]
-    print(f"size {a.size}, {a.ranks} ranks on {a.prompts} prompts, 1 thread each, steps {a.warmup + 1}-{a.steps}")
-    print(f"reference with the rollout: median step {statistics.median(early.values()):.0f} ms ({len(early)} steps)")
-    print(f"reference by share after:   median step {statistics.median(late.values()):.0f} ms ({len(late)} steps)")
-    print(
-        f"by share / with the rollout, pair against the pairs either side: {', '.join(f'{x:.3f}' for x in ratios)} "
-        f"(median {statistics.median(ratios):.3f})"
-    )
-    return 0
 
 
 def report(a, tmp: Path, part: int, steps: int, train_args) -> int:
