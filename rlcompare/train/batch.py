@@ -30,9 +30,6 @@ class RolloutBatch:
     verifier_rewards: torch.Tensor  # (B,) CPU float32: the verifier's reward alone
     correct: torch.Tensor  # (B,) CPU bool
     prompts: list[Any]  # B / G `trainer.EncodedPrompt`s, one per group
-    # (B, T) the reference's log-probs, 0 on padding, when computed with the rollout (over several ranks each rank
-    # computes its own rows' before the round is gathered: `Trainer._reference_with_rollout`); else None
-    ref_logp: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.rewards)
@@ -50,7 +47,6 @@ class RolloutBatch:
             self.verifier_rewards[rows],
             self.correct[rows],
             [p for p, g in zip(self.prompts, groups) if g],
-            self.ref_logp[at] if self.ref_logp is not None else None,
         )
 
     @staticmethod
@@ -66,10 +62,7 @@ class RolloutBatch:
             return torch.cat([_pad_left(getattr(p, attr), P, value) for p in parts])
 
         def comps(attr, value):
-            return right([getattr(p.completions, attr) for p in parts], value)
-
-        def right(tensors, value):  # (b, t) tensors padded on the right to T and stacked
-            return torch.cat([_pad_right(t, T, value) for t in tensors])
+            return torch.cat([_pad_right(getattr(p.completions, attr), T, value) for p in parts])
 
         completions = Completions(
             comps("ids", pad_id),
@@ -87,7 +80,6 @@ class RolloutBatch:
             torch.cat([p.verifier_rewards for p in parts]),
             torch.cat([p.correct for p in parts]),
             sum((p.prompts for p in parts), []),
-            right([p.ref_logp for p in parts], 0.0) if all(p.ref_logp is not None for p in parts) else None,
         )
 
 
@@ -111,7 +103,6 @@ class Collected:
     generated_tokens: int  # real completion tokens sampled, over all rounds
     rollout_s: float  # seconds in the sampler
     scoring_s: float  # seconds in the verifier
-    reference_s: float = 0.0  # seconds in the reference's forward when it ran with the rollout (else in the update)
 
 
 @dataclass

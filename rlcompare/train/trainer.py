@@ -281,8 +281,7 @@ class Trainer:
         collected = self.collect()
         self.state.tokens += collected.generated_tokens
         row = self._collect_metrics(collected)
-        # the update's time includes the reference's forward, also where it ran with the rollout
-        t_update = time.perf_counter() - collected.reference_s
+        t_update = time.perf_counter()
         batch = collected.batch
         if batch is None:  # dynamic sampling kept no informative group: no update
             self.state.skipped_updates += 1
@@ -312,7 +311,7 @@ class Trainer:
         cfg, algo = self.cfg, self.cfg.algorithm
         G, n_prompts = cfg.trainer.group_size, cfg.trainer.prompts_per_step
         kept, rounds, drawn, dropped, gen_tokens = [], 0, 0, 0, 0
-        t_roll = t_score = t_ref = 0.0
+        t_roll = t_score = 0.0
         need = n_prompts
         while need > 0:
             prompts = self.stream.take(need)
@@ -334,20 +333,11 @@ class Trainer:
                 completions = _no_completions(self.device, with_logp=self._reads_sampler_logp())
             t1 = time.perf_counter()
             texts, verifier_rewards, correct, errors = self._score(mine, completions, G)
-            t2 = time.perf_counter()
-            t_score += t2 - t1
+            t_score += time.perf_counter() - t1
             t_roll += t1 - t0
-            ref_logp = None
-            if self._reference_with_rollout():  # this rank's rows, gathered with the round
-                ref_logp = (
-                    self._token_logp(prompt_ids, prompt_mask, completions.ids, completions.mask, self.ref)
-                    if mine
-                    else torch.zeros((0, 0), device=self.device)
-                )
-                t_ref += time.perf_counter() - t2
             if self.world.size > 1:  # every rank holds the whole round, in group order
-                (prompt_ids, prompt_mask, completions, texts, verifier_rewards, correct, errors, ref_logp) = (
-                    self._gather_round(prompts, shares, completions, verifier_rewards, correct, errors, ref_logp)
+                prompt_ids, prompt_mask, completions, texts, verifier_rewards, correct, errors = self._gather_round(
+                    prompts, shares, completions, verifier_rewards, correct, errors
                 )
             self.state.verifier_errors += errors
             rounds += 1
@@ -362,7 +352,7 @@ class Trainer:
                     factor=algo.overlong.factor,
                 )
             part = RolloutBatch(
-                prompt_ids, prompt_mask, completions, texts, rewards, verifier_rewards, correct, prompts, ref_logp
+                prompt_ids, prompt_mask, completions, texts, rewards, verifier_rewards, correct, prompts
             )
             if algo.dynamic_sampling.enabled:
                 info = adv_lib.informative_groups(rewards, G)
@@ -378,14 +368,7 @@ class Trainer:
         batch = RolloutBatch.concat(kept, self.pad_id) if kept else None
         if batch is not None and len(batch.prompts) > n_prompts:
             batch = batch.select(torch.arange(len(batch.prompts) * G) < n_prompts * G, G)
-        return Collected(batch, rounds, drawn, dropped, gen_tokens, t_roll, t_score, t_ref)
-
-    def _reference_with_rollout(self) -> bool:
-        """Whether each rank computes the reference's log-probs of the rows it sampled right after sampling them, so
-        that they travel with the round's gather (`_gather_round`): over several ranks, without dynamic sampling
-        (which drops groups after scoring). The step then has one synchronisation fewer (the gather of
-        `_by_rank`), and the ranks' waits for each other's rollout and reference forward are one wait."""
-        return self.world.size > 1 and self.ref is not None and not self.cfg.algorithm.dynamic_sampling.enabled
+        return Collected(batch, rounds, drawn, dropped, gen_tokens, t_roll, t_score)
 
     def _group_order(self) -> torch.Tensor | None:
         """The step's mini-batch order of its prompt groups (`_plan_update`'s), drawn before sampling where the
@@ -425,11 +408,9 @@ class Trainer:
         verifier_rewards,
         correct,
         errors,
-        ref_logp=None,
     ):
         """The ranks' shares of one sampling round (`shares`: each rank's groups) as the whole round in group
-        order, the same on every rank; this rank's recording (if any) placed at its rows; `ref_logp` (each rank's
-        rows' reference log-probs, or None on every rank) gathered alike."""
+        order, the same on every rank; this rank's recording (if any) placed at its rows."""
         w, G = self.world, self.cfg.trainer.group_size
         prompt_ids, prompt_mask = left_pad([p.ids for p in prompts], self.pad_id, self.device)
         prompt_ids, prompt_mask = prompt_ids.repeat_interleave(G, 0), prompt_mask.repeat_interleave(G, 0)
@@ -446,11 +427,10 @@ class Trainer:
             (c.lengths, 0),
             (verifier_rewards, 0.0),
             (correct, False),
-            (ref_logp, 0.0),
             (torch.tensor([errors]), 0),
         )
         *rows, n_errors = w.gather_many(list(tensors), list(pads))
-        ids, mask, logp, truncated, lengths, rewards, correct, ref_logp = (
+        ids, mask, logp, truncated, lengths, rewards, correct = (
             None if x is None else x[in_order.to(x.device)] for x in rows
         )
         whole = Completions(
@@ -475,7 +455,6 @@ class Trainer:
             rewards,
             correct,
             int(n_errors.sum()),
-            ref_logp,
         )
 
     def _by_rank(self, batch: RolloutBatch, rows_fn):
@@ -504,10 +483,8 @@ class Trainer:
             ),
             advantages=torch.empty(0),
         )
-        if self.ref is not None:  # with the rollout (each rank's own rows), else one share of the batch per rank
-            targets.ref_logp = (
-                batch.ref_logp if batch.ref_logp is not None else self._token_logp_by_rank(batch, self.ref)
-            )
+        if self.ref is not None:
+            targets.ref_logp = self._token_logp_by_rank(batch, self.ref)
         kl = None  # KL in the reward: -beta * sg(kl_t) on each real token, from the sampler's log-probs
         if targets.ref_logp is not None and algo.kl.placement == "in_reward":
             kl = objective.reward_kl(completions.logp, targets.ref_logp, completions.mask, estimator=algo.kl.estimator)
@@ -536,16 +513,15 @@ class Trainer:
     def _token_logp_by_rank(self, batch: RolloutBatch, run_on) -> torch.Tensor:
         """(B, T) log-probs of the batch's completions, 0 on padding, without graph, under `run_on(fn)`: `fn(model)`
         with the reference's weights (`self.ref`) or the policy's; one share of the groups per rank (`_by_rank`)."""
-        c = batch.completions
-        return self._by_rank(
-            batch, lambda r: self._token_logp(batch.prompt_ids[r], batch.prompt_mask[r], c.ids[r], c.mask[r], run_on)
-        )
+        completions = batch.completions
 
-    @torch.no_grad()
-    def _token_logp(self, prompt_ids, prompt_mask, ids, mask, run_on) -> torch.Tensor:
-        """(b, T) log-probs of completions `ids` (0 on padding), without graph, under `run_on(fn)`."""
-        logits = run_on(lambda m: self._logits(m, prompt_ids, prompt_mask, ids, mask))
-        return token_logp(logits, ids, self.cfg.rollout.temperature) * mask
+        @torch.no_grad()
+        def logp(r):
+            ids, mask = completions.ids[r], completions.mask[r]
+            logits = run_on(lambda m: self._logits(m, batch.prompt_ids[r], batch.prompt_mask[r], ids, mask))
+            return token_logp(logits, ids, self.cfg.rollout.temperature) * mask
+
+        return self._by_rank(batch, logp)
 
     def _values_of(self, batch: RolloutBatch):
         completions = batch.completions

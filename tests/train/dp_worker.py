@@ -6,8 +6,8 @@ For every case (a name, a list of Hydra overrides, optionally a parallel "mode",
 "nan_rank" whose step-1 losses are made NaN)
 every rank builds a Trainer in one data-parallel world and runs the case's steps; rank 0 writes `<name>.json` (the
 metrics rows, the eval rows, the fraction of the training state it held, how many held-out prompts each rank
-decoded, every rank's sum of the trained weights at the end, how many update rows all ranks rebuilt from
-their own rollouts, and how often each rank computed a share of the batch and gathered it: `Trainer._by_rank`) and `<name>.grads.safetensors` (the
+decoded, every rank's sum of the trained weights at the end, and how many update rows all ranks rebuilt from
+their own rollouts) and `<name>.grads.safetensors` (the
 gradient every optimizer step applied, after the reduction, whole: `s<step>.p<parameter>`). With `--reference`,
 rank 0 then runs each case again as a world of one process (what `torchrun --nproc_per_node=1` gives) and writes
 `<name>.ref.json` and `<name>.ref.grads.safetensors`; a case with `"reference": false` has none of its own (it
@@ -72,13 +72,6 @@ def _run(cfg, world, run_dir: Path, steps: int, nan_rank: int | None = None) -> 
         return sample_rows(prompts, greedy=greedy, **kw)
 
     tr._sample = counted_sample
-    by_rank, by_rank_calls = tr._by_rank, [0]
-
-    def counted_by_rank(*a, **kw):  # the batch's shares computed per rank and gathered (reference, critic values)
-        by_rank_calls[0] += 1
-        return by_rank(*a, **kw)
-
-    tr._by_rank = counted_by_rank
     if nan_rank == world.rank:  # this rank alone sees a NaN loss in step 1 (its gradients stay finite)
         micro_step = tr._micro_step
 
@@ -96,7 +89,6 @@ def _run(cfg, world, run_dir: Path, steps: int, nan_rank: int | None = None) -> 
         "rebuilt_rows": sum(world.gather_objects(rebuilt[0])),
         "eval_rows": world.gather_objects(eval_rows[0]),
         "weight_sums": world.gather_objects(weight_sum),
-        "by_rank_calls": world.gather_objects(by_rank_calls[0]),
     }
     return rows, evals, {k: v for g in grads for k, v in g.items()}, _held(tr), counts
 
