@@ -18,15 +18,13 @@ import argparse
 import json
 import os
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
-from dp_scaling import overrides  # noqa: E402
+from dp_scaling import launch, overrides, phases  # noqa: E402
 
 # Run in every process in place of `python -m rlcompare.cli`: wraps the timed functions, then runs the CLI; at exit
 # writes {name: [seconds, calls]} to $RANK_TIME_OUT/rank<RANK>.json.
@@ -85,15 +83,8 @@ def run(cmd_prefix: list[str], args: list[str], out: Path, warmup: int) -> list[
         "RANK_TIME_OUT": str(out),
         "RANK_TIME_WARMUP": str(warmup),
     }
-    proc = subprocess.run([*cmd_prefix, str(wrapper), *args], env=env, capture_output=True, text=True, cwd=REPO)
-    if proc.returncode != 0:
-        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd_prefix)} ...\n{proc.stderr[-3000:]}")
+    launch([*cmd_prefix, str(wrapper), *args], env=env)
     return [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
-
-
-def step_ms(results: Path, warmup: int) -> float:
-    rows = [json.loads(x) for x in (results / "default" / "run" / "metrics.jsonl").read_text().splitlines()]
-    return 1000 * statistics.median(r["time/step_s"] for r in rows[warmup:])
 
 
 def main() -> int:
@@ -146,9 +137,7 @@ def report(a, tmp: Path, part: int, steps: int, train_args) -> int:
         "collectives, all",
         [0.0, *(1000 * sum(v[0] for k, v in r.items() if k.startswith("collective")) / steps for r in ranks)],
     )
-    line(
-        "step (time/step_s, median)", [step_ms(tmp / "one_results", a.warmup), step_ms(tmp / "ranks_results", a.warmup)]
-    )
+    line("step (time/step_s, median)", [phases(tmp / d, a.warmup)["step"] for d in ("one_results", "ranks_results")])
     return 0
 
 

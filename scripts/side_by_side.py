@@ -15,17 +15,16 @@ is what coinciding phases cost, with no data exchanged.
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
-from dp_scaling import overrides  # noqa: E402
+from dp_scaling import launch, overrides, phases  # noqa: E402
 
 # In each side-by-side process: with a store path, join a 2-process gloo group of its own (no torchrun, so rlcompare
 # itself trains as one process) and wait for the other at the start of every step; then run the CLI.
@@ -46,11 +45,6 @@ runpy.run_module("rlcompare.cli", run_name="__main__")
 """
 
 
-def medians(results: Path, warmup: int) -> dict[str, float]:
-    rows = [json.loads(x) for x in (results / "default" / "run" / "metrics.jsonl").read_text().splitlines()][warmup:]
-    return {k: 1000 * statistics.median(r[f"time/{k}_s"] for r in rows) for k in ("rollout", "update", "step")}
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--prompts", type=int, default=8, help="each process's trainer.prompts_per_step (a rank's share)")
@@ -69,26 +63,22 @@ def main() -> int:
         train = ["train", "trainer.threads=1", f"seed={rank}", *overrides(a.size, a.prompts, a.steps, results)]
         return [sys.executable, str(wrapper), str(rank), store, *train]
 
-    steps: dict[str, list[float]] = {"alone": [], "free": [], "lock-step": []}
-    for r in range(a.repeats):
-        for way in ("alone", "free", "lock-step") if r % 2 == 0 else ("lock-step", "free", "alone"):
-            n = 1 if way == "alone" else 2
-            store = str(tmp / f"store{r}") if way == "lock-step" else "-"
-            dirs = [tmp / f"{way}{r}_{k}" for k in range(n)]
-            procs = [
-                subprocess.Popen(
-                    cmd(store, k, d), env=env, stderr=subprocess.PIPE, text=True, stdout=subprocess.DEVNULL
-                )
-                for k, d in enumerate(dirs)
-            ]
-            for proc in procs:
-                err = proc.communicate()[1]
-                if proc.returncode != 0:
-                    sys.exit(f"failed ({proc.returncode}): {way}\n{err[-3000:]}")
-            got = [medians(d, a.warmup) for d in dirs]
-            steps[way] += [g["step"] for g in got]
-            cols = "; ".join(", ".join(f"{k} {v:.0f}" for k, v in g.items()) for g in got)
-            print(f"repeat {r + 1} {way:9s} ms a step (median): {cols}")
+    try:
+        steps: dict[str, list[float]] = {"alone": [], "free": [], "lock-step": []}
+        for r in range(a.repeats):
+            for way in ("alone", "free", "lock-step") if r % 2 == 0 else ("lock-step", "free", "alone"):
+                n = 1 if way == "alone" else 2
+                store = str(tmp / f"store{r}") if way == "lock-step" else "-"
+                dirs = [tmp / f"{way}{r}_{k}" for k in range(n)]
+                launch(*(cmd(store, k, d) for k, d in enumerate(dirs)), env=env)
+                got = [
+                    {k: v for k, v in phases(d, a.warmup).items() if k in ("rollout", "update", "step")} for d in dirs
+                ]
+                steps[way] += [g["step"] for g in got]
+                cols = "; ".join(", ".join(f"{k} {v:.0f}" for k, v in g.items()) for g in got)
+                print(f"repeat {r + 1} {way:9s} ms a step (median): {cols}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     free, lock, alone = (statistics.median(steps[w]) for w in ("free", "lock-step", "alone"))
     print(
         f"medians over repeats and processes: alone {alone:.0f} ms, free {free:.0f} ms ({free / alone:.2f}x), "

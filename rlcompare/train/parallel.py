@@ -62,9 +62,7 @@ class World:
     mode: str = "none"
     local_size: int = 1  # ranks on this machine (torchrun's LOCAL_WORLD_SIZE)
     comm_device: str = "cpu"  # where the backend's tensors must be: cpu (gloo) | cuda (NCCL)
-    shared_memory: bool = (
-        False  # gradients summed through shared memory (`rlcompare.train.shared_sum`), not the backend
-    )
+    shared_memory: bool = False  # gradients summed through shared memory (`train.shared_sum`), not the backend
     owns_group: bool = False  # init_world started the process group (so `leave` ends it)
 
     @property

@@ -368,8 +368,9 @@ CASES = [
 @pytest.mark.parametrize("case", ["nan_on_rank1", "fsdp_nan_on_rank1"])
 def test_a_nan_loss_on_one_rank_skips_the_update_on_every_rank(two_rank_cases, case):
     """Rank 1 alone sees NaN losses in step 1 (its gradients finite): the NaN guard's decision is every rank's (the
-    flag the gradient sum's barrier carries; `World.any_true` under fsdp), so both skip every optimizer step of step 1 and step normally in step 2, and the ranks'
-    weights stay equal. Were the check local, rank 0 would step on its own and the weights would part."""
+    flag the gradient sum's barrier carries; `World.any_true` under fsdp), so both skip every optimizer step of
+    step 1 and step normally in step 2, and the ranks' weights stay equal. Were the check local, rank 0 would step
+    on its own and the weights would part."""
     got = json.loads((two_rank_cases / f"{case}.json").read_text())
     first, second = got["rows"]
     # conf/config.yaml's trainer.updates_per_rollout: 2 optimizer steps a step, both skipped, no gradient norm kept
