@@ -10,6 +10,10 @@ the optimizer step) and, on the ranks, every collective (`rlcompare.train.parall
 function that called it), from step `--warmup` + 1 on. Prints milliseconds a step for each, one process against
 every rank: what the ranks spend beyond the lone share-sized process is data parallelism's cost on this host
 (the collectives, including the waits for the slowest rank, and the compute two processes slow each other by).
+Each line has a `cpu` line under it: the calling thread's CPU time in the same calls (`time.thread_time`). Wall
+time beyond it is time off the core (a collective waiting for the other rank, or the process preempted); CPU time
+beyond the lone process's in the same phase is work the rank does and it does not, or the same work made slower
+by the other rank beside it (shared caches and memory bandwidth).
 """
 
 from __future__ import annotations
@@ -27,24 +31,25 @@ sys.path.insert(0, str(REPO / "scripts"))
 from dp_scaling import launch, overrides, phases  # noqa: E402
 
 # Run in every process in place of `python -m rlcompare.cli`: wraps the timed functions, then runs the CLI; at exit
-# writes {name: [seconds, calls]} to $RANK_TIME_OUT/rank<RANK>.json.
+# writes {name: [seconds, calls, CPU seconds]} to $RANK_TIME_OUT/rank<RANK>.json.
 _WRAPPER = r"""
 import atexit, collections, json, os, runpy, sys, time, traceback
 import rlcompare.train.parallel as par
 import rlcompare.train.trainer as trainer_mod
 
-spent = collections.defaultdict(lambda: [0.0, 0])
+spent = collections.defaultdict(lambda: [0.0, 0, 0.0])
 warmup = int(os.environ["RANK_TIME_WARMUP"])
 
 def timed(name, fn):
     def run(*a, **k):
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.thread_time()
         try:
             return fn(*a, **k)
         finally:
             s = spent[name]
             s[0] += time.perf_counter() - t
             s[1] += 1
+            s[2] += time.thread_time() - cpu
     return run
 
 collective = par._collective
@@ -52,7 +57,7 @@ def named_collective(fn, *a, **k):
     caller = traceback.extract_stack(limit=3)[0].name  # the World method that called _collective
     return timed(f"collective: {fn.__name__} in {caller}", collective)(fn, *a, **k)
 par._collective = named_collective
-for name in ("collect", "advantages", "update", "_optimizer_step"):
+for name in ("step", "collect", "advantages", "update", "_optimizer_step"):
     setattr(trainer_mod.Trainer, name, timed(f"phase: {name.strip('_')}", getattr(trainer_mod.Trainer, name)))
 par.GradientSum.finish = timed("phase: gradient sum (finish)", par.GradientSum.finish)
 step = trainer_mod.Trainer.step
@@ -131,12 +136,15 @@ def report(a, tmp: Path, part: int, steps: int, train_args) -> int:
         print(f"{name:44s}{values[0]:14.1f}" + "".join(f"{v:10.1f}" for v in values[1:]) + f"{calls:>14s}")
 
     for name in names:
-        cols = [one.get(name, [0, 0]), *(r.get(name, [0, 0]) for r in ranks)]
+        cols = [one.get(name, [0, 0, 0]), *(r.get(name, [0, 0, 0]) for r in ranks)]
         line(name, [1000 * c[0] / steps for c in cols], f"{max(c[1] for c in cols[1:]) / steps:.1f}")
+        line("  cpu", [1000 * c[2] / steps for c in cols])
     line(
         "collectives, all",
         [0.0, *(1000 * sum(v[0] for k, v in r.items() if k.startswith("collective")) / steps for r in ranks)],
     )
+    whole = [one.get("phase: step", [0, 0, 0]), *(r.get("phase: step", [0, 0, 0]) for r in ranks)]
+    line("step: wall - cpu (off the core)", [1000 * (c[0] - c[2]) / steps for c in whole])
     line("step (time/step_s, median)", [phases(tmp / d, a.warmup)["step"] for d in ("one_results", "ranks_results")])
     return 0
 
