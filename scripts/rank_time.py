@@ -1,7 +1,7 @@
 """Where a data-parallel rank's step goes (issue 21): each rank's phases and collectives, against one process on a
 rank's share of the batch. A measurement script, not a test.
 
-    python scripts/rank_time.py [--ranks 2] [--size 4.2M] [--prompts 16] [--steps 12] [--warmup 3]
+    python scripts/rank_time.py [--ranks 2] [--size 4.2M] [--prompts 16] [--steps 12] [--warmup 3] [--per-step]
 
 Runs `scripts/dp_scaling.py`'s training run twice, 1 thread per process: under `torchrun --nproc_per_node=N` on
 `--prompts`, and as one process on `--prompts / N` (what each rank samples and trains on). In both, every process
@@ -13,7 +13,8 @@ every rank: what the ranks spend beyond the lone share-sized process is data par
 Each line has a `cpu` line under it: the calling thread's CPU time in the same calls (`time.thread_time`). Wall
 time beyond it is time off the core (a collective waiting for the other rank, or the process preempted); CPU time
 beyond the lone process's in the same phase is work the rank does and it does not, or the same work made slower
-by the other rank beside it (shared caches and memory bandwidth).
+by the other rank beside it (shared caches and memory bandwidth). `--per-step` adds every step's CPU time of each
+phase on every rank, and the mean spread between the ranks by phase: the work that the waits come from.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import rlcompare.train.parallel as par
 import rlcompare.train.trainer as trainer_mod
 
 spent = collections.defaultdict(lambda: [0.0, 0, 0.0])
+per_step = collections.defaultdict(list)  # phase -> CPU seconds of each call, from step warmup + 1 on
 warmup = int(os.environ["RANK_TIME_WARMUP"])
 
 def timed(name, fn):
@@ -50,6 +52,8 @@ def timed(name, fn):
             s[0] += time.perf_counter() - t
             s[1] += 1
             s[2] += time.thread_time() - cpu
+            if name.startswith("phase"):
+                per_step[name].append(time.thread_time() - cpu)
     return run
 
 collective = par._collective
@@ -64,13 +68,14 @@ step = trainer_mod.Trainer.step
 def counted_step(self):
     if self.state.step == warmup:
         spent.clear()
+        per_step.clear()
     return step(self)
 trainer_mod.Trainer.step = counted_step
 
 def dump():
     out = os.path.join(os.environ["RANK_TIME_OUT"], f"rank{os.environ.get('RANK', '0')}.json")
     with open(out, "w") as f:
-        json.dump(dict(spent), f)
+        json.dump({"spent": dict(spent), "per_step": dict(per_step)}, f)
 atexit.register(dump)
 sys.argv = ["rlcompare", *sys.argv[1:]]
 runpy.run_module("rlcompare.cli", run_name="__main__")
@@ -89,7 +94,7 @@ def run(cmd_prefix: list[str], args: list[str], out: Path, warmup: int) -> list[
         "RANK_TIME_WARMUP": str(warmup),
     }
     launch([*cmd_prefix, str(wrapper), *args], env=env)
-    return [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+    return [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]  # {"spent": ..., "per_step": ...}
 
 
 def main() -> int:
@@ -99,6 +104,11 @@ def main() -> int:
     p.add_argument("--prompts", type=int, default=16)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--warmup", type=int, default=3, help="steps left out")
+    p.add_argument(
+        "--per-step",
+        action="store_true",
+        help="and each step's CPU time of each phase on every rank: how far the ranks' work differs step by step",
+    )
     a = p.parse_args()
     if a.prompts % a.ranks:
         p.error(f"--prompts must be divisible by --ranks ({a.prompts} by {a.ranks})")
@@ -117,13 +127,14 @@ def main() -> int:
 
 
 def report(a, tmp: Path, part: int, steps: int, train_args) -> int:
-    one = run([sys.executable], train_args(part, tmp / "one_results"), tmp / "one", a.warmup)[0]
-    ranks = run(
+    one = run([sys.executable], train_args(part, tmp / "one_results"), tmp / "one", a.warmup)[0]["spent"]
+    by_rank = run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={a.ranks}"],
         train_args(a.prompts, tmp / "ranks_results"),
         tmp / "ranks",
         a.warmup,
     )
+    ranks = [r["spent"] for r in by_rank]
     names = sorted(set(one).union(*ranks), key=lambda k: (not k.startswith("phase"), -ranks[0].get(k, [0])[0]))
     print(f"size {a.size}, 1 thread per process; {a.ranks} ranks on {a.prompts} prompts against one process on {part}")
     print(
@@ -146,7 +157,37 @@ def report(a, tmp: Path, part: int, steps: int, train_args) -> int:
     whole = [one.get("phase: step", [0, 0, 0]), *(r.get("phase: step", [0, 0, 0]) for r in ranks)]
     line("step: wall - cpu (off the core)", [1000 * (c[0] - c[2]) / steps for c in whole])
     line("step (time/step_s, median)", [phases(tmp / d, a.warmup)["step"] for d in ("one_results", "ranks_results")])
+    if a.per_step:
+        per_step_table([r["per_step"] for r in by_rank], a.warmup)
     return 0
+
+
+PHASES = ("collect", "advantages", "update", "step")
+
+
+def per_step_table(per_step: list[dict], warmup: int) -> None:
+    """Each step's CPU milliseconds of each phase on every rank, then the mean over steps of the spread between the
+    ranks (slowest - fastest) by phase. A rank that finishes a phase first waits for the slowest at the next
+    collective, so the phases' spreads bound what the waits cost; the whole step's spread is what they would cost
+    if the ranks met once a step (differences of opposite sign in two phases cancel)."""
+    cols = {ph: [r.get(f"phase: {ph}", []) for r in per_step] for ph in PHASES}
+    n = min(len(c) for ph in PHASES for c in cols[ph])
+    print(f"\nCPU ms of each phase, rank by rank (steps {warmup + 1}-{warmup + n})")
+    print("step " + "".join(f"{ph:>{9 * len(per_step) + 2}s}" for ph in PHASES))
+    spread = {ph: 0.0 for ph in PHASES}
+    for i in range(n):
+        cells = ""
+        for ph in PHASES:
+            ms = [1000 * c[i] for c in cols[ph]]
+            spread[ph] += (max(ms) - min(ms)) / n
+            cells += "  " + "".join(f"{v:9.0f}" for v in ms)
+        print(f"{warmup + 1 + i:4d} {cells}")
+    parts = sum(spread[ph] for ph in PHASES[:-1])
+    print(
+        "mean spread between the ranks, ms: "
+        + ", ".join(f"{ph} {spread[ph]:.0f}" for ph in PHASES)
+        + f" (the three phases' sum {parts:.0f})"
+    )
 
 
 if __name__ == "__main__":
