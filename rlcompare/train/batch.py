@@ -25,7 +25,6 @@ class RolloutBatch:
     # ids (B, T), mask (B, T), sampler logp (B, T) or None, truncated (B,), lengths (B,), and the speed layer's
     # opaque `recording` (None when the ordinary path sampled or several rounds were joined)
     completions: Completions
-    texts: list[str]  # B decoded completions
     rewards: torch.Tensor  # (B,) CPU float32: the verifier's reward plus shaping (DAPO's soft overlong punishment)
     verifier_rewards: torch.Tensor  # (B,) CPU float32: the verifier's reward alone
     correct: torch.Tensor  # (B,) CPU bool
@@ -42,7 +41,6 @@ class RolloutBatch:
             self.prompt_ids[at],
             self.prompt_mask[at],
             self.completions.select(rows),
-            [x for x, r in zip(self.texts, rows.tolist()) if r],
             self.rewards[rows],
             self.verifier_rewards[rows],
             self.correct[rows],
@@ -75,7 +73,6 @@ class RolloutBatch:
             prompts("prompt_ids", pad_id),
             prompts("prompt_mask", 0),
             completions,
-            sum((p.texts for p in parts), []),
             torch.cat([p.rewards for p in parts]),
             torch.cat([p.verifier_rewards for p in parts]),
             torch.cat([p.correct for p in parts]),

@@ -332,11 +332,11 @@ class Trainer:
                 prompt_ids = prompt_mask = None
                 completions = _no_completions(self.device, with_logp=self._reads_sampler_logp())
             t1 = time.perf_counter()
-            texts, verifier_rewards, correct, errors = self._score(mine, completions, G)
+            _, verifier_rewards, correct, errors = self._score(mine, completions, G)
             t_score += time.perf_counter() - t1
             t_roll += t1 - t0
             if self.world.size > 1:  # every rank holds the whole round, in group order
-                prompt_ids, prompt_mask, completions, texts, verifier_rewards, correct, errors = self._gather_round(
+                prompt_ids, prompt_mask, completions, verifier_rewards, correct, errors = self._gather_round(
                     prompts, shares, completions, verifier_rewards, correct, errors
                 )
             self.state.verifier_errors += errors
@@ -351,9 +351,7 @@ class Trainer:
                     cache_len=algo.overlong.cache_len,
                     factor=algo.overlong.factor,
                 )
-            part = RolloutBatch(
-                prompt_ids, prompt_mask, completions, texts, rewards, verifier_rewards, correct, prompts
-            )
+            part = RolloutBatch(prompt_ids, prompt_mask, completions, rewards, verifier_rewards, correct, prompts)
             if algo.dynamic_sampling.enabled:
                 info = adv_lib.informative_groups(rewards, G)
                 dropped += int((~info).sum())
@@ -447,15 +445,7 @@ class Trainer:
                 else None
             ),
         )
-        return (
-            prompt_ids,
-            prompt_mask,
-            whole,
-            self._decode(whole),
-            rewards,
-            correct,
-            int(n_errors.sum()),
-        )
+        return prompt_ids, prompt_mask, whole, rewards, correct, int(n_errors.sum())
 
     def _by_rank(self, batch: RolloutBatch, rows_fn):
         """`rows_fn(rows)` -> a (b, ...) tensor for the rows `rows` of the batch: computed by each rank for its share
