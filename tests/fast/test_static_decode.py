@@ -6,6 +6,8 @@ or the sampler driven through transformers' DynamicCache (`kv_cache="dynamic"`) 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -319,8 +321,8 @@ def test_rope_backward_is_the_derivative():
     [
         ("4.55.4", True),
         ("4.56.0", False),
-        ("5.24.0", False),
-        ("5.25.0.dev0", True),
+        ("5.25.0", False),
+        ("5.26.0.dev0", True),
         ("6.0.0", True),
     ],
 )
@@ -328,7 +330,20 @@ def test_the_fast_path_refuses_transformers_outside_its_tested_range(version, re
     why = static_decode.transformers_version_refusal(version)
     assert (why is not None) == refused
     if refused:
-        assert version in why and ">=4.56,<5.25" in why
+        assert version in why and ">=4.56,<5.26" in why
+
+
+def test_the_test_extra_pins_transformers_below_the_tested_range_s_end():
+    """The tests assert the fast path, which refuses a transformers past TESTED_TRANSFORMERS: the test extra's pin
+    must end where the range does, or a new transformers release fails them (as 5.25.0 did to a range ending there)."""
+    import tomllib
+
+    from rlcompare.fast.static_decode import TESTED_TRANSFORMERS
+
+    test_extra = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["test"]
+    assert f"transformers<{TESTED_TRANSFORMERS[1]}" in test_extra
 
 
 def test_an_untested_transformers_falls_back_to_the_transformers_cache(monkeypatch):
