@@ -48,12 +48,12 @@ def timed(name, fn):
         try:
             return fn(*a, **k)
         finally:
-            s = spent[name]
+            s, used = spent[name], time.thread_time() - cpu
             s[0] += time.perf_counter() - t
             s[1] += 1
-            s[2] += time.thread_time() - cpu
+            s[2] += used
             if name.startswith("phase"):
-                per_step[name].append(time.thread_time() - cpu)
+                per_step[name].append(used)
     return run
 
 collective = par._collective

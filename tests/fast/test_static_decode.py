@@ -338,12 +338,10 @@ def test_the_test_extra_pins_transformers_below_the_tested_range_s_end():
     must end where the range does, or a new transformers release fails them (as 5.25.0 did to a range ending there)."""
     import tomllib
 
-    from rlcompare.fast.static_decode import TESTED_TRANSFORMERS
-
     test_extra = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"][
         "optional-dependencies"
     ]["test"]
-    assert f"transformers<{TESTED_TRANSFORMERS[1]}" in test_extra
+    assert f"transformers<{static_decode.TESTED_TRANSFORMERS[1]}" in test_extra
 
 
 def test_an_untested_transformers_falls_back_to_the_transformers_cache(monkeypatch):
