@@ -1,7 +1,8 @@
 """Scaling efficiency of data-parallel training (issue 21), with the two sides' steps interleaved: one process and N
 torchrun ranks run at once, taking turns a step at a time. A measurement script, not a test.
 
-    python scripts/dp_interleaved.py [--ranks 2] [--size 4.2M] [--prompts 16] [--steps 24] [--warmup 2]
+    python scripts/dp_interleaved.py [--ranks 2] [--size 4.2M] [--prompts 16] [--steps 24] [--warmup 2] [--turn 1]
+                                     [--ceiling] [--against OVERRIDE ...]
 
 `scripts/dp_scaling.py` runs the one-process run and the N-rank run one after the other, and this host's speed
 drifts by more than the effect measured between the two (a repeat's efficiency has moved from 0.71 to 0.98 on the
@@ -12,6 +13,11 @@ side goes first (ABBA), so that step k of both sides meets the same host. Both s
 efficiency of step k = time(one process, step k) / (N x time(N ranks, step k)) (the tokens are the same), and over
 the steps after `--warmup` the throughputs' ratio, as dp_scaling.py computes it, with the median and quartiles of
 the steps' own ratios.
+
+`--ceiling` adds two sides, one process on a rank's share of the batch and N of them side by side, and splits the
+efficiency into the three factors of `scripts/dp_scaling.py --ceiling`, all from the same turns. `--against
+OVERRIDE ...` adds a second N-rank side with those overrides (an A/B of a data-parallel change, e.g.
+`trainer.grad_sum=backend`): its steps against the first side's, step by step, where both sampled the same tokens.
 
 What interleaving changes: each side starts its step after the other has used the caches, so both pay a cold
 cache each step (the model and AdamW's state, about 50 MB at 4.2M, do not fit in cache anyway). Nothing else: the
@@ -115,6 +121,19 @@ def main() -> int:
         help="also interleave one process on prompts / ranks ('part') and N such processes side by side ('side'), "
         "and split the efficiency into bound x side by side x the rest, as scripts/dp_scaling.py --ceiling does",
     )
+    p.add_argument(
+        "--against",
+        nargs="+",
+        default=[],
+        metavar="OVERRIDE",
+        help="a second N-rank side with these overrides, timed against the first step by step",
+    )
+    p.add_argument(
+        "--turn",
+        type=int,
+        default=1,
+        help="steps a side runs in each turn (1: the finest interleaving; more: fewer switches between sides)",
+    )
     a = p.parse_args()
     if a.steps <= a.warmup:
         p.error(f"--steps ({a.steps}) must exceed --warmup ({a.warmup})")
@@ -141,6 +160,8 @@ def interleave(a, tmp: Path) -> dict[str, list[tuple[list[float], list[int]]]]:
         "one": [(one, a.prompts, 1)],
         "ranks": [([*ranks, str(tmp / "wrapper.py"), "train", "trainer.parallel=ddp"], a.prompts, a.ranks)],
     }
+    if a.against:
+        sides["against"] = [([*sides["ranks"][0][0], *a.against], a.prompts, a.ranks)]
     if a.ceiling:
         sides["part"] = [(one, part, 1)]
         sides["side"] = [(one, part, 1)] * a.ranks
@@ -175,12 +196,13 @@ def interleave(a, tmp: Path) -> dict[str, list[tuple[list[float], list[int]]]]:
             conn.settimeout(1.0)
             turns[recv_exact(conn, 32, procs).decode().strip().split(":")[0]].append(conn)
         order = list(sides)
-        for k in range(a.steps):
+        for k in range(-(-a.steps // a.turn)):
             for side in order[k % len(order) :] + order[: k % len(order)]:  # each side first in turn
-                for conn in turns[side]:
-                    conn.sendall(b"g")
-                for conn in turns[side]:
-                    recv_exact(conn, 1, procs)
+                for _ in range(min(a.turn, a.steps - k * a.turn)):
+                    for conn in turns[side]:
+                        conn.sendall(b"g")
+                    for conn in turns[side]:
+                        recv_exact(conn, 1, procs)
         for conns in turns.values():  # the end of the run: every side at once (not measured)
             for conn in conns:
                 conn.sendall(b"g")
@@ -249,6 +271,19 @@ def report(a, times: dict) -> int:
         )
         summary.update(bound=bound, side_by_side=ceiling, collectives_and_waits=rest, part_step_s=part_t)
         summary["side_step_s"] = side_t
+    if a.against:
+        b_t, b_tok = times["against"][0]
+        both = next((i for i, (x, y) in enumerate(zip(ranks_tok, b_tok)) if x != y), len(b_tok))
+        ratio = [x / y for x, y in zip(ranks_t[w:both], b_t[w:both])]
+        line = f"{n} ranks with {' '.join(a.against)}: median step {1000 * statistics.median(b_t[w:]):.0f} ms"
+        if len(ratio) > 1:
+            q1, med, q3 = statistics.quantiles(ratio, n=4)
+            line += (
+                f"; speed against the first {n} ranks, step by step (steps {w + 1}-{both}): median {med:.3f}x, "
+                f"quartiles {q1:.3f}-{q3:.3f}x"
+            )
+        print(line + f"; the same tokens as the first through step {both}")
+        summary.update(against=a.against, against_step_s=b_t, against_speed_by_step=ratio)
     print(json.dumps(summary))
     return 0
 
