@@ -7,8 +7,8 @@ torchrun ranks run at once, taking turns a step at a time. A measurement script,
 `scripts/dp_scaling.py` runs the one-process run and the N-rank run one after the other, and this host's speed
 drifts by more than the effect measured between the two (a repeat's efficiency has moved from 0.71 to 0.98 on the
 same code). Here both runs are started together and each step is a turn: the controller lets one side run its
-step k while the other waits (blocked on a socket, off the cores), then the other its step k, alternating which
-side goes first (ABBA), so that step k of both sides meets the same host. Both sides train the same run
+step k while the other waits (blocked on a socket, off the cores), then the other its step k, the side that goes
+first changing every turn, so that step k of both sides meets the same host (`--turn K`: K steps a turn). Both sides train the same run
 (`scripts/dp_scaling.py`'s overrides: group streams, the same tokens every step), so each step gives a pair:
 efficiency of step k = time(one process, step k) / (N x time(N ranks, step k)) (the tokens are the same), and over
 the steps after `--warmup` the throughputs' ratio, as dp_scaling.py computes it, with the median and quartiles of
