@@ -39,7 +39,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
-from dp_scaling import overrides  # noqa: E402
+from dp_scaling import add_run_options, overrides, run_rows, same_through  # noqa: E402
 
 # Run in every process in place of `python -m rlcompare.cli`: each `Trainer.step` reports its end ("d" on the socket)
 # and then waits for the controller's next turn ("g") before it returns, so that nothing of a side runs outside its
@@ -104,17 +104,13 @@ def failed(procs: dict, force: bool = False) -> None:
 
 
 def step_times(results: Path) -> tuple[list[float], list[int]]:
-    rows = [json.loads(line) for line in (results / "default" / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows = run_rows(results)
     return [r["time/step_s"] for r in rows], [r["tokens/step"] for r in rows]
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--ranks", type=int, default=2)
-    p.add_argument("--size", default="4.2M")
-    p.add_argument("--prompts", type=int, default=16, help="trainer.prompts_per_step: the global batch, in groups of 8")
-    p.add_argument("--steps", type=int, default=24)
-    p.add_argument("--warmup", type=int, default=2, help="first steps left out")
+    add_run_options(p, steps=24)
     p.add_argument(
         "--ceiling",
         action="store_true",
@@ -219,7 +215,7 @@ def interleave(a, tmp: Path) -> dict[str, list[tuple[list[float], list[int]]]]:
 def report(a, times: dict) -> int:
     w, n = a.warmup, a.ranks
     (one_t, one_tok), (ranks_t, ranks_tok) = times["one"][0], times["ranks"][0]
-    same = next((i for i, (x, y) in enumerate(zip(one_tok, ranks_tok)) if x != y), len(one_tok))
+    same = same_through(one_tok, ranks_tok)
     t1 = sum(one_tok[w:]) / sum(one_t[w:])
     tn = sum(ranks_tok[w:]) / sum(ranks_t[w:])
     eff = tn / (n * t1)
@@ -273,7 +269,7 @@ def report(a, times: dict) -> int:
         summary["side_step_s"] = side_t
     if a.against:
         b_t, b_tok = times["against"][0]
-        both = next((i for i, (x, y) in enumerate(zip(ranks_tok, b_tok)) if x != y), len(b_tok))
+        both = same_through(ranks_tok, b_tok)
         ratio = [x / y for x, y in zip(ranks_t[w:both], b_t[w:both])]
         line = f"{n} ranks with {' '.join(a.against)}: median step {1000 * statistics.median(b_t[w:]):.0f} ms"
         if len(ratio) > 1:

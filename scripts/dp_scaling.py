@@ -63,16 +63,34 @@ def overrides(size: str, prompts: int, steps: int, results: Path) -> list[str]:
     ]
 
 
+def add_run_options(p: argparse.ArgumentParser, steps: int) -> None:
+    """The options of the measured run, shared with scripts/dp_interleaved.py."""
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--size", default="4.2M", choices=sorted(SIZES))
+    p.add_argument("--prompts", type=int, default=16, help="trainer.prompts_per_step: the global batch, in groups of 8")
+    p.add_argument("--steps", type=int, default=steps)
+    p.add_argument("--warmup", type=int, default=2, help="first steps left out of the throughput")
+
+
+def run_rows(results: Path) -> list[dict]:
+    """The metrics.jsonl rows of the run `overrides` writes under `results`."""
+    return [json.loads(line) for line in (results / "default" / "run" / "metrics.jsonl").read_text().splitlines()]
+
+
+def same_through(a: list, b: list) -> int:
+    """Through which step two runs' `tokens/step` columns agree (the first step where they differ, 0-based)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
+
+
 def throughput(results: Path, warmup: int) -> tuple[float, list[int]]:
-    rows = [json.loads(line) for line in (results / "default" / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows = run_rows(results)
     kept = rows[warmup:]
     return sum(r["tokens/step"] for r in kept) / sum(r["time/step_s"] for r in kept), [r["tokens/step"] for r in rows]
 
 
 def phases(results: Path, warmup: int) -> dict[str, float]:
     """Median milliseconds of each `time/*` column of a run's rows after `warmup` (rollout, update, step, ...)."""
-    rows = [json.loads(line) for line in (results / "default" / "run" / "metrics.jsonl").read_text().splitlines()]
-    kept = rows[warmup:]
+    kept = run_rows(results)[warmup:]
     keys = [k for k in kept[0] if k.startswith("time/") and k.endswith("_s") and k != "time/elapsed_s"]
     return {k[len("time/") : -len("_s")]: 1000 * statistics.median(r[k] for r in kept) for k in keys}
 
@@ -93,12 +111,8 @@ def launch(*cmds: list[str], env: dict) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--ranks", type=int, default=2)
+    add_run_options(p, steps=12)
     p.add_argument("--parallel", default="ddp", choices=["ddp", "fsdp"], help="trainer.parallel of the N-rank run")
-    p.add_argument("--size", default="4.2M", choices=sorted(SIZES))
-    p.add_argument("--prompts", type=int, default=16, help="trainer.prompts_per_step: the global batch, in groups of 8")
-    p.add_argument("--steps", type=int, default=12)
-    p.add_argument("--warmup", type=int, default=2, help="first steps left out of the throughput")
     p.add_argument("--repeats", type=int, default=1, help="alternated pairs (the machine is shared and noisy)")
     p.add_argument(
         "--ceiling",
@@ -161,7 +175,7 @@ def main() -> int:
                 for name, d in (("one", one), ("part", tmp / f"part{r}"), ("ranks", many)):
                     timed[name].append(phases(d, a.warmup))
             a_tok, b_tok = single[-1][1], multi[-1][1]
-            same.append(next((i for i, (x, y) in enumerate(zip(a_tok, b_tok)) if x != y), len(a_tok)))
+            same.append(same_through(a_tok, b_tok))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     t1 = statistics.median(x for x, _ in single)
