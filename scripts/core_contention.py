@@ -3,9 +3,11 @@ measurement script, not a test.
 
     python scripts/core_contention.py [--seconds 4] [--repeats 2]
 
-Three 1-thread loops, each run alone and then beside another (two processes whose loops start together):
+Four 1-thread loops, each run alone and then beside another (two processes whose loops start together):
 `gemm` (512 x 512 fp32 products: compute-bound), `small` (64 x 256 products and activations: per-call overhead,
-data in the core's own cache) and `memory` (an in-place add over two 32 MB vectors: memory bandwidth). Prints
+data in the core's own cache), `memory` (an in-place add over two 32 MB vectors: memory bandwidth) and `decode`
+(one decode step's products of the 4.2M model, 64 rows, through oneDNN's packed weights as the sampler runs them:
+16.8 MB of weights per process, so one copy fits the 32 MB shared L3 of this host and two do not). Prints
 each loop's rate beside the other as a share of its rate alone, `--repeats` times, alone measured again in
 every repeat. Two ranks in lock-step run the same kind of work at the same moments; only the kinds that lose
 here beside each other would cost them more than free processes. The rates alone also show how much the host's
@@ -19,8 +21,18 @@ import subprocess
 import sys
 import time
 
-KINDS = ("gemm", "small", "memory")
-PAIRS = (("gemm", "gemm"), ("small", "small"), ("memory", "memory"), ("gemm", "memory"), ("small", "memory"))
+KINDS = ("gemm", "small", "memory", "decode")
+PAIRS = (
+    ("gemm", "gemm"),
+    ("small", "small"),
+    ("memory", "memory"),
+    ("decode", "decode"),
+    ("gemm", "memory"),
+    ("small", "memory"),
+    ("decode", "memory"),
+)
+# one layer's decode products of the 4.2M model (hidden 256, MLP 1024), [out, in]: q/k/v fused, o, gate/up fused, down
+DECODE_LAYER = ((768, 256), (256, 256), (2048, 256), (256, 1024))
 
 
 def loop(kind: str, seconds: float, start_at: float) -> float:
@@ -32,10 +44,17 @@ def loop(kind: str, seconds: float, start_at: float) -> float:
     a, b = torch.randn(512, 512, generator=g), torch.randn(512, 512, generator=g)
     x, w = torch.randn(64, 256, generator=g), torch.randn(256, 256, generator=g)
     big, other = torch.randn(8_000_000, generator=g), torch.randn(8_000_000, generator=g)
+    packed, inputs = [], {}
+    if kind == "decode":
+        from rlcompare.fast import onednn  # the sampler's products (weights packed once per rollout)
+
+        packed = [onednn.pack(torch.randn(*s, generator=g), 64) for s in DECODE_LAYER * 4]  # 4 layers
+        inputs = {n: torch.randn(64, n, generator=g) for n in (256, 1024)}
     work = {
         "gemm": lambda: torch.mm(a, b),
         "small": lambda: [torch.nn.functional.silu(x @ w) * x for _ in range(20)],
         "memory": lambda: big.add_(other, alpha=1e-9),
+        "decode": lambda: [onednn.linear(inputs[p.shape[1]], p) for p in packed],
     }[kind]
     work()
     time.sleep(max(0.0, start_at - time.time()))  # every process of a pair past its imports: both loops overlap
