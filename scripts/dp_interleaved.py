@@ -39,7 +39,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
-from dp_scaling import add_run_options, overrides, run_rows, same_through  # noqa: E402
+from dp_scaling import add_run_options, overrides, run_rows, same_through, tokens_per_s  # noqa: E402
 
 # Run in every process in place of `python -m rlcompare.cli`: each `Trainer.step` reports its end ("d" on the socket)
 # and then waits for the controller's next turn ("g") before it returns, so that nothing of a side runs outside its
@@ -212,12 +212,17 @@ def interleave(a, tmp: Path) -> dict[str, list[tuple[list[float], list[int]]]]:
         server.close()
 
 
+def spread(xs: list[float], fmt: str, unit: str = "") -> str:
+    """The median and quartiles of per-step figures."""
+    q1, med, q3 = statistics.quantiles(xs, n=4)
+    return f"median {med:{fmt}}{unit}, quartiles {q1:{fmt}}-{q3:{fmt}}{unit}"
+
+
 def report(a, times: dict) -> int:
     w, n = a.warmup, a.ranks
     (one_t, one_tok), (ranks_t, ranks_tok) = times["one"][0], times["ranks"][0]
     same = same_through(one_tok, ranks_tok)
-    t1 = sum(one_tok[w:]) / sum(one_t[w:])
-    tn = sum(ranks_tok[w:]) / sum(ranks_t[w:])
+    t1, tn = tokens_per_s(one_tok, one_t, w), tokens_per_s(ranks_tok, ranks_t, w)
     eff = tn / (n * t1)
     # a step's pair: both sides sampled the same tokens (through step `same`), so its efficiency is the times' ratio
     per_step = [o / (n * r) for o, r in zip(one_t[w:same], ranks_t[w:same])]
@@ -229,9 +234,8 @@ def report(a, times: dict) -> int:
     print(f"{n} ranks:      {tn:8.0f} tokens/s   (median step {1000 * statistics.median(ranks_t[w:]):.0f} ms)")
     print(f"speed-up {tn / t1:.2f}x, scaling efficiency {eff:.2f}")
     if len(per_step) > 1:
-        q1, med, q3 = statistics.quantiles(per_step, n=4)
         print(
-            f"each step's own efficiency (steps {w + 1}-{same}): median {med:.2f}, quartiles {q1:.2f}-{q3:.2f}, "
+            f"each step's own efficiency (steps {w + 1}-{same}): {spread(per_step, '.2f')}, "
             f"range {min(per_step):.2f}-{max(per_step):.2f}"
         )
     print(f"the same tokens per step through step {same} of {a.steps}")
@@ -265,18 +269,17 @@ def report(a, times: dict) -> int:
             f"efficiency {eff:.2f} = bound {bound:.2f} (1/{n} of the batch's step against the whole's) x side by "
             f"side {ceiling:.2f} x {rest:.2f} (the collectives and the waits for the slowest rank)"
         )
-        summary.update(bound=bound, side_by_side=ceiling, collectives_and_waits=rest, part_step_s=part_t)
-        summary["side_step_s"] = side_t
+        summary.update(
+            bound=bound, side_by_side=ceiling, collectives_and_waits=rest, part_step_s=part_t, side_step_s=side_t
+        )
     if a.against:
         b_t, b_tok = times["against"][0]
         both = same_through(ranks_tok, b_tok)
         ratio = [x / y for x, y in zip(ranks_t[w:both], b_t[w:both])]
         line = f"{n} ranks with {' '.join(a.against)}: median step {1000 * statistics.median(b_t[w:]):.0f} ms"
         if len(ratio) > 1:
-            q1, med, q3 = statistics.quantiles(ratio, n=4)
             line += (
-                f"; speed against the first {n} ranks, step by step (steps {w + 1}-{both}): median {med:.3f}x, "
-                f"quartiles {q1:.3f}-{q3:.3f}x"
+                f"; speed against the first {n} ranks, step by step (steps {w + 1}-{both}): {spread(ratio, '.3f', 'x')}"
             )
         print(line + f"; the same tokens as the first through step {both}")
         summary.update(against=a.against, against_step_s=b_t, against_speed_by_step=ratio)

@@ -82,10 +82,15 @@ def same_through(a: list, b: list) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
 
 
+def tokens_per_s(tokens: list[int], seconds: list[float], warmup: int) -> float:
+    """A run's throughput: its generated tokens over its steps' time, the first `warmup` steps left out."""
+    return sum(tokens[warmup:]) / sum(seconds[warmup:])
+
+
 def throughput(results: Path, warmup: int) -> tuple[float, list[int]]:
     rows = run_rows(results)
-    kept = rows[warmup:]
-    return sum(r["tokens/step"] for r in kept) / sum(r["time/step_s"] for r in kept), [r["tokens/step"] for r in rows]
+    tokens = [r["tokens/step"] for r in rows]
+    return tokens_per_s(tokens, [r["time/step_s"] for r in rows], warmup), tokens
 
 
 def phases(results: Path, warmup: int) -> dict[str, float]:
