@@ -21,7 +21,7 @@ KL_ESTIMATORS = ("k1", "k2", "k3", "k3+")
 MIXES = ("mean", "entropy")
 # the per-token surrogate of policy_loss (docs/algorithms.md §3 and §7)
 SURROGATES = ("clip", "cispo", "sapo", "gmpo", "dppo-tv", "dppo-kl", "clip-cov", "kl-cov")
-# the surrogates' own knobs: policy_loss keywords, and the config keys under algorithm.clip
+# the surrogates' own knobs: the config keys under algorithm.clip, and the fields of their settings (surrogates.py)
 SURROGATE_KNOBS = (
     "cispo_w_min",
     "cispo_w_max",

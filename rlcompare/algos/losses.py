@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 
@@ -39,9 +39,22 @@ from rlcompare.algos.accepted import (  # the accepted names and knob defaults, 
     check_mismatch_bounds,
     _one_of,
     _check_nonneg,
-    _check_cov_knobs,
     _mismatch_bounds,
 )
+from rlcompare.algos import surrogates
+from rlcompare.algos.ratios import (  # the masked helpers and the ratio (losses.log_ratio stays public)
+    LOG_RATIO_CLAMP,
+    TokenRatios,
+    _dtype,
+    _masked_mean,
+    _real,
+    _seq_mean,
+    _zero_pad,
+    constant_like,
+    log_ratio,
+    token_ratios,
+)
+from rlcompare.algos.surrogates import SURROGATE_REGISTRY, register_surrogate, token_covariance
 
 __all__ = [
     "RATIO_LEVELS",
@@ -64,6 +77,10 @@ __all__ = [
     "aggregate",
     "group_token_counts",
     "policy_loss",
+    "PolicySettings",
+    "Normalizers",
+    "SURROGATE_REGISTRY",
+    "register_surrogate",
     "token_covariance",
     "cov_selection",
     "check_surrogate_knobs",
@@ -77,8 +94,6 @@ __all__ = [
     "informative_groups",
 ]
 
-# exp(20) ~ 4.9e8: keeps exp() finite in float32/bf16 after a wild update (verl clamps at 20 too).
-LOG_RATIO_CLAMP = 20.0
 # verl's low_var_kl (core_algos.kl_penalty_forward): ref - logp clamped to +-20 before exp, the k3 value to
 # [-10, 10] after
 KL_LOG_CLAMP = 20.0
@@ -87,86 +102,7 @@ KL_VALUE_CLAMP = 10.0
 Number = Union[int, float, torch.Tensor]
 
 
-# ---------------------------------------------------------------- helpers
-
-
-def _dtype(*xs: torch.Tensor) -> torch.dtype:
-    dt = torch.float32
-    for x in xs:
-        dt = torch.promote_types(dt, x.dtype)
-    return dt
-
-
-def _real(mask: torch.Tensor, shape, name: str = "mask") -> torch.Tensor:
-    if tuple(mask.shape) != tuple(shape):
-        raise ValueError(f"{name} must have shape {tuple(shape)} (like the log-probs), got {tuple(mask.shape)}")
-    return mask.bool()
-
-
-def _zero_pad(real: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    # where, not x*mask: a NaN/inf at a padded position must not survive (NaN*0 = NaN).
-    return torch.where(real, x, torch.zeros((), dtype=x.dtype, device=x.device))
-
-
-def _masked_mean(x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-    return _zero_pad(real, x).sum() / real.sum().clamp(min=1)
-
-
-def _check_total(name: str, value) -> None:
-    if value is not None and not (value >= 0):
-        raise ValueError(f"{name} must be >= 0 (the whole rollout batch's count) or None, got {value!r}")
-
-
-# ---------------------------------------------------------------- ratios
-
-
-def _seq_mean(x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-    """``[B, T] -> [B]`` mean over each row's real tokens (0 for an empty row)."""
-    return _zero_pad(real, x).sum(dim=-1) / real.sum(dim=-1).clamp(min=1).to(x.dtype)
-
-
-def log_ratio(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    level: str = "token",
-) -> torch.Tensor:
-    """Log importance ratio between the policy being updated and the rollout policy.
-
-    Args:
-        logp: ``[B, T]`` log-probs under the current policy (carries the gradient).
-        old_logp: ``[B, T]`` log-probs under the rollout policy (treated as constant).
-        mask: ``[B, T]`` real-token mask.
-        level:
-            ``"token"`` (PPO/GRPO/DAPO): ``logp - old_logp``.
-            ``"sequence"`` (GSPO, arXiv 2507.18071 Eq. 7): every token of response i
-            carries ``log s_i = (1/|o_i|) sum_t (logp - old_logp)`` (0 for an empty
-            response); its gradient spreads evenly over the response's tokens.
-            ``"sequence-token"`` (GSPO-token, arXiv 2507.18071 Eq. 13):
-            ``logp - sg(logp) + sg(log s_i)``: value ``log s_i``, gradient per token.
-
-    Returns:
-        ``[B, T]`` log-ratio, clamped to ``±LOG_RATIO_CLAMP`` (20, as verl) so that
-        ``exp`` stays finite; a clamped position has zero gradient. For the sequence
-        levels the clamp applies to ``log s_i`` (after averaging). 0 at padding.
-    """
-    _one_of("level", level, ("token", "sequence", "sequence-token"))
-    if logp.shape != old_logp.shape or logp.dim() != 2:
-        raise ValueError(f"logp and old_logp must both be [B, T], got {tuple(logp.shape)} and {tuple(old_logp.shape)}")
-    real = _real(mask, logp.shape)
-    dt = _dtype(logp, old_logp)
-    logp = logp.to(dt)
-    diff = _zero_pad(real, logp - old_logp.to(dt).detach())
-    if level == "token":
-        out = diff
-    else:
-        log_s = _seq_mean(diff, real).unsqueeze(-1)  # [B, 1]
-        if level == "sequence":
-            out = log_s.expand_as(diff)
-        else:
-            out = logp - logp.detach() + log_s.detach()
-    return _zero_pad(real, out.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+# ---------------------------------------------------------------- KL
 
 
 def kl_divergence(
@@ -220,6 +156,11 @@ def kl_divergence(
 
 
 # ---------------------------------------------------------------- aggregation
+
+
+def _check_total(name: str, value) -> None:
+    if value is not None and not (value >= 0):
+        raise ValueError(f"{name} must be >= 0 (the whole rollout batch's count) or None, got {value!r}")
 
 
 def _denominator(value: Optional[Number], local: torch.Tensor) -> torch.Tensor:
@@ -385,266 +326,94 @@ def aggregate(
 # ---------------------------------------------------------------- policy loss
 
 
-def _clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, eps_low: float, eps_high: float) -> torch.Tensor:
-    """``min(rho A, clip(rho, 1-eps_low, 1+eps_high) A)``, per token."""
-    unclipped = ratio * adv
-    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * adv
-    # ties go to the unclipped branch so that the gradient flows (e.g. on-policy, rho = 1)
-    return torch.where(clipped < unclipped, clipped, unclipped)
+@dataclass(frozen=True)
+class Normalizers:
+    """The totals an aggregation divides by: the whole rollout batch's, never one micro-batch's (TRL #5619,
+    verl #3741); None takes the rows passed (see :func:`aggregate`)."""
 
+    total_tokens: Optional[float] = None  # sum of the loss mask over the whole rollout batch
+    total_seqs: Optional[int] = None  # B
+    group_size: Optional[int] = None  # G
+    horizon: Optional[float] = None  # the generation budget H (seq-mean-token-sum-norm)
+    group_tokens: Optional[torch.Tensor] = None  # (b,) each row's group token count (prompt-mean-token-mean)
 
-@dataclass
-class _Tokens:
-    """One (micro-)batch's per-token quantities, shared by every surrogate (all ``[B, T]``, 0 at padding)."""
-
-    logp: torch.Tensor  # current policy, carries the gradient
-    old: torch.Tensor  # rollout policy, constant
-    adv: torch.Tensor  # constant
-    real: torch.Tensor  # bool
-    log_rho: torch.Tensor  # at the requested ratio level (token for hybrid), clamped to +-LOG_RATIO_CLAMP
-    rho: torch.Tensor
-
-    def frac(self, b: torch.Tensor) -> float:
-        """Share of real tokens where ``b`` holds."""
-        return float((b & self.real).sum() / self.real.sum().clamp(min=1))
-
-    def mean(self, x: torch.Tensor) -> float:
-        return float(_masked_mean(x.detach(), self.real))
-
-
-def _tokens(logp, old_logp, advantages, mask, level: str) -> _Tokens:
-    """Shapes checked, dtype promoted, padding zeroed; the ratio at ``level``."""
-    if logp.dim() != 2:
-        raise ValueError(f"logp must be [B, T], got shape {tuple(logp.shape)}")
-    real = _real(mask, logp.shape)
-    dt = _dtype(logp, old_logp)
-    if advantages.dim() == 1 and advantages.shape[0] == logp.shape[0]:
-        adv = advantages.detach().to(dt).unsqueeze(-1).expand_as(logp)
-    elif tuple(advantages.shape) == tuple(logp.shape):
-        adv = advantages.detach().to(dt)
-    else:
-        raise ValueError(f"advantages must be [B] or [B, T] = {tuple(logp.shape)}, got {tuple(advantages.shape)}")
-    log_rho = log_ratio(logp, old_logp, real, level=level)
-    return _Tokens(
-        logp=_zero_pad(real, logp.to(dt)),
-        old=_zero_pad(real, old_logp.detach().to(dt)),
-        adv=_zero_pad(real, adv),
-        real=real,
-        log_rho=log_rho,
-        rho=torch.exp(log_rho),
-    )
-
-
-# Each surrogate is a per-token objective J[i, t] (the loss is -J, then token_weight, then aggregate) built
-# from the shared _Tokens and the knobs; it returns (J, what it clips/masks/gates for the metrics).
-
-
-def _clip_objective(t: _Tokens, k: dict) -> tuple[torch.Tensor, dict]:
-    """PPO/DAPO (and GSPO/DHPO through the ratio level): ``min(rho A, clip(rho) A)``."""
-    obj = _clipped_surrogate(t.rho, t.adv, k["eps_low"], k["eps_high"])
-    if k["ratio"] != "hybrid":
-        return obj, {}
-    s = torch.exp(log_ratio(t.logp, t.old, t.real, level="sequence"))
-    seq_obj = _clipped_surrogate(s, t.adv, k["seq_eps_low"], k["seq_eps_high"])
-    if k["mix"] == "mean":
-        w = torch.full_like(t.rho, 0.5)
-    else:
-        entropy = k["entropy"]
-        if tuple(entropy.shape) != tuple(t.rho.shape):
-            raise ValueError(f"entropy must be [B, T] = {tuple(t.rho.shape)}, got {tuple(entropy.shape)}")
-        w = _zero_pad(t.real, entropy.detach().to(t.rho.dtype).clamp(0.0, 1.0))
-    extra = {
-        "seq_clip_frac_low": t.frac((s < 1.0 - k["seq_eps_low"]) & (t.adv < 0)),
-        "seq_clip_frac_high": t.frac((s > 1.0 + k["seq_eps_high"]) & (t.adv > 0)),
-        "mix_weight_mean": t.mean(w),
-    }
-    return w * obj + (1.0 - w) * seq_obj, extra
-
-
-def _is_weighted_pg(t: _Tokens, w: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """``sg(w) A logp`` on the kept tokens: a policy gradient whose IS weight is a constant (CISPO, DPPO)."""
-    return torch.where(keep & t.real, w.detach() * t.adv * t.logp, torch.zeros((), dtype=t.logp.dtype))
-
-
-def _cispo_objective(t: _Tokens, k: dict) -> tuple[torch.Tensor, dict]:
-    """CISPO (MiniMax-M1, arXiv 2506.13585 Eq. 4-5): ``sg(clip(r, w_min, w_max)) A logp``, no token dropped."""
-    lo, hi = k["cispo_w_min"], k["cispo_w_max"]
-    rho = t.rho.detach()
-    w = rho if lo is None and hi is None else rho.clamp(min=lo, max=hi)
-    extra = {
-        "is_weight_mean": t.mean(w),
-        "is_clip_frac_low": t.frac(rho < lo) if lo is not None else 0.0,
-        "is_clip_frac_high": t.frac(rho > hi) if hi is not None else 0.0,
-    }
-    return _is_weighted_pg(t, w, t.real), extra
-
-
-def _sapo_objective(t: _Tokens, k: dict) -> tuple[torch.Tensor, dict]:
-    """SAPO (arXiv 2511.20347): soft gate ``(4/tau) sigmoid(tau (r - 1)) A``, tau by the sign of A."""
-    tau = torch.where(t.adv > 0, torch.full_like(t.rho, k["sapo_tau_pos"]), torch.full_like(t.rho, k["sapo_tau_neg"]))
-    p = torch.sigmoid(tau * (t.rho - 1.0))
-    weight = 4.0 * p.detach() * (1.0 - p.detach())  # d gate / d r: 1 at r = 1, decays smoothly
-    return p * (4.0 / tau) * t.adv, {"sapo_weight_mean": t.mean(weight)}
-
-
-def _gmpo_objective(t: _Tokens, k: dict) -> tuple[torch.Tensor, dict]:
-    """GMPO (arXiv 2507.20673): ``A_i exp(mean_t clip(log r))``, each token's log-ratio clipped one-sided by
-    the sign of A_i *before* the geometric mean; the value is the response's, on each of its tokens."""
-    a_i = _seq_mean(t.adv, t.real)  # the response's advantage (verl: sequence-level advantages only)
-    pos, neg = (a_i > 0).unsqueeze(-1), (a_i < 0).unsqueeze(-1)
-    d = t.log_rho
-    d_clip = torch.where(pos, d.clamp(max=k["gmpo_eps_high"]), torch.where(neg, d.clamp(min=-k["gmpo_eps_low"]), d))
-    ratio = torch.exp(_seq_mean(d_clip, t.real))  # [B]
-    clipped = (pos & (d > k["gmpo_eps_high"])) | (neg & (d < -k["gmpo_eps_low"]))
-    rows = t.real.any(dim=-1)
-    extra = {
-        "gmpo_clip_frac": t.frac(clipped),
-        "gmpo_ratio_mean": float(ratio.detach()[rows].mean()) if bool(rows.any()) else 1.0,
-    }
-    return _zero_pad(t.real, (a_i * ratio).unsqueeze(-1).expand_as(d)), extra
-
-
-def _binary_kl(mu: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """KL(Bernoulli(mu) || Bernoulli(p)); xlogy keeps 0 log 0 = 0."""
-    return (torch.xlogy(mu, mu) - torch.xlogy(mu, p)) + (torch.xlogy(1 - mu, 1 - mu) - torch.xlogy(1 - mu, 1 - p))
-
-
-def _dppo_objective(t: _Tokens, k: dict) -> tuple[torch.Tensor, dict]:
-    """DPPO (arXiv 2602.04879; Stable-RL / verl): ``sg(min(r, C)) A logp`` outside a divergence trust region on
-    the sampled token's binary distribution (p = pi(o_t), mu = pi_old(o_t)); masked tokens get no gradient."""
-    p, mu = torch.exp(t.logp.detach()), torch.exp(t.old)
-    lo, hi = k["dppo_delta_low"], k["dppo_delta_high"]
-    if k["surrogate"] == "dppo-tv":
-        up, down = (p - mu) > hi, (p - mu) < -lo
-    else:
-        div = _binary_kl(mu, p)
-        up, down = (div > hi) & (p > mu), (div > lo) & (p < mu)
-    masked = torch.where(t.adv > 0, up, down) & t.real
-    rho = t.rho.detach()
-    w = rho.clamp(max=k["dppo_cap"])
-    extra = {
-        "dppo_mask_frac": t.frac(masked),
-        "is_weight_mean": t.mean(w),
-        "is_clip_frac_high": t.frac(rho > k["dppo_cap"]),
-    }
-    return _is_weighted_pg(t, w, ~masked), extra
-
-
-def _clip_cov_objective(t: _Tokens, k: dict) -> tuple[torch.Tensor, dict]:
-    """Clip-Cov (arXiv 2505.22617): the PPO clip, with the selected high-covariance tokens removed (value and
-    gradient)."""
-    selected = k["cov_selected"]
-    obj = _clipped_surrogate(t.rho, t.adv, k["eps_low"], k["eps_high"])
-    return torch.where(selected, torch.zeros((), dtype=obj.dtype), obj), {"cov_selected_frac": t.frac(selected)}
-
-
-def _kl_cov_objective(t: _Tokens, k: dict) -> tuple[torch.Tensor, dict]:
-    """KL-Cov (arXiv 2505.22617): ``r A`` on every token (no clip), minus ``beta |log r|`` on the selected
-    high-covariance tokens."""
-    selected = k["cov_selected"]
-    penalty = k["kl_cov_coef"] * t.log_rho.abs()
-    obj = t.rho * t.adv - torch.where(selected, penalty, torch.zeros((), dtype=penalty.dtype))
-    return obj, {"cov_selected_frac": t.frac(selected)}
-
-
-_OBJECTIVES = {
-    "clip": _clip_objective,
-    "cispo": _cispo_objective,
-    "sapo": _sapo_objective,
-    "gmpo": _gmpo_objective,
-    "dppo-tv": _dppo_objective,
-    "dppo-kl": _dppo_objective,
-    "clip-cov": _clip_cov_objective,
-    "kl-cov": _kl_cov_objective,
-}
-
-
-def token_covariance(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``Cov[i, t] = (A - mean A)(logp - mean logp)``, both means over the real tokens passed (arXiv
-    2505.22617; entropy falls in proportion to it). Detached; 0 at padding. ``advantages`` ``[B]`` or ``[B, T]``."""
-    t = _tokens(logp.detach(), logp.detach(), advantages, mask, "token")
-    centred_adv = t.adv - _masked_mean(t.adv, t.real)
-    centred_logp = t.logp - _masked_mean(t.logp, t.real)
-    return _zero_pad(t.real, centred_adv * centred_logp)
-
-
-def _cov_count(ratio: float, n_real: int) -> int:
-    # verl / the authors: max(int(ratio * N), 1), N = real tokens passed
-    return max(int(ratio * n_real), 1)
-
-
-def _cov_select(t: _Tokens, surrogate: str, k: dict, generator: Optional[torch.Generator]) -> torch.Tensor:
-    ratio = COV_RATIO_DEFAULTS[surrogate] if k["cov_ratio"] is None else k["cov_ratio"]
-    cov = token_covariance(t.logp, t.adv, t.real)
-    n_real = int(t.real.sum())
-    selected = torch.zeros_like(t.real)
-    if n_real == 0:
-        return selected
-    n = _cov_count(ratio, n_real)
-    if surrogate == "kl-cov":  # the n largest covariances (torch.topk, as verl)
-        flat_idx = torch.nonzero(t.real.reshape(-1), as_tuple=True)[0]
-        top = torch.topk(cov.reshape(-1)[flat_idx], min(n, n_real), largest=True).indices
-        selected.reshape(-1)[flat_idx[top]] = True
-        return selected
-    # clip-cov: n drawn uniformly (torch.randperm, as verl) among tokens PPO did not clip with lb < Cov < ub
-    clipped = t.rho.clamp(1.0 - k["eps_low"], 1.0 + k["eps_high"]) * t.adv < t.rho * t.adv
-    candidates = t.real & ~clipped & (cov > k["cov_lb"]) & (cov < k["cov_ub"])
-    idx = torch.nonzero(candidates)  # row-major, as verl
-    if len(idx):
-        gen_device = generator.device if generator is not None else "cpu"
-        perm = torch.randperm(len(idx), generator=generator, device=gen_device).to(idx.device)
-        chosen = idx[perm[: min(n, len(idx))]]
-        selected[chosen[:, 0], chosen[:, 1]] = True
-    return selected
-
-
-def cov_selection(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    surrogate: str,
-    eps_low: float = 0.2,
-    eps_high: float = 0.2,
-    cov_ratio: Optional[float] = None,
-    cov_lb: float = 1.0,
-    cov_ub: float = 5.0,
-    generator: Optional[torch.Generator] = None,
-) -> torch.Tensor:
-    """The tokens Clip-Cov removes or KL-Cov penalises (arXiv 2505.22617; verl ``clip_cov`` / ``kl_cov``).
-
-    Over the real tokens passed (``N``), ``n = max(int(cov_ratio N), 1)`` tokens:
-    ``kl-cov`` the ``n`` largest :func:`token_covariance`; ``clip-cov`` ``n`` drawn uniformly
-    (``torch.randperm`` with ``generator``) among the tokens PPO did not clip
-    (``eps_low``/``eps_high``) whose covariance lies in ``(cov_lb, cov_ub)`` (all of them if fewer).
-    ``cov_ratio=None`` takes :data:`COV_RATIO_DEFAULTS`. Compute it on the whole (mini-)batch of one
-    optimizer step and pass slices as ``policy_loss(cov_selected=...)`` to make micro-batches exact
-    (verl and the authors select per micro-batch).
-
-    Returns:
-        bool ``[B, T]`` (False at padding).
-    """
-    _one_of("surrogate", surrogate, COV_SURROGATES)
-    knobs = dict(eps_low=eps_low, eps_high=eps_high, cov_ratio=cov_ratio, cov_lb=cov_lb, cov_ub=cov_ub)
-    _check_cov_knobs(knobs)
-    _check_nonneg("eps_low", eps_low)
-    _check_nonneg("eps_high", eps_high)
-    with torch.no_grad():
-        return _cov_select(_tokens(logp.detach(), old_logp, advantages, mask, "token"), surrogate, knobs, generator)
-
-
-def _check_surrogate(surrogate: str, ratio: str, dual_clip, k: dict) -> None:
-    """The surrogate, the ratio level and dual clip it goes with, and its knobs."""
-    _one_of("surrogate", surrogate, SURROGATES)
-    if ratio not in SURROGATE_RATIOS[surrogate]:
-        opts = ", ".join(repr(r) for r in SURROGATE_RATIOS[surrogate])
-        raise ValueError(f"surrogate={surrogate!r} takes ratio in {opts}, got {ratio!r}")
-    if dual_clip is not None and surrogate != "clip":
-        raise ValueError(
-            f"dual_clip applies to surrogate='clip' only, got surrogate={surrogate!r}; pass dual_clip=None"
+    def kwargs(self) -> dict:
+        out: dict = dict(
+            horizon=self.horizon, total_tokens=self.total_tokens, total_seqs=self.total_seqs, group_size=self.group_size
         )
-    check_surrogate_knobs(surrogate, k)
+        if self.group_tokens is not None:
+            out["group_tokens"] = self.group_tokens
+        return out
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """What :func:`policy_loss` computes: the surrogate, the ratio level, PPO's range (every surrogate reports its
+    clip fractions, so that surrogates compare), the dual clip, and the surrogate's own typed settings
+    (``surrogates.<Name>Settings``; None takes its defaults). Checked when built."""
+
+    surrogate: str = "clip"
+    ratio: str = "token"
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    dual_clip: Optional[float] = None  # c > 1 (arXiv 1912.09729), clip only
+    own: Any = None
+
+    def __post_init__(self) -> None:
+        entry = surrogates.surrogate(self.surrogate)
+        if self.own is None:
+            object.__setattr__(self, "own", entry.build({"eps_low": self.eps_low, "eps_high": self.eps_high}))
+        elif not isinstance(self.own, entry.settings):
+            raise ValueError(f"surrogate={self.surrogate!r} takes {entry.settings.__name__}, got {self.own!r}")
+        for name in ("eps_low", "eps_high"):  # PPO's range is one fact: the surrogate's copy must agree
+            if getattr(self.own, name, getattr(self, name)) != getattr(self, name):
+                raise ValueError(
+                    f"{name} is {getattr(self, name)!r} but the surrogate's settings say "
+                    f"{getattr(self.own, name)!r}; build both with PolicySettings.from_knobs"
+                )
+        _check_policy_settings(self)
+
+    @classmethod
+    def from_knobs(
+        cls, surrogate: str = "clip", ratio: str = "token", eps_low=0.2, eps_high=0.2, dual_clip=None, **own
+    ):
+        """From flat config keys (``algorithm.clip``'s names); the surrogate keeps the keys it reads."""
+        unknown = sorted(set(own) - set(SURROGATE_KNOBS) - {"seq_eps_low", "seq_eps_high", "mix"})
+        if unknown:
+            raise ValueError(f"unknown surrogate setting(s) {', '.join(unknown)}; known: {', '.join(SURROGATE_KNOBS)}")
+        knobs = dict(own, eps_low=eps_low, eps_high=eps_high)
+        return cls(surrogate, ratio, eps_low, eps_high, dual_clip, surrogates.surrogate(surrogate).build(knobs))
+
+
+def _check_policy_settings(s: PolicySettings) -> None:
+    """Name the knob and what it accepts."""
+    _one_of("ratio", s.ratio, RATIO_LEVELS)
+    _check_nonneg("eps_low", s.eps_low)
+    _check_nonneg("eps_high", s.eps_high)
+    if s.ratio not in SURROGATE_RATIOS[s.surrogate]:
+        opts = ", ".join(repr(r) for r in SURROGATE_RATIOS[s.surrogate])
+        raise ValueError(f"surrogate={s.surrogate!r} takes ratio in {opts}, got {s.ratio!r}")
+    if s.dual_clip is not None and s.surrogate != "clip":
+        raise ValueError(
+            f"dual_clip applies to surrogate='clip' only, got surrogate={s.surrogate!r}; pass dual_clip=None"
+        )
+    if s.dual_clip is not None and not (s.dual_clip > 1):
+        raise ValueError(f"dual_clip must be > 1 (or None to disable), got {s.dual_clip!r}")
+    check_surrogate_knobs(s.surrogate, {**SURROGATE_DEFAULTS, **vars(s.own)})
+    if s.surrogate == "clip":
+        _one_of("mix", s.own.mix, MIXES)
+    if s.ratio == "hybrid":
+        lo, hi = s.own.seq_eps_low, s.own.seq_eps_high
+        if lo is None or hi is None:
+            raise ValueError(
+                "ratio='hybrid' needs seq_eps_low and seq_eps_high (the sequence ratio's clip "
+                f"range, e.g. 3e-4 / 4e-4), got {lo!r} / {hi!r}"
+            )
+        _check_nonneg("seq_eps_low", lo)
+        _check_nonneg("seq_eps_high", hi)
+
+
+DEFAULT_POLICY = PolicySettings()
 
 
 def policy_loss(
@@ -652,215 +421,85 @@ def policy_loss(
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
+    settings: PolicySettings = DEFAULT_POLICY,
     *,
-    surrogate: str = "clip",
-    ratio: str = "token",
-    eps_low: float = 0.2,
-    eps_high: float = 0.2,
-    dual_clip: Optional[float] = None,
     aggregation: str = "token-mean",
-    horizon: Optional[Number] = None,
-    total_tokens: Optional[Number] = None,
-    total_seqs: Optional[Number] = None,
-    group_size: Optional[int] = None,
-    group_tokens: Optional[torch.Tensor] = None,
-    seq_eps_low: Optional[float] = None,
-    seq_eps_high: Optional[float] = None,
-    mix: str = "mean",
+    norm: Normalizers = Normalizers(),
     entropy: Optional[torch.Tensor] = None,
     token_weight: Optional[torch.Tensor] = None,
-    cispo_w_min: Optional[float] = None,
-    cispo_w_max: Optional[float] = 5.0,
-    sapo_tau_pos: float = 1.0,
-    sapo_tau_neg: float = 1.05,
-    gmpo_eps_low: float = 0.4,
-    gmpo_eps_high: float = 0.4,
-    dppo_delta_low: float = 0.15,
-    dppo_delta_high: float = 0.15,
-    dppo_cap: float = 20.0,
-    cov_ratio: Optional[float] = None,
-    cov_lb: float = 1.0,
-    cov_ub: float = 5.0,
-    kl_cov_coef: float = 1.0,
-    generator: Optional[torch.Generator] = None,
     cov_selected: Optional[torch.Tensor] = None,
+    generator: Optional[torch.Generator] = None,
 ) -> tuple[torch.Tensor, dict]:
-    """Policy-gradient surrogate: one parametric per-token objective, every ratio level x every aggregation.
+    """The policy-gradient loss of one (micro-)batch: ratio -> surrogate -> dual clip -> token weight ->
+    aggregation (docs/algorithms.md §3-§7; each surrogate's formula is in its docstring, ``surrogates.py``).
 
-    ``surrogate`` picks the per-token objective ``J`` (the loss is ``l = -J``; docs/algorithms.md §3, §7):
+    logp (B, T): current log-probs, with the graph; old_logp (B, T): the rollout policy's (constant);
+    advantages (B,) or (B, T); mask (B, T): the tokens the loss counts. settings: :class:`PolicySettings`.
+    aggregation, norm: :func:`aggregate`'s mode and totals. entropy (B, T): H / log|V|, DHPO's ``mix="entropy"``
+    weight. token_weight (B, T): constant per-token factor (mismatch weights, top-entropy mask), the normaliser
+    unchanged. cov_selected (B, T): Clip-Cov / KL-Cov's tokens selected on the whole batch
+    (:func:`cov_selection`; None selects on these rows with ``generator``).
 
-    - ``clip`` (PPO, arXiv 1707.06347 Eq. 7): ``min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A)``.
-      Decoupled ranges are DAPO's clip-higher (arXiv 2503.14476 Eq. 10). Dual clip (arXiv
-      1912.09729), for ``A < 0`` only: ``l = min(l, -c A)``, applied to the final ``l``.
-    - ``cispo`` (arXiv 2506.13585): ``sg(w) A logp``, ``w = clamp(r, cispo_w_min, cispo_w_max)``
-      (absolute bounds on the IS weight; None = no bound): no token is dropped.
-    - ``sapo`` (arXiv 2511.20347): ``(4/tau) sigmoid(tau (r - 1)) A``, ``tau = sapo_tau_pos`` if
-      ``A > 0`` else ``sapo_tau_neg``; gradient ``4p(1-p) r A`` (no hard clip).
-    - ``gmpo`` (arXiv 2507.20673): ``A_i exp((1/|o_i|) sum_t d~_t)`` on each token of response i,
-      ``d = log r`` clipped in log space before the mean: ``min(d, gmpo_eps_high)`` if ``A_i > 0``,
-      ``max(d, -gmpo_eps_low)`` if ``A_i < 0`` (``A_i`` = the row's mean advantage).
-    - ``dppo-tv`` / ``dppo-kl`` (arXiv 2602.04879): ``sg(min(r, dppo_cap)) A logp`` on tokens inside
-      the binary-TV / binary-KL trust region of ``p = pi(o_t)`` around ``mu = pi_old(o_t)``
-      (``A > 0``: masked iff ``p - mu > delta_high`` / ``D > delta_high and p > mu``; ``A <= 0``:
-      iff ``p - mu < -delta_low`` / ``D > delta_low and p < mu``).
-    - ``clip-cov`` / ``kl-cov`` (arXiv 2505.22617): the clip with the :func:`cov_selection` tokens
-      removed; ``r A`` (no clip) minus ``kl_cov_coef |log r|`` on the selected tokens.
-
-    ``ratio``:
-        ``token``: ``r = exp(logp - old_logp)``; ``sequence``: GSPO's ``s_i``;
-        ``sequence-token``: GSPO-token (see :func:`log_ratio`); ``hybrid``: DHPO
-        (arXiv 2601.05607) as read by rlcompare (docs/algorithms.md §6; the exact
-        formula is not public):
-        ``l = -[w min(r A, clip(r, 1-eps_low, 1+eps_high) A)
-               + (1-w) min(s A, clip(s, 1-seq_eps_low, 1+seq_eps_high) A)]``
-        with ``w = 0.5`` (``mix="mean"``) or ``w = sg(entropy)`` (``mix="entropy"``,
-        clamped to [0, 1]). The sequence branch uses GSPO's ``s_i``, whose gradient
-        spreads evenly over the response, so with ``mix="entropy"`` the on-policy
-        gradient is redistributed within a response (the loss value is unchanged).
-        ``clip`` takes every level, ``sapo`` the first three, the others ``token``.
-
-    ``token_weight`` (``[B, T]``, constant) multiplies the per-token loss before aggregation (the
-    normaliser is unchanged): the rollout-mismatch weights of :func:`mismatch_weights`, the
-    :func:`entropy_mask`, or their product. A KL term added by the caller is not weighted.
-    The aggregation mode is honoured by every surrogate (the loss is always built per token,
-    then reduced by :func:`aggregate`); GMPO's and GSPO's per-response value is repeated on
-    each token, so ``seq-mean-token-mean`` gives their mean over responses.
-
-    Args:
-        logp: ``[B, T]`` current log-probs (carries the gradient).
-        old_logp: ``[B, T]`` rollout log-probs (constant).
-        advantages: ``[B]`` per response or ``[B, T]`` per token (constant).
-        mask: ``[B, T]`` real-token mask.
-        surrogate: one of :data:`SURROGATES`.
-        ratio: one of :data:`RATIO_LEVELS`.
-        eps_low, eps_high: clip range of ``rho`` (token branch for hybrid; Clip-Cov's PPO range); >= 0.
-        dual_clip: ``c > 1`` or None (off); ``clip`` only.
-        aggregation, horizon, total_tokens, total_seqs, group_size, group_tokens: see :func:`aggregate`.
-        seq_eps_low, seq_eps_high: the sequence branch's range; required for hybrid,
-            ignored for the other levels.
-        mix: ``"mean"`` or ``"entropy"`` (hybrid only).
-        entropy: ``[B, T]`` per-token entropy divided by ``log|V|``; required for
-            ``mix="entropy"`` with hybrid.
-        token_weight: ``[B, T]`` constant weight, or None.
-        cispo_*, sapo_*, gmpo_*, dppo_*, cov_*, kl_cov_coef: the surrogates' knobs (defaults:
-            docs/algorithms.md §7); ``cov_ratio=None`` takes :data:`COV_RATIO_DEFAULTS`.
-        generator: Clip-Cov's random draw.
-        cov_selected: bool ``[B, T]`` from :func:`cov_selection` on the whole batch (micro-batching);
-            None selects on the rows passed.
-
-    Returns:
-        ``(loss, metrics)``: 0-d loss tensor; metrics are python floats computed on
-        *this* (micro-)batch: ``clip_frac_low`` (``rho < 1-eps_low`` and ``A < 0``),
-        ``clip_frac_high`` (``rho > 1+eps_high`` and ``A > 0``) (PPO's region for every surrogate,
-        so that surrogates compare), ``dual_clip_frac`` (dual bound active), all over real
-        tokens; ``ratio_mean/min/max`` of ``rho`` over real tokens (the token ratio for
-        hybrid); ``seq_ratio_mean/min/max`` of ``s_i`` over non-empty responses; ``approx_kl``
-        masked mean of ``-(logp - old_logp)`` per token; ``objective_per_token`` token-mean of
-        ``-l``; ``objective_per_response`` seq-mean-token-mean of ``-l`` (local counts, not
-        total_*). For hybrid also ``seq_clip_frac_low/high`` and ``mix_weight_mean``; each
-        surrogate adds :data:`SURROGATE_METRICS`; with ``token_weight``, ``token_weight_mean``.
-        With no real tokens: fractions/KL/objectives 0, ratios 1.
-    """
-    knobs = dict(
-        surrogate=surrogate,
-        ratio=ratio,
-        eps_low=eps_low,
-        eps_high=eps_high,
-        seq_eps_low=seq_eps_low,
-        seq_eps_high=seq_eps_high,
-        mix=mix,
-        entropy=entropy,
-        cispo_w_min=cispo_w_min,
-        cispo_w_max=cispo_w_max,
-        sapo_tau_pos=sapo_tau_pos,
-        sapo_tau_neg=sapo_tau_neg,
-        gmpo_eps_low=gmpo_eps_low,
-        gmpo_eps_high=gmpo_eps_high,
-        dppo_delta_low=dppo_delta_low,
-        dppo_delta_high=dppo_delta_high,
-        dppo_cap=dppo_cap,
-        cov_ratio=cov_ratio,
-        cov_lb=cov_lb,
-        cov_ub=cov_ub,
-        kl_cov_coef=kl_cov_coef,
-        cov_selected=cov_selected,
-    )
-    # ---- validation: name the knob and what it accepts
-    _one_of("ratio", ratio, RATIO_LEVELS)
+    Returns ``(loss, metrics)``: metrics are floats on *these* rows: PPO's clip fractions ``clip_frac_low``
+    (``rho < 1-eps_low``, A < 0) / ``clip_frac_high`` (``rho > 1+eps_high``, A > 0) for every surrogate,
+    ``dual_clip_frac``, ``ratio_*`` (the token ratio), ``seq_ratio_*`` (GSPO's ``s_i``), ``approx_kl``,
+    ``objective_per_token`` / ``objective_per_response``, the surrogate's own (``SURROGATE_METRICS``) and
+    ``token_weight_mean``. With no real tokens: fractions, KL and objectives 0, ratios 1."""
     _one_of("aggregation", aggregation, AGGREGATIONS)
-    _one_of("mix", mix, MIXES)
-    _check_nonneg("eps_low", eps_low)
-    _check_nonneg("eps_high", eps_high)
-    if dual_clip is not None and not (dual_clip > 1):
-        raise ValueError(f"dual_clip must be > 1 (or None to disable), got {dual_clip!r}")
-    _check_surrogate(surrogate, ratio, dual_clip, knobs)
-    if ratio == "hybrid":
-        if seq_eps_low is None or seq_eps_high is None:
-            raise ValueError(
-                "ratio='hybrid' needs seq_eps_low and seq_eps_high (the sequence ratio's clip "
-                f"range, e.g. 3e-4 / 4e-4), got {seq_eps_low!r} / {seq_eps_high!r}"
-            )
-        _check_nonneg("seq_eps_low", seq_eps_low)
-        _check_nonneg("seq_eps_high", seq_eps_high)
-        if mix == "entropy" and entropy is None:
-            raise ValueError(
-                "mix='entropy' needs entropy ([B, T] per-token entropy divided by log|V|); "
-                "pass entropy=... or use mix='mean'"
-            )
-    tok = _tokens(logp, old_logp, advantages, mask, "token" if ratio == "hybrid" else ratio)
-    real = tok.real
-    weight = None if token_weight is None else _constant_like(token_weight, tok, "token_weight")
-    if surrogate in COV_SURROGATES:
+    tok = token_ratios(logp, old_logp, advantages, mask, settings.ratio)
+    if settings.ratio == "hybrid" and settings.own.mix == "entropy":
+        if entropy is None:
+            raise ValueError("mix='entropy' needs entropy ([B, T] H / log|V|); pass entropy=... or use mix='mean'")
+        tok.entropy = constant_like(entropy, tok, "entropy")
+    if settings.surrogate in COV_SURROGATES:
         if cov_selected is None:
             with torch.no_grad():
-                knobs["cov_selected"] = _cov_select(tok, surrogate, knobs, generator)
+                tok.selected = surrogates.select_cov_tokens(tok, settings.surrogate, settings.own, generator)
         else:
-            knobs["cov_selected"] = _constant_like(cov_selected, tok, "cov_selected").bool() & real
-
-    # ---- the per-token surrogate
-    objective, extra = _OBJECTIVES[surrogate](tok, knobs)
+            tok.selected = constant_like(cov_selected, tok, "cov_selected").bool() & tok.real
+    objective, extra = surrogates.surrogate(settings.surrogate).objective(tok, settings.own)
     loss_mat = -objective
-    dual_active = torch.zeros_like(real)
-    if dual_clip is not None:
-        bound = -dual_clip * tok.adv
-        dual_active = (tok.adv < 0) & (loss_mat > bound)
-        loss_mat = torch.where(dual_active, bound, loss_mat)  # constant: zero gradient there
+    dual_active = torch.zeros_like(tok.real)
+    if settings.dual_clip is not None:  # A < 0 only: l = min(l, -c A), a constant there (zero gradient)
+        bound = -settings.dual_clip * tok.adv
+        dual_active = (tok.adv < 0) & (loss_mat > bound) & tok.real
+        loss_mat = torch.where(dual_active, bound, loss_mat)
+    weight = None if token_weight is None else constant_like(token_weight, tok, "token_weight")
     if weight is not None:
         loss_mat = loss_mat * weight
-    loss_mat = _zero_pad(real, loss_mat)
-    dual_active = dual_active & real
-
-    loss = aggregate(
-        loss_mat,
-        real,
-        aggregation,
-        horizon=horizon,
-        total_tokens=total_tokens,
-        total_seqs=total_seqs,
-        group_size=group_size,
-        group_tokens=group_tokens,
-    )
-
-    # ---- metrics (local batch, python floats)
+    loss_mat = _zero_pad(tok.real, loss_mat)
+    loss = aggregate(loss_mat, tok.real, aggregation, **norm.kwargs())
     with torch.no_grad():
-        metrics = _policy_metrics(tok, loss_mat, dual_active, eps_low, eps_high)
+        metrics = _policy_metrics(tok, loss_mat, dual_active, settings.eps_low, settings.eps_high)
         metrics.update(extra)
         if weight is not None:
             metrics["token_weight_mean"] = tok.mean(weight)
     return loss, metrics
 
 
-def _constant_like(x: torch.Tensor, t: _Tokens, name: str) -> torch.Tensor:
-    """A constant per-token input (weight, selection): shape-checked, detached, 0 at padding."""
-    if tuple(x.shape) != tuple(t.real.shape):
-        raise ValueError(f"{name} must be [B, T] = {tuple(t.real.shape)} (like the log-probs), got {tuple(x.shape)}")
-    x = x.detach()
-    if x.dtype == torch.bool:
-        return x & t.real
-    return _zero_pad(t.real, x.to(t.logp.dtype))
+def cov_selection(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    settings: PolicySettings,
+    *,
+    generator: Optional[torch.Generator] = None,
+) -> torch.Tensor:
+    """The tokens Clip-Cov removes or KL-Cov penalises (arXiv 2505.22617; verl ``clip_cov`` / ``kl_cov``), bool
+    ``[B, T]`` (False at padding), over the real tokens passed (``N``): ``n = max(int(cov_ratio N), 1)`` tokens;
+    ``kl-cov`` the ``n`` largest :func:`token_covariance`; ``clip-cov`` ``n`` drawn uniformly
+    (``torch.randperm`` with ``generator``) among the tokens PPO did not clip whose covariance lies in
+    ``(cov_lb, cov_ub)`` (all of them if fewer). ``cov_ratio=None`` takes :data:`COV_RATIO_DEFAULTS`. Compute it
+    on the whole (mini-)batch of one optimizer step and pass slices as ``policy_loss(cov_selected=...)`` to make
+    micro-batches exact (verl and the authors select per micro-batch)."""
+    _one_of("surrogate", settings.surrogate, COV_SURROGATES)
+    with torch.no_grad():
+        t = token_ratios(logp.detach(), old_logp, advantages, mask, "token")
+        return surrogates.select_cov_tokens(t, settings.surrogate, settings.own, generator)
 
 
-def _policy_metrics(t: _Tokens, loss_mat, dual_active, eps_low: float, eps_high: float) -> dict:
+def _policy_metrics(t: TokenRatios, loss_mat, dual_active, eps_low: float, eps_high: float) -> dict:
     """The metrics every surrogate reports (see :func:`policy_loss`)."""
     real, rho, adv = t.real, t.rho, t.adv
     log_r = t.logp.detach() - t.old
@@ -953,7 +592,7 @@ def mismatch_weights(
             masked = ~inside
             truncated = torch.zeros_like(real)
         w = _zero_pad(real, w)
-        t = _Tokens(logp=gap, old=gap, adv=gap, real=real, log_rho=gap, rho=rho)  # for frac/mean only
+        t = TokenRatios(logp=gap, old=gap, adv=gap, real=real, log_rho=gap, rho=rho)  # for frac/mean only
         abs_gap = gap.abs()
         metrics = {
             "mismatch_weight_mean": t.mean(w),

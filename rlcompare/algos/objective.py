@@ -20,7 +20,7 @@ the reward, before the advantages: `r_t -= beta * kl_t` (`reward_kl`, `advantage
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Optional
 
 import torch
 
@@ -116,25 +116,6 @@ def advantages(
 
 
 # ----------------------------------------------------------------------------- the loss
-@dataclass(frozen=True)
-class Normalizers:
-    """The rollout batch's totals every aggregation divides by (never one micro-batch's: TRL #5619, verl #3741)."""
-
-    total_tokens: float  # sum of the loss mask over the whole rollout batch
-    total_seqs: int  # B
-    group_size: int  # G
-    horizon: Optional[float] = None  # the generation budget H (seq-mean-token-sum-norm)
-    group_tokens: Optional[torch.Tensor] = None  # (b,) each row's group token count (prompt-mean-token-mean)
-
-    def kwargs(self) -> dict:
-        out: dict[str, Any] = dict(
-            horizon=self.horizon, total_tokens=self.total_tokens, total_seqs=self.total_seqs, group_size=self.group_size
-        )
-        if self.group_tokens is not None:
-            out["group_tokens"] = self.group_tokens
-        return out
-
-
 @dataclass
 class LossParts:
     """`total_loss`'s terms, each the scalar added to the loss (None when off), and the surrogate's diagnostics."""
@@ -155,8 +136,8 @@ def total_loss(
     loss_mask: torch.Tensor,
     *,
     aggregation: str,
-    norm: Normalizers,
-    policy: Mapping[str, Any],
+    norm: losses.Normalizers,
+    policy: losses.PolicySettings,
     token_weight: Optional[torch.Tensor] = None,
     cov_selected: Optional[torch.Tensor] = None,
     mix_entropy: Optional[torch.Tensor] = None,
@@ -190,12 +171,12 @@ def total_loss(
         old_logp,
         advantages,
         loss_mask,
+        policy,
         aggregation=aggregation,
+        norm=norm,
         entropy=mix_entropy,
         token_weight=token_weight,
         cov_selected=cov_selected,
-        **policy,
-        **agg,
     )
     parts = LossParts(policy=policy_term, policy_metrics=metrics)
     loss = policy_term

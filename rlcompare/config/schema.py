@@ -43,7 +43,7 @@ class ClipConfig:
     seq_eps_low: Optional[float] = None  # hybrid (DHPO) ratio: the sequence branch's clip range below 1
     seq_eps_high: Optional[float] = None  # hybrid (DHPO) ratio: the sequence branch's clip range above 1
     mix: str = "mean"  # hybrid ratio: how token and sequence branches combine: mean | entropy
-    # the other surrogates' knobs (algorithm.surrogate; losses.policy_loss keywords, defaults from there)
+    # the other surrogates' knobs (algorithm.surrogate; the fields of their settings in algos/surrogates.py)
     cispo_w_min: Optional[float] = accepted.SURROGATE_DEFAULTS[
         "cispo_w_min"
     ]  # CISPO: lower bound of the clipped IS weight; null: none

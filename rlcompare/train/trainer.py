@@ -175,8 +175,8 @@ class Trainer:
         self.shuffle_gen.manual_seed(cfg.seed + 1)
         self.stream = PromptStream(self.train_prompts, cfg.prompts.data_seed)
         self.state = TrainerState()
-        # the surrogate's knobs, as losses.policy_loss takes them (objective.total_loss's `policy`)
-        self.policy_knobs = dict(
+        # the surrogate and its typed settings (objective.total_loss's `policy`), checked once here
+        self.policy_settings = losses.PolicySettings.from_knobs(
             surrogate=algo.surrogate,
             ratio=algo.ratio,
             eps_low=algo.clip.eps_low,
@@ -710,7 +710,7 @@ class Trainer:
         values = (
             self.critic(batch.prompt_ids[idx], batch.prompt_mask[idx], ids, mask) if self.critic is not None else None
         )
-        norm = objective.Normalizers(
+        norm = losses.Normalizers(
             total_tokens=plan.total_tokens,
             total_seqs=len(batch),
             group_size=train_cfg.group_size,
@@ -725,7 +725,7 @@ class Trainer:
             loss_mask,
             aggregation=algo.aggregation,
             norm=norm,
-            policy=self.policy_knobs,
+            policy=self.policy_settings,
             token_weight=token_weight,
             cov_selected=selection.get("cov_selected"),
             mix_entropy=(entropy.detach() / math.log(len(self.policy.tokenizer))) if mixes_entropy else None,
@@ -811,17 +811,7 @@ class Trainer:
         if algo.surrogate in losses.COV_SURROGATES:
             # the shuffle generator: seeded by the run and saved in checkpoints, so a resumed run draws the same
             out["cov_selected"] = losses.cov_selection(
-                logp,
-                old_logp,
-                targets.advantages[rows],
-                loss_mask,
-                surrogate=algo.surrogate,
-                eps_low=algo.clip.eps_low,
-                eps_high=algo.clip.eps_high,
-                cov_ratio=algo.clip.cov_ratio,
-                cov_lb=algo.clip.cov_lb,
-                cov_ub=algo.clip.cov_ub,
-                generator=self.shuffle_gen,
+                logp, old_logp, targets.advantages[rows], loss_mask, self.policy_settings, generator=self.shuffle_gen
             )
         return out
 

@@ -1,6 +1,5 @@
 """The accepted names live once, torch-free, so that a bad setting is refused before torch is imported."""
 
-import inspect
 import subprocess
 import sys
 
@@ -16,9 +15,13 @@ def test_validating_a_config_imports_neither_torch_nor_transformers():
     assert out == "[]"
 
 
-def test_surrogate_defaults_are_policy_losss_keyword_defaults():
-    params = inspect.signature(losses.policy_loss).parameters
-    assert {k: params[k].default for k in accepted.SURROGATE_KNOBS} == accepted.SURROGATE_DEFAULTS
+def test_surrogate_defaults_are_the_settings_defaults():
+    # every knob of SURROGATE_KNOBS is read by some surrogate's settings, with the default accepted.py states
+    from dataclasses import fields
+
+    read = {f.name: f.default for s in losses.SURROGATE_REGISTRY.values() for f in fields(s.settings)}
+    assert {k: read[k] for k in accepted.SURROGATE_KNOBS} == accepted.SURROGATE_DEFAULTS
+    assert set(losses.SURROGATE_REGISTRY) == set(accepted.SURROGATES)
 
 
 def test_the_math_modules_re_export_the_same_objects():

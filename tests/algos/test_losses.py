@@ -14,9 +14,9 @@ from rlcompare.algos.losses import (
     kl_divergence,
     log_ratio,
     overlong_penalty,
-    policy_loss,
     value_loss,
 )
+from tests.algos.loss_kwargs import policy_loss
 
 RATIOS = ["token", "sequence", "sequence-token", "hybrid"]
 SEQ_EPS = dict(seq_eps_low=0.05, seq_eps_high=0.08)

@@ -17,15 +17,14 @@ from rlcompare.algos.losses import (
     SURROGATE_METRICS,
     SURROGATES,
     aggregate,
-    cov_selection,
     entropy_mask,
     entropy_threshold,
     group_token_counts,
     kl_divergence,
     mismatch_weights,
-    policy_loss,
     token_covariance,
 )
+from tests.algos.loss_kwargs import cov_selection, policy_loss
 
 F64 = torch.float64
 

@@ -31,7 +31,7 @@ def _inputs(seed=0):
     return logp, old, ref, ent, values, old_values, returns, adv, mask
 
 
-POLICY = dict(surrogate="clip", ratio="token", eps_low=0.2, eps_high=0.28, dual_clip=None)
+POLICY = losses.PolicySettings(surrogate="clip", ratio="token", eps_low=0.2, eps_high=0.28, dual_clip=None)
 
 
 def _readable(
@@ -58,7 +58,7 @@ def _readable(
 
 
 def _total(logp, old, ref, ent, values, old_values, returns, adv, mask, rows=slice(None), *, beta, c_h, c_v):
-    norm = objective.Normalizers(total_tokens=float(mask.sum()), total_seqs=B, group_size=G)
+    norm = losses.Normalizers(total_tokens=float(mask.sum()), total_seqs=B, group_size=G)
     return objective.total_loss(
         logp[rows],
         old[rows],
@@ -105,7 +105,7 @@ def test_micro_batches_sum_to_the_whole_batch_loss():
 
 def test_terms_that_are_off_are_absent():
     logp, old, ref, ent, _, _, _, adv, mask = _inputs()
-    norm = objective.Normalizers(total_tokens=float(mask.sum()), total_seqs=B, group_size=G)
+    norm = losses.Normalizers(total_tokens=float(mask.sum()), total_seqs=B, group_size=G)
     loss, parts = objective.total_loss(
         logp,
         old,
@@ -121,17 +121,7 @@ def test_terms_that_are_off_are_absent():
     )
     assert parts.kl is None and parts.entropy_bonus is None and parts.value is None
     assert parts.kl_ref == pytest.approx(float((losses.kl_divergence(logp, ref) * mask).sum() / mask.sum()))
-    ploss, _ = losses.policy_loss(
-        logp,
-        old,
-        adv,
-        mask,
-        aggregation="seq-mean-token-mean",
-        total_tokens=float(mask.sum()),
-        total_seqs=B,
-        group_size=G,
-        **POLICY,
-    )
+    ploss, _ = losses.policy_loss(logp, old, adv, mask, POLICY, aggregation="seq-mean-token-mean", norm=norm)
     assert torch.equal(loss, ploss)
 
 
