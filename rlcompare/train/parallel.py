@@ -93,14 +93,15 @@ class World:
         parts = torch.tensor_split(order, n_minibatches)
         return [[int(g) for mb in parts for g in mb[_share(len(mb), r, self.size)]] for r in range(self.size)]
 
-    def row_share(self, n_rows: int, unit: int) -> slice:
-        """The positions of this rank's share of `n_rows` rows, in whole units of `unit` rows (a group)."""
-        part = self.share(n_rows // unit)
+    def row_share(self, n_rows: int, unit: int, rank: int | None = None) -> slice:
+        """The positions of a rank's share (this rank's by default) of `n_rows` rows, in whole units of `unit` rows
+        (a group)."""
+        part = _share(n_rows // unit, self.rank if rank is None else rank, self.size)
         return slice(part.start * unit, part.stop * unit)
 
-    def share_rows(self, rows: torch.Tensor, unit: int) -> torch.Tensor:
-        """This rank's share of `rows` (whole units of `unit` rows: a group when the mini-batch holds groups)."""
-        return rows if self.size == 1 else rows[self.row_share(len(rows), unit)]
+    def share_rows(self, rows: torch.Tensor, unit: int, rank: int | None = None) -> torch.Tensor:
+        """A rank's share of `rows` (whole units of `unit` rows: a group when the mini-batch holds groups)."""
+        return rows if self.size == 1 else rows[self.row_share(len(rows), unit, rank)]
 
     # ------------------------------------------------------------------ collectives
     def gather_rows(self, x: torch.Tensor | None, pad_value=0) -> torch.Tensor | None:

@@ -546,40 +546,37 @@ class Trainer:
 
     # ------------------------------------------------------------------ the update
     def update(self, batch: RolloutBatch, targets: Targets, old_logp: torch.Tensor | None) -> UpdateResult:
-        """`trainer.updates_per_rollout` optimizer steps, one per mini-batch, each summed over micro-batches."""
+        """`trainer.updates_per_rollout` optimizer steps, one per mini-batch, each summed over micro-batches. Which
+        rows this rank computes is decided once, by `_plan_update`; the loop only reads the plan."""
         plan = self._plan_update(batch, targets)
         metrics = MetricsAccumulator()
         skipped, nonfinite = 0, None
         self.update_model.train()
-        for i, step_rows in enumerate(plan.minibatches):
+        for i, step in enumerate(plan.steps):
             self._zero_grad()
-            # this rank's share of the optimizer step's rows (all of them on one process), whole groups
-            rows = self.world.share_rows(step_rows, self.cfg.trainer.group_size if plan.grouped else 1)
-            rows = self._drop_idle_rows(rows.to(self.device), batch, plan, metrics)
-            micro = (
-                [] if not len(rows) else ([rows] if not plan.micro_rows else list(torch.split(rows, plan.micro_rows)))
-            )
+            self._count_idle_rows(step.idle, batch, metrics)
+            if plan.idle is not None and not len(step.mine):  # all idle: zero gradients, so AdamW steps as unskipped
+                for p in self.params:
+                    p.grad = torch.zeros_like(p)
             # statistics of the whole optimizer step (top-entropy threshold, Cov selection): from a forward
             # without graph when the step is split in micro-batches or across ranks, else from the step's own forward
             selection = (
-                self._shared_selection(batch, targets, step_rows.to(self.device), rows, old_logp, plan)
-                if len(micro) > 1 or self.world.size > 1
+                self._shared_selection(batch, targets, step, old_logp, plan)
+                if len(step.micro) > 1 or self.world.size > 1
                 else None
             )
-            # under fsdp the ranks agree on their micro-batch count first: a collective outside the sharded model's
-            n_micro = max(self.world.gather_objects(len(micro))) if self.world.shards else len(micro)
             totals, first = [], 0
-            for j, idx in enumerate(micro):
+            for j, idx in enumerate(step.micro):
                 sel = None if selection is None else {k: v[first : first + len(idx)] for k, v in selection.items()}
                 first += len(idx)
-                if j == len(micro) - 1:
+                if j == len(step.micro) - 1:
                     self.grad_sum.arm()  # this backward's gradients are the step's: their sums start as they come
                 totals.append(
                     self._micro_step(
                         batch, targets, old_logp, idx, plan, first_minibatch=i == 0, selection=sel, metrics=metrics
                     )
                 )
-            self._pad_micro_steps(batch, step_rows, n_micro - len(micro), plan.grouped)
+            self._pad_micro_steps(batch, step.rows, step.n_micro - len(step.micro), plan.grouped)
             # the sum over ranks (the mini-batch's gradient), and whether any rank's loss was NaN/inf: one flag
             # that rides the sum's barrier, not every rank's totals
             nonfinite_loss = self.grad_sum.finish(not all(math.isfinite(v) for v in totals))
@@ -594,7 +591,7 @@ class Trainer:
             skipped=skipped,
             nonfinite=nonfinite,
             idle_rows_frac=plan.n_idle / len(batch),
-            n_updates=len(plan.minibatches),
+            n_updates=len(plan.steps),
         )
 
     def _replicated_params(self) -> list:
@@ -614,24 +611,20 @@ class Trainer:
             logits = self._logits(self.update_model, batch.prompt_ids[r], batch.prompt_mask[r], ids, mask, grouped)
             (logits.sum() * 0.0).backward()
 
-    def _shared_selection(
-        self, batch: RolloutBatch, targets: Targets, step_rows, rows, old_logp, plan: UpdatePlan
-    ) -> dict:
+    def _shared_selection(self, batch: RolloutBatch, targets: Targets, step: StepPlan, old_logp, plan) -> dict:
         """_step_selection over every row of the optimizer step (each rank computes it whole: a quantile and a
-        covariance over all the step's tokens), then this rank's rows of it (`rows`, a contiguous block of
-        `step_rows`, in the same order)."""
-        if not self._reads_step_statistics() or not len(rows):
+        covariance over all the step's tokens), then this rank's rows of it (`step.share` of `step.rows`)."""
+        if not self._reads_step_statistics() or not len(step.mine):
             return {}
-        everything = [step_rows] if not plan.micro_rows else list(torch.split(step_rows, plan.micro_rows))
+        rows = step.rows.to(self.device)
+        everything = [rows] if not plan.micro_rows else list(torch.split(rows, plan.micro_rows))
         selection = self._step_selection(batch, targets, everything, old_logp, plan.grouped)
-        if self.world.size == 1:
-            return selection
-        mine = self.world.row_share(len(step_rows), self.cfg.trainer.group_size if plan.grouped else 1)
-        return {k: v[mine] for k, v in selection.items()}
+        return {k: v[step.share] for k, v in selection.items()}
 
     def _plan_update(self, batch: RolloutBatch, targets: Targets) -> UpdatePlan:
         """Mini-batch partitioning: whole groups per mini-batch where there are enough groups, so each prompt's
-        forward/backward is shared by its completions (grouped_sequence_logits); else rows."""
+        forward/backward is shared by its completions (grouped_sequence_logits); else rows. Then, for each
+        optimizer step, the rows this rank computes and their micro-batches (`_plan_step`)."""
         algo, train_cfg = self.cfg.algorithm, self.cfg.trainer
         B, G = len(batch), train_cfg.group_size
         n_groups = B // G
@@ -644,19 +637,48 @@ class Trainer:
             order = torch.randperm(B, generator=self.shuffle_gen)
             minibatches = [mb for mb in torch.tensor_split(order, train_cfg.updates_per_rollout) if len(mb)]
         idle = self._idle_rows(targets, G if grouped else 1)
+        micro_rows = train_cfg.micro_batch_size and (
+            max(G, train_cfg.micro_batch_size // G * G) if grouped else train_cfg.micro_batch_size
+        )
         # prompt-mean-token-mean: each row's group token count over the whole batch (mini-batches may split groups)
         group_tokens = (
             losses.group_token_counts(targets.loss_mask, G) if algo.aggregation == "prompt-mean-token-mean" else None
         )
         return UpdatePlan(
-            minibatches=minibatches,
+            steps=[self._plan_step(rows, G if grouped else 1, idle, micro_rows) for rows in minibatches],
             grouped=grouped,
-            micro_rows=train_cfg.micro_batch_size
-            and (max(G, train_cfg.micro_batch_size // G * G) if grouped else train_cfg.micro_batch_size),
+            micro_rows=micro_rows,
             idle=idle,
             n_idle=int(idle.sum()) if idle is not None else 0,
             total_tokens=float(targets.loss_mask.sum()),
             group_tokens=group_tokens,
+        )
+
+    def _plan_step(self, rows: torch.Tensor, unit: int, idle, micro_rows) -> StepPlan:
+        """One optimizer step's rows on this rank: its share of `rows` (whole units of `unit` rows), less the idle
+        rows (trainer.skip_zero_advantage), in micro-batches of `micro_rows`. Under fsdp every rank runs as many
+        micro-batches as the rank with the most: the batch and the idle rows are the same on every rank, so each
+        rank counts them all here rather than asking the others."""
+
+        def computed(rank: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+            share = self.world.share_rows(rows, unit, rank).to(self.device)
+            if idle is None:
+                return share, share[:0]
+            return share[~idle[share]], share[idle[share]]  # whole groups when grouped
+
+        def n_micro(m: torch.Tensor) -> int:
+            return 0 if not len(m) else 1 if not micro_rows else math.ceil(len(m) / micro_rows)
+
+        mine, idle_rows = computed(None)
+        micro = [] if not len(mine) else ([mine] if not micro_rows else list(torch.split(mine, micro_rows)))
+        ranks = range(self.world.size) if self.world.shards else ()
+        return StepPlan(
+            rows=rows,
+            share=self.world.row_share(len(rows), unit),
+            mine=mine,
+            idle=idle_rows,
+            micro=micro,
+            n_micro=max([len(micro)] + [n_micro(computed(r)[0]) for r in ranks]),
         )
 
     def _zero_grad(self) -> None:
@@ -664,21 +686,13 @@ class Trainer:
         if self.critic_opt is not None:
             self.critic_opt.zero_grad(set_to_none=True)
 
-    def _drop_idle_rows(self, rows, batch: RolloutBatch, plan: UpdatePlan, metrics: MetricsAccumulator):
-        """Idle-row skipping (trainer.skip_zero_advantage): the mini-batch's rows whose loss is not exactly 0. The
-        dropped rows' objective (0) still counts in the token means; a mini-batch left empty gets zero gradients,
-        so that AdamW steps (its moments move) as it would have without the skip."""
-        if plan.idle is None:
-            return rows
-        idle_rows, rows = rows[plan.idle[rows]], rows[~plan.idle[rows]]  # whole groups when grouped
+    def _count_idle_rows(self, idle_rows: torch.Tensor, batch: RolloutBatch, metrics: MetricsAccumulator) -> None:
+        """Idle-row skipping (trainer.skip_zero_advantage): the rows not computed still count, with objective 0, in
+        the token means."""
         if len(idle_rows):
             idle_mask = batch.completions.mask[idle_rows]
             metrics.add("objective_per_token", 0.0, weight=float(idle_mask.sum()), kind="weighted")
             metrics.add("objective_per_response", 0.0, weight=_responses(idle_mask), kind="weighted")
-        if not len(rows):
-            for p in self.params:
-                p.grad = torch.zeros_like(p)
-        return rows
 
     def _micro_step(
         self,
@@ -987,10 +1001,22 @@ class Trainer:
 
 # ----------------------------------------------------------------------------- the update's pieces
 @dataclass
-class UpdatePlan:
-    """How one update walks the batch: its mini-batches (one optimizer step each) and what they share."""
+class StepPlan:
+    """One optimizer step of an update, as this rank computes it."""
 
-    minibatches: list  # [rows] per optimizer step (CPU long indices into the batch)
+    rows: torch.Tensor  # the step's rows, every rank's (CPU long indices into the batch)
+    share: slice  # the positions of this rank's share within `rows`
+    mine: torch.Tensor  # this rank's rows that compute a loss (its share less the idle rows), on the device
+    idle: torch.Tensor  # this rank's idle rows (objective 0, not computed), on the device
+    micro: list  # `mine` in micro-batches
+    n_micro: int  # the most micro-batches any rank runs (fsdp pads to it); len(micro) otherwise
+
+
+@dataclass
+class UpdatePlan:
+    """How one update walks the batch: its optimizer steps and what they share."""
+
+    steps: list  # [StepPlan] per optimizer step
     grouped: bool  # mini-batches hold whole groups (the prompt's forward shared by its completions)
     micro_rows: int | None  # rows per micro-batch (trainer.micro_batch_size, rounded to whole groups); None: whole
     idle: torch.Tensor | None  # (B,) bool, rows whose loss is exactly 0 (trainer.skip_zero_advantage), or None
