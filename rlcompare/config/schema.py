@@ -298,6 +298,9 @@ class RolloutConfig:
         "auto"  # auto: preallocated cache for Llama/Qwen2/Qwen3/Mistral (same tokens) | dynamic: transformers' cache
     )
     streams: str = "batch"  # batch: one random stream per batch | group: one per prompt group (torchrun needs it)
+    staleness: int = (
+        0  # train step t on the rollout sampled by step t-k's weights (first k: initial ones); 0: on-policy
+    )
 
 
 @dataclass
@@ -502,6 +505,7 @@ def _check_trainer(c: DictConfig) -> None:
         )
     if not 0 < c.rollout.top_p <= 1:
         raise ConfigError(f"rollout.top_p={c.rollout.top_p} must be in (0, 1]")
+    _at_least("rollout.staleness", c.rollout.staleness, 0, "0 trains on-policy; k trains on rollouts k updates old")
     if t.parallel not in PARALLEL_MODES:
         raise ConfigError(
             f"trainer.parallel={t.parallel!r} must be auto (ddp when launched by torchrun), none, ddp, or "

@@ -62,6 +62,8 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
     # ratio in 1 +- 0.2; DHPO's hybrid needs the sequence branch's range): changing the ratio may change the range
     "ratio": ("algorithm.ratio", "algorithm.clip"),
     "sampling": ("algorithm.dynamic_sampling", "rollout"),
+    # bounded staleness (the algorithmic side of asynchronous RL): how old the trained rollouts are
+    "staleness": ("rollout.staleness",),
     "overlong": ("algorithm.overlong",),
     "kl": ("algorithm.kl",),
     "entropy": ("algorithm.entropy_coef",),

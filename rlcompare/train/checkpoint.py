@@ -174,6 +174,8 @@ def _blob(tr) -> dict:
     if tr.critic is not None:
         blob["critic"] = tr.critic.state_dict()
         blob["critic_opt"] = tr.critic_opt.state_dict()
+    if tr.cfg.rollout.staleness:  # the rollouts sampled ahead: a resumed run trains on the same batches
+        blob["pending"] = tr.queue.state(tr.train_prompts)
     return blob
 
 
@@ -374,6 +376,11 @@ def load(tr, path: Path, blob: dict) -> None:
     if tr.critic is not None:
         tr.critic.load_state_dict(blob["critic"])
         tr.critic_opt.load_state_dict(blob["critic_opt"])
+    if tr.cfg.rollout.staleness:
+        try:
+            tr.queue.load(blob.get("pending", []), tr.train_prompts, tr.cfg.trainer.group_size, tr.device)
+        except ValueError as e:
+            raise CheckpointError(str(e)) from None
     tr.state = TrainerState.from_dict({**tr.state.as_dict(), **blob["state"]})
     tr.stream.position = blob["stream_position"]
     rng = blob["rng"]

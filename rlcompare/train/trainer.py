@@ -31,6 +31,7 @@ from rlcompare.rollout.streams import GroupStreams, group_seed
 from rlcompare.train import sharding
 from rlcompare.train.batch import Collected, RolloutBatch, Targets, TrainerState
 from rlcompare.train.parallel import GradientSum, World, merge_metrics
+from rlcompare.train.stale_queue import Queued, StaleQueue
 
 TIMING_PREFIXES = ("time/", "perf/")
 # what the surrogates clip/mask/gate and the token weights, logged as policy/<name>
@@ -155,6 +156,7 @@ class Trainer:
         # the first update on a batch reuses the sampler's projections where the speed layer can (rlcompare.fast)
         self._recording: fast.Recording | None = None  # the last rollout's, whose buffers the next may reuse
         self._order: torch.Tensor | None = None  # the step's mini-batch order of its groups, once drawn
+        self.queue = StaleQueue(cfg.rollout.staleness)  # rollouts sampled ahead (rollout.staleness > 0)
         self.flop_observer: fast.FlopObserver | None = None  # the benchmark's FLOP count of the fast path
         self.opt = _adamw(
             self.params, lr=train_cfg.lr, betas=tuple(train_cfg.betas), weight_decay=train_cfg.weight_decay
@@ -218,6 +220,7 @@ class Trainer:
         prompt_ids, prompt_mask = left_pad([p.ids for p in prompts], self.pad_id, self.device, width)
         own = self.world.size == 1 or (trains_these and not self.world.shards)
         record = not greedy and repeat > 1 and bool(self.cfg.trainer.update_from_rollout) and own
+        record = record and not self.cfg.rollout.staleness  # a stale rollout's activations are not the update's
         if record and reuse_recording and self._recording is not None:
             record = self._recording
         self.policy.model.eval()
@@ -252,7 +255,13 @@ class Trainer:
         algo, train_cfg = self.cfg.algorithm, self.cfg.trainer
         old = train_cfg.updates_per_rollout > 1 and not train_cfg.recompute_old_logp
         # the mismatch correction compares the trainer's recomputed old log-probs with the sampler's
-        return old or (self.ref is not None and algo.kl.placement == "in_reward") or algo.mismatch.mode is not None
+        stale = self.cfg.rollout.staleness > 0  # the behaviour policy's log-probs: only the sampler has them
+        return (
+            old
+            or stale
+            or (self.ref is not None and algo.kl.placement == "in_reward")
+            or algo.mismatch.mode is not None
+        )
 
     def _decode(self, completions) -> list[str]:
         # the tensor itself, not .tolist(): transformers converts a tensor in one call but type-checks every element
@@ -277,10 +286,11 @@ class Trainer:
         self.state.step += 1
         if self.world.mode != "none":  # torch's own RNG (dropout) keyed by (seed, step, rank): resumes exactly
             torch.manual_seed(group_seed(self.cfg.seed, self.state.step, self.world.rank))
-        self._order = self._group_order()
-        collected = self.collect()
+        collected, sampled_at = self._rollout_to_train()
         self.state.tokens += collected.generated_tokens
         row = self._collect_metrics(collected)
+        if self.cfg.rollout.staleness:
+            row["offpolicy/staleness"] = self.state.step - sampled_at  # updates between sampling and training
         t_update = time.perf_counter()
         batch = collected.batch
         if batch is None:  # dynamic sampling kept no informative group: no update
@@ -306,6 +316,19 @@ class Trainer:
         return self._finish_row(row, collected, t_start, t_update)
 
     # ------------------------------------------------------------------ collect: sample + score
+    def _rollout_to_train(self) -> tuple[Collected, int]:
+        """This step's rollout and the step whose weights sampled it: its own (rollout.staleness=0), else the
+        oldest queued one, after sampling what the queue needs with the current weights (`StaleQueue`)."""
+        if not self.cfg.rollout.staleness:
+            self._order = self._group_order()
+            return self.collect(), self.state.step
+        for _ in range(self.queue.needs()):
+            self._order = self._group_order()
+            self.queue.push(Queued(self.collect(), self.state.step, self._order))
+        q = self.queue.pop()
+        self._order = q.order  # the update walks the batch in the order drawn with it
+        return q.collected, q.sampled_at
+
     def collect(self) -> Collected:
         """Sample, score and (with dynamic sampling) refill until the batch holds informative groups."""
         cfg, algo = self.cfg, self.cfg.algorithm
@@ -395,7 +418,9 @@ class Trainer:
         """rollout.streams=group: one stream per prompt group of this round, keyed by (seed, step, round, group)."""
         if self.cfg.rollout.streams != "group":
             return None
-        keys = [(self.cfg.seed, self.state.step, round_, j) for j in mine]
+        # keyed by the rollout's index: the step's own, or with staleness the step plus the rollouts queued before
+        rollout = self.state.step + len(self.queue.pending)
+        keys = [(self.cfg.seed, rollout, round_, j) for j in mine]
         return GroupStreams(keys, self.cfg.trainer.group_size, self.device)
 
     def _gather_round(
@@ -540,8 +565,8 @@ class Trainer:
                 )
                 row.update({"mismatch/" + k[len("mismatch_") :]: v for k, v in mm.items()})
             return old_logp
-        if train_cfg.updates_per_rollout > 1:
-            return completions.logp  # the sampler's log-probs: same weights, temperature applied
+        if train_cfg.updates_per_rollout > 1 or self.cfg.rollout.staleness:
+            return completions.logp  # the sampler's log-probs: the behaviour policy's, temperature applied
         return None  # one update per batch is on-policy: old = current (detached) is exact
 
     # ------------------------------------------------------------------ the update
