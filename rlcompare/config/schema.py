@@ -279,6 +279,7 @@ class TrainerConfig:
     )
     checkpoint_every: int = 0  # steps between checkpoints; 0: off
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
+    export_final: bool = False  # at the end of the run, write the policy as a Hugging Face folder in <run dir>/export
     max_bad_steps: int = 5  # non-finite steps (skipped) in a row before the run fails
     threads: Optional[int] = None  # CPU threads for torch; null: torch's default
     keep_freed_memory: bool = True  # CPU: malloc keeps freed memory for reuse (rlcompare.fast.malloc_tuning)
