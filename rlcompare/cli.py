@@ -19,6 +19,7 @@ commands:
   sweep sweeps/<name>.yaml [overrides]  a one-change-at-a-time ablation sweep over seeds
   report <results dir> [options]    statistics, intervals and plots from results/
   bench [--sizes ...]               speed against TRL's GRPOTrainer on identical work
+  export <run dir> --out <dir> [--step N] [--adapter]  the trained policy as a Hugging Face folder
 """
 
 
@@ -155,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         from rlcompare.bench import main as bench_main
 
         return bench_main(rest)
+    if cmd == "export":
+        from rlcompare.train.export import main as export_main
+
+        return export_main(rest)
     print(f"rlcompare: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
     return 2
 

@@ -32,6 +32,7 @@ OPERATIONAL: dict[str, str] = {
     "trainer.progress": "the progress line on the terminal",
     "trainer.checkpoint_every": "when checkpoints are saved; a resumed run's rows equal an uninterrupted run's",
     "trainer.keep_checkpoints": "how many checkpoints are kept on disk",
+    "trainer.export_final": "writes the trained policy as a Hugging Face folder after the last step",
     "trainer.max_bad_steps": "when a run gives up on non-finite steps; a run that finishes computed the same",
     "trainer.parallel": "how many processes share each step: the same rows up to rounding (tests/train/test_parallel.py)",
     "trainer.grad_sum": "how ranks add their gradients: the same sums (tests/train/test_parallel.py)",

@@ -183,7 +183,7 @@ class ModelConfig:
 @dataclass
 class PromptsConfig:
     name: str = "arithmetic"  # the prompt set's name (a label)
-    kind: str = "arithmetic"  # where prompts come from: arithmetic | chain | countdown | file | hf
+    kind: str = "arithmetic"  # where prompts come from: arithmetic | chain | countdown | file | hf | reasoning_gym
     data_seed: int = 0  # seed of the data order and the train/eval split
     n_train: int = 2000  # training prompts used (generated sets: built; files: at most); null: all
     n_eval: int = 200  # held-out prompts evaluated
@@ -211,13 +211,17 @@ class PromptsConfig:
     min_terms: int = 2  # chain (the lab task): fewest single-digit terms per sum
     max_terms: int = 6  # chain: most terms per sum
     max_term: int = 9  # chain: terms drawn from 1..max_term
+    task: Optional[str] = None  # reasoning_gym: the dataset's name (any reasoning-gym lists)
+    task_config: Any = field(default_factory=dict)  # reasoning_gym: the dataset's settings (its config fields)
+    train_seed: int = 1  # reasoning_gym: the seed the train split is generated from
+    eval_seed: int = 1000000  # reasoning_gym: the held-out split's seed (entry i uses seed + i: keep the ranges apart)
     warm_start: Any = None  # a prompt set's own warm-start recipe for model=tiny: keys replace model.warm_start's
     extra: Any = field(default_factory=dict)  # prompt-set specific settings
 
 
 @dataclass
 class VerifierConfig:
-    name: str = "exact_match"  # the reward: exact_match | math_verify | countdown | format | weighted
+    name: str = "exact_match"  # the reward: exact_match | math_verify | countdown | format | weighted | reasoning_gym
     timeout_s: float = 2.0  # seconds allowed to score one completion (at most 3600); over it scores 0
     max_chars: int = 10000  # completions are cut to their last max_chars characters before parsing
     number: str = "first"  # exact_match without <answer>/\boxed{}/#### markers: first | last number
@@ -225,6 +229,7 @@ class VerifierConfig:
     pattern: Optional[str] = (
         None  # format: regex searched in the completion; null = R1 <think>..</think><answer>..</answer>
     )
+    partial_credit: bool = False  # reasoning_gym: the dataset's partial reward instead of 1 only for a full score
     components: Any = None  # weighted: list of {name, weight, ...}; the first one's `correct` is reported
     isolation: str = "auto"  # auto | process | inline: auto runs math_verify / custom patterns in worker processes
     workers: Optional[int] = None  # worker processes for isolated verifiers; null = min(4, usable CPU cores)
@@ -279,6 +284,7 @@ class TrainerConfig:
     )
     checkpoint_every: int = 0  # steps between checkpoints; 0: off
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
+    export_final: bool = False  # at the end of the run, write the policy as a Hugging Face folder in <run dir>/export
     max_bad_steps: int = 5  # non-finite steps (skipped) in a row before the run fails
     threads: Optional[int] = None  # CPU threads for torch; null: torch's default
     keep_freed_memory: bool = True  # CPU: malloc keeps freed memory for reuse (rlcompare.fast.malloc_tuning)
@@ -343,7 +349,7 @@ DTYPES = ("auto", "bfloat16", "float32", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 LOGGERS = ("wandb", "none")
 LOGGER_MODES = ("offline", "online", "disabled")
-PROMPT_KINDS = ("arithmetic", "chain", "countdown", "file", "hf")
+PROMPT_KINDS = ("arithmetic", "chain", "countdown", "file", "hf", "reasoning_gym")
 KV_CACHES = ("auto", "dynamic")
 STREAMS = ("batch", "group")
 PARALLEL_MODES = ("auto", "none", "ddp", "fsdp")
@@ -707,13 +713,13 @@ def _check_arithmetic_template(template: str) -> None:
 
 # Examples a generated prompt set may hold, each side: a few seconds to build on 2 cores (10^8 arithmetic examples
 # filled the memory; 10^6 Countdown puzzles took over a minute, built again by the job).
-MAX_GENERATED = {"arithmetic": 1_000_000, "chain": 1_000_000, "countdown": 100_000}
+MAX_GENERATED = {"arithmetic": 1_000_000, "chain": 1_000_000, "countdown": 100_000, "reasoning_gym": 100_000}
 MAX_OPERAND = 999  # arithmetic: (max_operand + 1)^2 pairs are built, a million at 999
 
 
 def _check_generated_size(p) -> None:
     """Generated sets (arithmetic, countdown without a file) are built in memory before training: bounded sizes."""
-    generated = p.kind in ("arithmetic", "chain") or (p.kind == "countdown" and not p.path)
+    generated = p.kind in ("arithmetic", "chain", "reasoning_gym") or (p.kind == "countdown" and not p.path)
     if not generated:
         return
     for key in ("n_train", "n_eval"):

@@ -7,6 +7,7 @@ download; file and hub loaders live in `rlcompare.data.datasets`.
 from __future__ import annotations
 
 import random
+import sys
 from typing import Any
 
 from rlcompare.data.types import Example, PromptSplits  # noqa: F401 - defined there (datasets.py needs them too)
@@ -52,6 +53,11 @@ def build_prompts(cfg: Any) -> PromptSplits:
 
         train, eval_ = chain_examples(cfg, Example)
         return PromptSplits(train=train, eval=eval_)
+    if kind == "reasoning_gym":  # rlcompare/data/gym_tasks.py
+        from rlcompare.data.datasets import resolve_template
+        from rlcompare.data.gym_tasks import gym_splits
+
+        return gym_splits(cfg, resolve_template(cfg.template), log=lambda m: print(m, file=sys.stderr))
     from rlcompare.data import datasets  # file / hub / countdown loaders
 
     return datasets.build(cfg)

@@ -103,6 +103,8 @@ def _search(items: list[tuple[Fraction, str]], target: Fraction, require_all: bo
 
 
 def _answer_text(example, countdown: bool, require_all: bool) -> str | None:
+    if "answer_text" in (example.meta or {}):  # a structured reference (reasoning_gym): what a completion states
+        return example.meta["answer_text"]
     if not countdown:
         return str(example.answer)
     meta = example.meta or {}
@@ -119,7 +121,7 @@ def _wrong_text(example, countdown: bool) -> str | None:
         meta = example.meta or {}
         nums, target = meta.get("nums"), meta.get("target")
         return None if nums is None or target is None or int(target) in nums else str(int(target))
-    ref = str(example.answer).strip()
+    ref = str((example.meta or {}).get("answer_text") or example.answer).strip()
     return str(int(ref) + 1) if re.fullmatch(r"-?[0-9]{1,18}", ref) else None
 
 
@@ -220,10 +222,8 @@ def _message(cfg: Any, v: Verdict, n_failed: int, n: int, refused: bool = True) 
     )
     if not refused:
         return head + "warning: " + what + "; those prompts can never be rewarded"
-    suggest = (
-        "verifier=countdown or verifier=weighted"
-        if cfg.prompts.kind == "countdown"
-        else "verifier=exact_match or verifier=math_verify"
+    suggest = {"countdown": "verifier=countdown or verifier=weighted", "reasoning_gym": "verifier=reasoning_gym"}.get(
+        cfg.prompts.kind, "verifier=exact_match or verifier=math_verify"
     )
     return (
         head + "the verifier cannot score this prompt set: " + what + f"; pick a verifier that reads these "

@@ -92,7 +92,8 @@ def warm_start_table(splits, prompts_cfg: Any = None) -> list[tuple[str, str]]:
     lists are never seen before evaluation."""
     if _kind(prompts_cfg) == "chain":  # repeats kept: two-term sums (few distinct lists) keep their share
         return sorted((ex.prompt, ex.answer) for ex in splits.train)
-    return sorted({(ex.prompt, ex.answer) for ex in splits.train + splits.eval})
+    # a structured reference (reasoning_gym's JSON) trains on the answer text a completion states
+    return sorted({(ex.prompt, ex.meta.get("answer_text") or ex.answer) for ex in splits.train + splits.eval})
 
 
 def _kind(prompts_cfg: Any) -> str | None:

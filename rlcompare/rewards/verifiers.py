@@ -94,7 +94,12 @@ NO_WORKER = Score(0.0, False, True, "no_worker")  # worker processes failed to s
 WRONG = Score(0.0, False)
 RIGHT = Score(1.0, True)
 DEFAULT_MAX_CHARS = 10_000
-VERIFIERS = ("exact_match", "math_verify", "countdown", "format", "weighted")
+VERIFIERS = ("exact_match", "math_verify", "countdown", "format", "weighted", "reasoning_gym")
+
+
+# name -> build(verifier config as a dict): verifiers defined in their own module, which registers them (importing
+# that module from here would be a cycle: it builds on this one)
+REGISTERED: dict[str, Any] = {}
 
 
 def error_counts(scores) -> dict[str, int]:
@@ -540,6 +545,8 @@ def _build_one(d: dict, where: str = "verifier") -> Verifier:
         return Countdown(require_all=bool(_opt(d, "require_all", False)), max_chars=max_chars)
     if name == "format":
         return FormatCheck(pattern=d.get("pattern"), max_chars=max_chars)
+    if name in REGISTERED:  # defined in another module (gym_verifier.py), registered on import of rlcompare.rewards
+        return REGISTERED[name](d)
     if name == "weighted":
         if where != "verifier":
             raise ValueError(f"{where}.name=weighted: weighted verifiers cannot nest")

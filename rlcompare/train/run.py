@@ -44,6 +44,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlcompare.config import operational
 from rlcompare.train import checkpoint, run_lock
+from rlcompare.train.export import export_final
 from rlcompare.train.parallel import World, init_world
 from rlcompare.config.flat import flatten
 from rlcompare.config import ConfigError, check_fits_context, context_from, to_schema, validate, why_not_creatable
@@ -580,6 +581,7 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
             out.recorded = tr.state.as_dict()  # the counters as of the last row written: what summary.json reports
             out.pbar = _progress(cfg, tr)
             _steps(cfg, tr, followers.world, term, out)
+            export_final(cfg, tr.policy, run_dir)  # trainer.export_final: <run dir>/export
             summary.update(status="completed")
         except BaseException as e:  # record the failure, keep everything written so far, re-raise
             # a SIGTERM from here on must not cut the recording short (torchrun stops every rank once one failed)

@@ -1,0 +1,114 @@
+"""The real Qwen2.5 tokenizer (150k BPE tokens, ChatML, two end tokens) through the pipeline with `model=hf` on a
+local folder holding a tiny random Qwen2 (tests/models/qwen_folder.py): tokenization, prompt length at the budget,
+several end tokens, decoding, the embedded arithmetic prompts and a reasoning-gym task, chat and plain prompts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from rlcompare.config import validate
+from rlcompare.data.prompts import Example
+from rlcompare.rollout.sampler import _completions
+from rlcompare.train.run import train
+from rlcompare.train.trainer import encode_prompts
+from tests.models.qwen_folder import qwen_tokenizer, save_tiny_qwen2
+
+IM_END, ENDOFTEXT = 151645, 151643
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return qwen_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def folder(tok, tmp_path_factory):
+    return str(save_tiny_qwen2(tmp_path_factory.mktemp("qwen") / "tiny-qwen2", tok))
+
+
+def test_the_tokenizer_is_qwen25s(tok):
+    # ids of the real Qwen2.5 vocabulary: "Hello" 9707, " world" 1879, digits one token each, " +" 488
+    assert tok("Hello world, 12345 + 678 =").input_ids[:8] == [9707, 1879, 11, 220, 16, 17, 18, 19]
+    assert tok.convert_tokens_to_ids(["<|endoftext|>", "<|im_start|>", "<|im_end|>"]) == [151643, 151644, 151645]
+    text = "  leading spaces 3+4=7\nünïcode ✓"
+    assert tok.decode(tok(text).input_ids) == text
+
+
+def test_prompts_at_the_budget_are_kept_and_longer_ones_dropped(tok):
+    # "12+34=" is 6 tokens (one per digit and sign); plain prompts get no bos (Qwen has none)
+    short, long = Example("12+34=", "46"), Example("123+456=", "579")
+    assert len(tok(short.prompt).input_ids) == 6 and len(tok(long.prompt).input_ids) == 8
+    kept, dropped = encode_prompts([short, long], tok, chat=False, system_prompt=None, max_prompt_tokens=6, split="t")
+    assert [p.example for p in kept] == [short] and dropped == 1
+    kept, dropped = encode_prompts([short], tok, chat=True, system_prompt="be brief", max_prompt_tokens=64, split="t")
+    text = tok.decode(kept[0].ids)
+    assert text == "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\n12+34=<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_either_end_token_ends_a_completion(tok):
+    ids = torch.tensor([[16, 17, IM_END, 18, 19], [16, ENDOFTEXT, 17, 17, 17], [16, 17, 18, 19, 20]])
+    c = _completions(ids, None, torch.tensor([IM_END, ENDOFTEXT]), ENDOFTEXT)
+    assert c.mask.tolist() == [[1, 1, 1, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 1]]
+    assert c.truncated.tolist() == [False, False, True]
+
+
+def _run(compose, folder, *extra):
+    return train(
+        compose(
+            "logger=none",
+            "trainer.progress=false",
+            "trainer.threads=1",
+            "model=hf",
+            f"model.name_or_path={folder}",
+            "model.dtype=float32",
+            "budget=tiny",
+            "budget.max_new_tokens=6",
+            "budget.max_steps=2",
+            "trainer.prompts_per_step=2",
+            "trainer.group_size=2",
+            "trainer.eval_every=2",
+            "prompts.n_eval=4",
+            "trainer.updates_per_rollout=1",
+            *extra,
+            fast=False,
+        )
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name,extra",
+    [
+        ("arith_chat", ["++prompts.chat=true", "budget.max_prompt_tokens=40", "verifier=exact_match"]),
+        ("arith_plain", ["budget.max_prompt_tokens=8", "verifier=math_verify", "verifier.workers=1"]),
+        (
+            "gym_chain_sum",
+            [
+                "prompts=reasoning_gym",
+                "prompts.task=chain_sum",
+                "prompts.n_train=20",
+                "prompts.template=plain",
+                "prompts.chat=false",
+                "verifier=reasoning_gym",
+                "verifier.workers=1",
+                "budget.max_prompt_tokens=64",
+            ],
+        ),
+    ],
+)
+def test_model_hf_with_the_real_tokenizer_runs_end_to_end(compose, folder, tok, name, extra):
+    s = _run(compose, folder, f"run_name={name}", *extra)
+    assert s["status"] == "completed" and s["steps"] == 2
+    run = Path(s["run_dir"])
+    assert validate(OmegaConf.load(run / "config.yaml")).model.name_or_path == folder
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert samples and all(isinstance(x["completion"], str) for x in samples)
+    # decoded completions never hold an end token's text (both end a completion and are cut)
+    assert not any("<|im_end|>" in x["completion"] or "<|endoftext|>" in x["completion"] for x in samples)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and rows[-1]["tokens/generated"] > 0

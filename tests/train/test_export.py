@@ -1,0 +1,170 @@
+"""`rlcompare export` and `trainer.export_final`: the exported folder loads with plain transformers (and peft for
+`--adapter`) and gives the trainer's logits on fixed inputs, for full fine-tuning (the embedded tiny model and its
+character tokenizer) and LoRA (a tiny Qwen2 saved locally)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from rlcompare.cli import main as cli_main
+from rlcompare.config import ConfigError, validate
+from rlcompare.train import checkpoint
+from rlcompare.train.export import export_run
+from rlcompare.train.run import train
+from rlcompare.train.trainer import Trainer
+
+TEXTS = ["3+4=", "12+19=7", "0+0="]
+
+
+def _trainer(compose, run_dir: Path, *overrides, fast: bool = True) -> Trainer:
+    cfg = validate(compose(*overrides, fast=fast))
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))  # what train() writes
+    return Trainer(cfg, run_dir)
+
+
+def _logits(model, tokenizer) -> torch.Tensor:
+    enc = tokenizer(TEXTS, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        return (
+            model(input_ids=enc.input_ids, attention_mask=enc.attention_mask).logits.float()
+            * enc.attention_mask[..., None]
+        )
+
+
+def _load(folder: Path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(folder)
+    tok.padding_side = "left"
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval(), tok
+
+
+def _trained(tr: Trainer, steps: int = 2) -> torch.Tensor:
+    """Train `steps` steps and save a checkpoint; the policy's logits before training."""
+    tok = tr.policy.tokenizer
+    before = _logits(tr.policy.model.eval(), tok)
+    for _ in range(steps):
+        tr.step()
+    checkpoint.save(tr, keep=2)
+    tr.policy.model.eval()
+    return before
+
+
+def test_full_fine_tuning_export_gives_the_trainers_logits(compose, tmp_path):
+    tr = _trainer(compose, tmp_path / "run", "trainer.lr=1e-2")
+    before = _trained(tr)
+    out = tmp_path / "exported"
+    assert cli_main(["export", str(tr.run_dir), "--out", str(out)]) == 0
+    files = {p.name for p in out.iterdir()}
+    assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json"} <= files
+    assert not any(f.endswith((".bin", ".pt", ".pth")) for f in files)
+    model, tok = _load(out)
+    want = _logits(tr.policy.model, tr.policy.tokenizer)
+    assert (want - before).abs().max() > 1e-3  # training moved the weights: the comparison can fail
+    assert torch.allclose(_logits(model, tok), want, atol=1e-5)
+    # the character tokenizer round-trips: same ids as the trainer's
+    assert tok(TEXTS).input_ids == tr.policy.tokenizer(TEXTS).input_ids
+    gen = json.loads((out / "generation_config.json").read_text())
+    eos = gen["eos_token_id"]
+    assert sorted([eos] if isinstance(eos, int) else eos) == tr.eos_ids.tolist()
+    assert gen["pad_token_id"] == tr.pad_id
+
+
+def test_export_refuses_bad_requests_before_loading(compose, tmp_path, capsys):
+    tr = _trainer(compose, tmp_path / "run")
+    assert cli_main(["export", str(tr.run_dir), "--out", str(tmp_path / "x")]) == 2  # no checkpoint yet
+    assert "holds no checkpoint" in capsys.readouterr().err
+    _trained(tr, steps=1)
+    with pytest.raises(ConfigError, match="--step 7.*steps held: 1"):
+        export_run(tr.run_dir, tmp_path / "x", step=7)
+    with pytest.raises(ConfigError, match="--adapter.*no LoRA"):
+        export_run(tr.run_dir, tmp_path / "x", adapter=True)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="not empty"):
+        export_run(tr.run_dir, tmp_path / "full")
+    assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
+
+
+def _tiny_qwen2(folder: Path) -> str:
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    from rlcompare.models import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    ids = dict(
+        vocab_size=len(tok), pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id
+    )
+    config = Qwen2Config(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+        **ids,
+    )
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
+LORA = [  # conftest's FAST minus the tiny model's keys
+    "budget=tiny",
+    "logger=none",
+    "trainer.progress=false",
+    "prompts.n_eval=16",
+    "trainer.prompts_per_step=4",
+    "trainer.group_size=4",
+    "trainer.threads=1",
+    "model=hf",
+    "model.dtype=float32",
+    "model.lora.enabled=true",
+    "model.lora.r=4",
+    "budget.max_prompt_tokens=32",
+    "trainer.lr=5e-2",
+    # a from-scratch model's task reward is 0: reward completions starting with a lowercase letter instead
+    "verifier=format",
+    "verifier.pattern='^[a-z]'",
+    "+verifier.isolation=inline",
+]
+
+
+def test_lora_export_merged_and_adapter_give_the_trainers_logits(compose, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = _tiny_qwen2(tmp_path / "base")
+    tr = _trainer(compose, tmp_path / "run", *LORA, f"model.name_or_path={base}", fast=False)
+    before = _trained(tr, steps=3)
+    want = _logits(tr.policy.model, tr.policy.tokenizer)
+    assert (want - before).abs().max() > 1e-4  # the adapters moved
+
+    merged = export_run(tr.run_dir, tmp_path / "merged")
+    model, tok = _load(merged)
+    assert not any("lora" in k for k in model.state_dict())  # plain weights, no adapter modules
+    assert torch.allclose(_logits(model, tok), want, atol=1e-5)
+
+    adapter = export_run(tr.run_dir, tmp_path / "adapter", adapter=True)
+    files = {p.name for p in adapter.iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= files and "model.safetensors" not in files
+    plain = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    with_adapter = PeftModel.from_pretrained(plain, adapter).eval()
+    assert torch.allclose(_logits(with_adapter, tok), want, atol=1e-5)
+
+
+def test_export_final_writes_the_last_policy_into_the_run_folder(compose, tmp_path):
+    s = train(compose("trainer.export_final=true", "trainer.checkpoint_every=3", "budget.max_steps=3"))
+    assert s["status"] == "completed"
+    run = Path(s["run_dir"])
+    final, tok = _load(run / "export")
+    again, _ = _load(export_run(run, tmp_path / "from_checkpoint", step=3))  # the same weights, read back
+    assert torch.equal(_logits(final, tok), _logits(again, tok))
