@@ -115,7 +115,7 @@ class GraphDecoder(StaticDecoder):
         *,
         capture: bool,
         sync_every: int,
-        full_width: bool = True,
+        full_width: bool = False,
         flop_observer=None,
     ):
         super().__init__(model, capacity, flop_observer=flop_observer)
