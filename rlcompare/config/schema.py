@@ -298,7 +298,9 @@ class RolloutConfig:
         "auto"  # auto: preallocated cache for Llama/Qwen2/Qwen3/Mistral (same tokens) | dynamic: transformers' cache
     )
     streams: str = "batch"  # batch: one random stream per batch | group: one per prompt group (torchrun needs it)
-    engine: str = "auto"  # auto: graphs on CUDA, eager on the CPU | eager: step by step | graphs: CUDA-graph decode steps
+    engine: str = (
+        "auto"  # auto: graphs on CUDA, eager on the CPU | eager: step by step | graphs: CUDA-graph decode steps
+    )
     sync_every: int = 16  # graphs engine: tokens between checks for finished rows (the only host syncs)
 
 
