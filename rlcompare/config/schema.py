@@ -307,6 +307,10 @@ class RolloutConfig:
     staleness: int = (
         0  # train step t on the rollout sampled by step t-k's weights (first k: initial ones); 0: on-policy
     )
+    engine: str = (
+        "auto"  # auto: eager until the graph engine has run on a GPU | eager: step by step | graphs: CUDA-graph decode
+    )
+    sync_every: int = 16  # graphs engine: tokens between checks for finished rows (the only host syncs)
 
 
 @dataclass
@@ -351,6 +355,7 @@ LOGGERS = ("wandb", "none")
 LOGGER_MODES = ("offline", "online", "disabled")
 PROMPT_KINDS = ("arithmetic", "chain", "countdown", "file", "hf", "reasoning_gym")
 KV_CACHES = ("auto", "dynamic")
+ROLLOUT_ENGINES = ("auto", "eager", "graphs")  # = rlcompare.fast.ENGINES (tests/config/test_schema.py)
 STREAMS = ("batch", "group")
 PARALLEL_MODES = ("auto", "none", "ddp", "fsdp")
 GRAD_SUMS = ("auto", "shared_memory", "backend")
@@ -527,6 +532,12 @@ def _check_trainer(c: DictConfig) -> None:
             f"rollout.streams={c.rollout.streams!r} must be batch (one random stream for the batch) or "
             f"group (one per prompt group, as data-parallel runs need)"
         )
+    if c.rollout.engine not in ROLLOUT_ENGINES:
+        raise ConfigError(
+            f"rollout.engine={c.rollout.engine!r} must be auto (graphs on CUDA, eager on the CPU), eager (one "
+            f"decode step at a time) or graphs (decode steps captured in CUDA graphs; docs/speed.md)"
+        )
+    _at_least("rollout.sync_every", c.rollout.sync_every, 1)
     if c.rollout.kv_cache not in KV_CACHES:
         raise ConfigError(
             f"rollout.kv_cache={c.rollout.kv_cache!r} must be auto (a preallocated cache where the "

@@ -4,6 +4,9 @@
   fp32 products through oneDNN, `onednn.py`), or None: transformers' own cache
 * `recorded_update_forward(model, recording, rows, ...)`: the first update's logits rebuilt from the sampler's
   projections (`recorded_update.py`), or None: the plain forward
+* the graph engine (`graph_decode.py`, `rollout_weights.py`): what `decoder_for(engine="graphs")` returns, a decoder
+  that runs the whole rollout from a `SamplingPlan` (the sampler's per-token choice); `ENGINES`: the accepted
+  `rollout.engine` values
 * `Recording`: the one handle that crosses the door (the sampler's projection outputs); `FlopObserver`: what the
   benchmark passes in to count the fast path's FLOPs
 * beside the door: `keep_freed_memory` (`malloc_tuning.py`: malloc settings, applied once by the train entry,
@@ -14,7 +17,16 @@ This module is the only way in: code outside `rlcompare/fast/` imports the names
 """
 
 from rlcompare.fast.malloc_tuning import keep_freed_memory
-from rlcompare.fast.speed import FlopObserver, Recording, decoder_for, recorded_update_forward
+from rlcompare.fast.speed import ENGINES, FlopObserver, Recording, SamplingPlan, decoder_for, recorded_update_forward
 from rlcompare.fast.unwrap import base_model_of
 
-__all__ = ["decoder_for", "recorded_update_forward", "Recording", "FlopObserver", "keep_freed_memory", "base_model_of"]
+__all__ = [
+    "decoder_for",
+    "recorded_update_forward",
+    "Recording",
+    "FlopObserver",
+    "SamplingPlan",
+    "ENGINES",
+    "keep_freed_memory",
+    "base_model_of",
+]

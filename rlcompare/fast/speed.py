@@ -25,8 +25,13 @@ from typing import Protocol
 
 import torch
 
-from rlcompare.fast import recorded_update, static_decode
+import weakref
+
+from rlcompare.fast import graph_decode, recorded_update, rollout_weights, static_decode
+from rlcompare.fast.graph_decode import SamplingPlan
 from rlcompare.fast.unwrap import base_model_of
+
+__all__ = ["FlopObserver", "Recording", "SamplingPlan", "decoder_for", "recorded_update_forward", "ENGINES"]
 
 
 class FlopObserver(Protocol):
@@ -71,6 +76,9 @@ def decoder_for(
     record: bool | Recording | None = False,
     autocast_dtype=None,
     flop_observer: FlopObserver | None = None,
+    engine: str = "eager",
+    sync_every: int = 16,
+    rows: int | None = None,
 ):
     """The preallocated-cache decoder (`static_decode.StaticDecoder`) for `model` with `capacity` positions, or
     None when it does not apply (`kv_cache="dynamic"`, or `static_decode.supports` refuses: the transformers
@@ -79,9 +87,14 @@ def decoder_for(
     record: also keep every projection output for the first update (`decoder.recording` after the prefill) when
     the update rebuilt from them would be exact (`recorded_update.can_rebuild`); a `Recording` of an earlier rollout whose
     batch is done with lends its buffers when the shapes match. Call outside `torch.inference_mode()`.
+    engine: "graphs" returns the graph engine (`graph_decode.GraphDecoder`, which runs the
+    whole rollout: `runs_rollout`; it keeps no record) where `graph_refusal` allows, for `rows` rows checking for
+    finished rows every `sync_every` tokens; "eager" or "auto" (for now) the step-by-step decoder.
     """
     if kv_cache != "auto" or static_decode.supports(model, capacity) is not None:
         return None
+    if rows is not None and _wants_graphs(model, engine) and graph_refusal(model) is None:
+        return _graph_engine(model, capacity, rows, autocast_dtype, sync_every, flop_observer)
     dec = static_decode.StaticDecoder(model, capacity, flop_observer=flop_observer)
     if (
         record
@@ -139,3 +152,55 @@ def _checkpointing(model) -> bool:
     """Whether transformers' gradient checkpointing is on (it sets `gradient_checkpointing` on the modules it
     wraps, in every release this path is tested on)."""
     return any(getattr(m, "gradient_checkpointing", False) is True for m in base_model_of(model).modules())
+
+
+ENGINES = ("auto", "eager", "graphs")  # rollout.engine's accepted values (config/schema.py checks them)
+# the graph engines and rollout copies of each model (base model -> {key: engine or copy}), kept across rollouts:
+# their captured graphs and buffers are what makes a step cheap
+_KEPT: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _wants_graphs(model, engine: str) -> bool:
+    """engine "graphs" (opt-in for now)."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine={engine!r} must be one of {', '.join(ENGINES)}")
+    # "auto" stays eager until scripts/gpu_check.sh has run the graph engine on a GPU (no GPU was at hand when it
+    # was written: docs/speed.md); then it becomes `engine == "auto" and the model is on CUDA`
+    return engine == "graphs"
+
+
+def graph_refusal(model) -> str | None:
+    """None when the graph engine can decode `model` (after `static_decode.supports`), else why not: a rope whose
+    frequencies depend on the length so far (no fixed table to capture), or a projection the rollout copy cannot
+    merge (`rollout_weights.refusal`)."""
+    rope_type = getattr(base_model_of(model).model.rotary_emb, "rope_type", "default")
+    if rope_type in static_decode._LENGTH_DEPENDENT_ROPE:
+        return f"rope type {rope_type} depends on the length decoded so far"
+    return rollout_weights.refusal(model)
+
+
+def _graph_engine(model, capacity: int, rows: int, autocast_dtype, sync_every: int, flop_observer):
+    """The graph engine for rollouts of `rows` rows within `capacity` positions. On CUDA (graphs captured) it is
+    kept per model, rows and new tokens, with one rollout copy of the weights per dtype, and rebuilt only for a
+    longer prompt (capacity rounded up to 64 positions); on the CPU (no graphs: the same steps run eagerly) it is
+    built for each rollout, as the eager decoder is."""
+    base = base_model_of(model)
+    dtype = autocast_dtype or next(base.parameters()).dtype
+    if next(base.parameters()).device.type != "cuda":
+        weights = rollout_weights.RolloutWeights(model, dtype)
+        return graph_decode.GraphDecoder(
+            model, capacity, weights, capture=False, sync_every=sync_every, flop_observer=flop_observer
+        )
+    kept = _KEPT.setdefault(base, {})
+    if ("weights", dtype) not in kept:
+        kept[("weights", dtype)] = rollout_weights.RolloutWeights(model, dtype)
+    key = ("engine", rows, dtype)
+    engine = kept.get(key)
+    if engine is None or engine.capacity < capacity:  # none yet, or a longer prompt than its cache holds
+        kept.pop(key, None)
+        engine = graph_decode.GraphDecoder(
+            model, -(-capacity // 64) * 64, kept[("weights", dtype)], capture=True, sync_every=sync_every
+        )
+        kept[key] = engine
+    engine.sync_every, engine.flop_observer = sync_every, flop_observer
+    return engine

@@ -242,7 +242,7 @@ class StaticDecoder:
             project = _per_module(projections, self._recorded(li, projections, 0))
             q, k, v = self._attention_inputs(li, layer, projections, project, x, cos, sin, 0)
             for cache, t in ((self.keys, k), (self.values, v)):
-                full = unwritten((n * repeats, kvh, self.capacity, hd), dtype=t.dtype, device=t.device)
+                full = self._cache_buffer(len(cache), cache is self.keys, (n * repeats, kvh, self.capacity, hd), t)
                 full.view(n, repeats, kvh, self.capacity, hd)[:, :, :, :T] = t[:, None]
                 cache.append(full)
             a = F.scaled_dot_product_attention(
@@ -253,6 +253,11 @@ class StaticDecoder:
                 layer, x, a.transpose(1, 2).reshape(n, T, nh * hd), project, lambda h: gated_mlp(h, project, keep)
             )
         return self.base.lm_head(rms_norm(self.body.norm, x[:, -1]))
+
+    def _cache_buffer(self, layer: int, keys: bool, shape: tuple, like: torch.Tensor) -> torch.Tensor:
+        """The cache tensor of `layer`'s keys (else values) that the prefill fills: a new one (the graph engine
+        hands out its persistent buffers instead, whose addresses its captured steps read)."""
+        return unwritten(shape, dtype=like.dtype, device=like.device)
 
     def _recorded(self, li: int, projections, start: int):
         """`project(slot, input)`: the whole output of projection `slot` of layer `li`, kept in the record when

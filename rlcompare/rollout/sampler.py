@@ -84,6 +84,8 @@ def sample(
     record: bool | fast.Recording = False,
     kv_cache: str = "auto",
     flop_observer: fast.FlopObserver | None = None,
+    engine: str = "eager",
+    sync_every: int = 16,
     **kw,
 ) -> Completions:
     """Sample completions (see `_sample`); the tensors returned are ordinary tensors, usable under autograd.
@@ -92,7 +94,7 @@ def sample(
     record: keep every projection output (`Completions.recording`) where the speed layer can rebuild the first
     update from them (`fast.recorded_update_forward`); an earlier call's `Recording` whose batch is no longer
     needed lends its buffers when the shapes match. flop_observer: the benchmark's FLOP count of the speed
-    layer's decoder.
+    layer's decoder. engine / sync_every: `rollout.engine` / `rollout.sync_every` (`fast.decoder_for`).
     """
     capacity = prompt_ids.shape[1] + kw["max_new_tokens"]
     decoder = fast.decoder_for(
@@ -102,6 +104,9 @@ def sample(
         record=record,
         autocast_dtype=kw.get("autocast_dtype"),
         flop_observer=flop_observer,
+        engine=engine,
+        sync_every=sync_every,
+        rows=prompt_ids.shape[0] * kw.get("repeats", 1),
     )
     with torch.inference_mode():
         c = _sample(model, prompt_ids, prompt_mask, decoder=decoder or CacheDecoder(model), **kw)
@@ -149,6 +154,10 @@ def _sample(
     decoder = decoder if decoder is not None else CacheDecoder(model)
     with ctx:
         logits = decoder.prefill(prompt_ids, prompt_mask, pos, repeats).float()
+    if getattr(decoder, "runs_rollout", False):  # the speed layer's graph engine runs the whole loop itself
+        plan = _plan(B, eos, pad_id, max_new_tokens, temperature, top_p, greedy, logprobs, generator, streams, device)
+        ids, logp = decoder.generate(prompt_ids, prompt_mask, pos, repeats, plan, autocast_dtype)
+        return _completions(ids, logp, eos, pad_id)
     next_pos = pos[:, -1:].repeat_interleave(repeats, 0) + 1
     ids = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
     logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device) if logprobs else None
@@ -157,16 +166,16 @@ def _sample(
     all_live = True  # every cache row is live (the common case: plain writes, no masks)
     steps = 0
     for t in range(max_new_tokens):
-        scaled = logits / temperature if temperature != 1.0 else logits
-        tok = scaled.argmax(-1) if greedy else _draw(scaled, top_p, generator, streams, rows)
+        u = None if greedy else _uniforms(logits, generator, streams, rows)
+        tok, tok_logp = _pick(logits, u, temperature=temperature, top_p=top_p, greedy=greedy, logprobs=logprobs)
         if not all_live:
             tok = torch.where(live, tok, torch.full_like(tok, pad_id))
         # the live cache rows `src` and their batch rows `dst` (plain slices while every row is live)
         src = slice(None) if all_live else live.nonzero().squeeze(-1)
         dst = src if rows is None else rows[src]
         ids[dst, t] = tok[src]
-        if logprobs:  # log p of the chosen token: gather minus logsumexp, no [B,V] log-softmax
-            logp[dst, t] = (scaled.gather(-1, tok[:, None]).squeeze(-1) - torch.logsumexp(scaled, -1))[src]
+        if logprobs:
+            logp[dst, t] = tok_logp[src]
         steps = t + 1
         ended = tok == eos[0] if len(eos) == 1 else torch.isin(tok, eos)
         live = live & ~ended
@@ -185,15 +194,49 @@ def _sample(
     return _completions(ids[:, :steps], logp[:, :steps] if logprobs else None, eos, pad_id)
 
 
-def _draw(scaled: torch.Tensor, top_p: float, generator, streams: GroupStreams | None, rows) -> torch.Tensor:
-    """One sampled token per cache row: Gumbel-max over the (top-p filtered) logits, with the uniforms of each
-    row's group stream (`rows`: the batch row of each cache row, None while they are the identity) or drawn
-    from `generator`."""
-    u = None
-    if streams is not None:  # every row's uniforms, then those of the rows still in the cache
-        u = streams.uniform(scaled.shape[-1])
-        u = u if rows is None else u[rows]
-    return gumbel_max(_top_p_filter(scaled, top_p) if top_p < 1.0 else scaled, generator, u)
+def _uniforms(logits: torch.Tensor, generator, streams: GroupStreams | None, rows) -> torch.Tensor:
+    """The U[0, 1) draws of each cache row's Gumbel-max: from its group stream (`rows`: the batch row of each
+    cache row, None while they are the identity), or one `[rows, V]` draw from `generator`."""
+    if streams is None:
+        return torch.rand(logits.shape, generator=generator, device=logits.device, dtype=logits.dtype)
+    u = streams.uniform(logits.shape[-1])  # every row's uniforms, then those of the rows still in the cache
+    return u if rows is None else u[rows]
+
+
+def _pick(
+    logits: torch.Tensor, u: torch.Tensor | None, *, temperature: float, top_p: float, greedy: bool, logprobs: bool
+):
+    """One token per row of `logits` `[b, V]` (float32) and its log-prob under the sampling weights (temperature
+    applied; None unless `logprobs`): argmax when greedy, else Gumbel-max with the uniforms `u` over the top-p
+    filtered logits. Device work only, no read-back: the graph engine runs it inside its captured steps."""
+    scaled = logits / temperature if temperature != 1.0 else logits
+    tok = scaled.argmax(-1) if greedy else gumbel_max(_top_p_filter(scaled, top_p) if top_p < 1.0 else scaled, None, u)
+    if not logprobs:
+        return tok, None
+    # log p of the chosen token: gather minus logsumexp, no [B,V] log-softmax
+    return tok, scaled.gather(-1, tok[:, None]).squeeze(-1) - torch.logsumexp(scaled, -1)
+
+
+def _plan(B, eos, pad_id, max_new_tokens, temperature, top_p, greedy, logprobs, generator, streams, device):
+    """The graph engine's `fast.SamplingPlan`: `_pick` with these settings, and each position's uniforms for all
+    `B` rows (a row's group stream, or one `[B, V]` draw from `generator`: with one stream per batch the engine's
+    tokens are another draw than the eager loop's, whose draws follow its own row drops)."""
+    if greedy:
+        uniforms = None
+    elif streams is not None:
+        uniforms = streams.uniform
+    else:
+        uniforms = lambda V: torch.rand((B, V), generator=generator, device=device)  # noqa: E731
+    settings = dict(temperature=temperature, top_p=top_p, greedy=greedy, logprobs=logprobs)
+    return fast.SamplingPlan(
+        pick=functools.partial(_pick, **settings),
+        uniforms=uniforms,
+        eos=eos,
+        pad_id=pad_id,
+        max_new_tokens=max_new_tokens,
+        logprobs=logprobs,
+        key=(*settings.values(), tuple(eos.tolist()), pad_id),
+    )
 
 
 def _completions(ids: torch.Tensor, logp: torch.Tensor | None, eos: torch.Tensor, pad_id: int) -> Completions:

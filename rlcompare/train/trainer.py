@@ -238,6 +238,8 @@ class Trainer:
             autocast_dtype=self.autocast,
             repeats=repeat,
             kv_cache=self.cfg.rollout.kv_cache,
+            engine=self.cfg.rollout.engine,
+            sync_every=self.cfg.rollout.sync_every,
             flop_observer=self.flop_observer,
             record=record,
             logprobs=not greedy and self._reads_sampler_logp(),

@@ -1,0 +1,297 @@
+"""The graph engine: a whole rollout decoded in fixed-shape steps, each captured once in a CUDA graph and replayed.
+
+Why: on a GPU an eager decode step is host work and kernel launches (one step of 128 rows of a 0.4B model took
+~39 ms where its memory traffic takes ~0.2 ms: ../shared/docs/gpu.md), and the eager loop reads the live-row
+count back every token. Here (the pattern of nano-vllm's `ModelRunner.capture_cudagraph`):
+
+* the KV cache, the step's inputs and the sampler's outputs live in buffers allocated once per engine
+  (`_State`); a step reads and writes only them, so it has fixed shapes and addresses;
+* one graph per batch bucket (`bucket_sizes`: powers of two below the rollout's rows, and the rows) and sampling
+  setting, captured once (largest first, one memory pool) and replayed every token;
+* the token is chosen on the device by the sampler's own `pick` (the same Gumbel-max draws from the same uniforms,
+  which are drawn outside the graph, group streams included) and written into the output with the step index
+  held on the device; finished rows keep decoding pad tokens and write to a trash row;
+* every `sync_every` tokens the host reads which rows are still live (the only synchronisation), stops when none
+  is, and moves the live rows into the next smaller bucket;
+* the prefill is the preallocated-cache decoder's (`StaticDecoder.prefill`: SDPA over each prompt, copied per
+  group), into the engine's own cache; the products run on the rollout copy of the weights (`rollout_weights.py`).
+
+Without capture (the CPU, or `capture=False`) the same steps run eagerly, attention over the positions written so
+far (`full_width=False`, the eager decoder's own slices) or over the whole cache under the mask (what the graphs
+run): tests/fast/test_graph_decode.py checks both against the eager decoder on the CPU, and
+tests/fast/test_cuda_engine.py the graphs against the eager steps on a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from rlcompare.fast.rollout_weights import RolloutWeights
+from rlcompare.fast.static_decode import (
+    StaticDecoder,
+    _per_module,
+    additive_mask,
+    gated_mlp,
+    layer_output,
+    rms_norm,
+    rope,
+)
+
+
+def bucket_sizes(rows: int) -> list[int]:
+    """The batch sizes a rollout of `rows` rows decodes at: the powers of two below `rows`, and `rows`."""
+    sizes, b = [], 1
+    while b < rows:
+        sizes.append(b)
+        b *= 2
+    return sizes + [rows]
+
+
+def bucket_for(n: int, sizes: list[int]) -> int:
+    """The smallest bucket holding `n` rows."""
+    return next(b for b in sizes if b >= n)
+
+
+@dataclass(frozen=True)
+class SamplingPlan:
+    """What the sampler decides per token, handed to the engine.
+
+    pick(logits [b, V] float32, u [b, V] | None) -> (tokens [b], log-probs [b] | None): the sampler's choice
+    (temperature, top-p, Gumbel-max or argmax), run inside the graph; uniforms(V) -> [rows, V]: the next position's
+    U[0, 1) draws for every row of the rollout (None when greedy), drawn outside the graph; key: what `pick`
+    computes (graphs are captured per key)."""
+
+    pick: Callable
+    uniforms: Callable | None
+    eos: torch.Tensor  # [E] long: the end-of-sequence ids
+    pad_id: int
+    max_new_tokens: int
+    logprobs: bool  # keep each chosen token's log-prob
+    key: tuple
+
+
+class _State:
+    """The buffers a step reads and writes, allocated once per engine (their addresses are what a graph replays)."""
+
+    def __init__(self, rows: int, vocab: int, max_new_tokens: int, device):
+        long = dict(dtype=torch.long, device=device)
+        self.tok = torch.zeros(rows, **long)  # the token each cache row feeds next
+        self.pos = torch.zeros(rows, **long)  # its rope position
+        self.rows = torch.zeros(rows, **long)  # the rollout row each cache row holds
+        self.live = torch.zeros(rows, dtype=torch.bool, device=device)
+        self.slot = torch.zeros(1, **long)  # the cache position the next step writes
+        self.t = torch.zeros(1, **long)  # the completion position the next choice is written at
+        self.trash = torch.tensor(rows, **long)  # the output row finished rows write to
+        self.ids = torch.zeros((rows + 1, max_new_tokens), **long)
+        self.logp = torch.zeros((rows + 1, max_new_tokens), dtype=torch.float32, device=device)
+        self.u = torch.full((rows, vocab), 0.5, dtype=torch.float32, device=device)
+
+    def reset(self, last_pos: torch.Tensor, P: int, pad_id: int) -> None:
+        """A new rollout: every row live in its own place, fed from the prompt's last position."""
+        self.pos.copy_(last_pos)
+        self.rows.copy_(torch.arange(len(self.rows), device=self.rows.device))
+        self.live.fill_(True)
+        self.slot.fill_(P - 1)
+        self.t.fill_(0)
+        self.ids.fill_(pad_id)
+        self.logp.zero_()
+
+
+class GraphDecoder(StaticDecoder):
+    """`generate` decodes a whole rollout (the sampler hands it the loop: `runs_rollout`). Reusable across rollouts
+    of the same rows and new tokens, with any prompt that fits `capacity` (graphs and buffers are kept)."""
+
+    runs_rollout = True
+
+    def __init__(
+        self,
+        model,
+        capacity: int,
+        weights: RolloutWeights,
+        *,
+        capture: bool,
+        sync_every: int,
+        full_width: bool = False,
+        flop_observer=None,
+    ):
+        super().__init__(model, capacity, flop_observer=flop_observer)
+        self.weights = weights
+        self.layers = [(layer, projections) for (layer, _), projections in zip(self.layers, weights.projections)]
+        self.capture, self.sync_every = capture, sync_every
+        self.full_width = full_width or capture  # a graph attends over the whole cache (fixed shapes)
+        self.can_select = False  # compaction is the engine's own (`_compact`)
+        self.state: _State | None = None
+        self.cache: dict[tuple[int, bool], torch.Tensor] = {}  # (layer, keys) -> [rows, kvh, capacity, hd]
+        self.mask: torch.Tensor | None = None  # [rows, 1, 1, capacity] additive: 0 on real keys
+        # rope of every cache position, built at the first step and kept (the prefill drops `rope_table`)
+        self.rope_rows: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
+        self.eos: dict[tuple, torch.Tensor] = {}  # each plan's end ids, in a tensor of its own (its graphs read it)
+        self.pool = None
+
+    def _cache_buffer(self, layer: int, keys: bool, shape: tuple, like: torch.Tensor) -> torch.Tensor:
+        """The engine's own cache, allocated once and zeroed: a step over the whole cache reads positions not
+        written yet under a -inf mask, and a weight of 0 times an uninitialised NaN would still be NaN."""
+        buf = self.cache.get((layer, keys))
+        if buf is None or buf.shape != shape or buf.dtype != like.dtype:
+            buf = self.cache[(layer, keys)] = torch.zeros(shape, dtype=like.dtype, device=like.device)
+            self.graphs.clear()  # they read the old buffers
+        return buf
+
+    def generate(self, ids, mask, pos, repeats: int, plan: SamplingPlan, autocast_dtype=None):
+        """Left-padded prompts `[n, P]` (positions `pos`) -> (ids `[n*repeats, steps]`, log-probs or None), `steps`
+        the last position any row decoded (its EOS, or `max_new_tokens`), pad after each row's EOS."""
+        self.weights.refresh()
+        ctx = _autocast(ids.device, autocast_dtype)
+        with ctx:
+            logits = self.prefill(ids, mask, pos, repeats).float()
+        B, V, P = logits.shape[0], logits.shape[1], ids.shape[1]
+        last_pos = pos[:, -1].repeat_interleave(repeats, 0)
+        if self.state is None or self.state.ids.shape != (B + 1, plan.max_new_tokens) or len(self.state.u[0]) != V:
+            self.state, self.mask = _State(B, V, plan.max_new_tokens, ids.device), None
+            self.graphs.clear()
+        s = self.state
+        s.reset(last_pos, P, plan.pad_id)
+        self.eos.setdefault(plan.key, plan.eos.clone())
+        if self.capture and any((b, plan.key) not in self.graphs for b in bucket_sizes(B)):
+            self._capture_all(B, plan, autocast_dtype)  # overwrites the cache and state: prefill again
+            with ctx:
+                logits = self.prefill(ids, mask, pos, repeats).float()
+            s.reset(last_pos, P, plan.pad_id)
+        if self.mask is not None:
+            self.mask.copy_(additive_mask(self.key_mask, self.mask.dtype)[:, None, None, :])
+        if plan.uniforms is not None:
+            s.u.copy_(plan.uniforms(V))
+        self._choose(logits, B, plan)  # the first token, from the prefill's logits
+        b = B
+        for t in range(1, plan.max_new_tokens):
+            if t % self.sync_every == 0:  # the only read-back: which rows are still decoding
+                live = s.live[:b].cpu()
+                n_live = int(live.sum())
+                if n_live == 0:
+                    break
+                nb = bucket_for(n_live, bucket_sizes(B))
+                if nb < b:
+                    self._compact(live, nb)
+                    b = nb
+            if plan.uniforms is not None:
+                s.u.copy_(plan.uniforms(V))
+            if self.flop_observer is not None:
+                self.flop_observer.record(b, 1, P + t, False)
+            if self.capture:
+                self.graphs[(b, plan.key)].replay()
+            else:
+                with ctx:
+                    self._body(b, plan, None if self.full_width else P + t)
+        return self._output(B, plan)
+
+    def _body(self, b: int, plan: SamplingPlan, n_keys: int | None) -> None:
+        """One token for the first `b` cache rows: the model's step, then the choice (what a graph holds)."""
+        self._choose(self._fixed_step(b, n_keys), b, plan)
+
+    def _fixed_step(self, b: int, n_keys: int | None) -> torch.Tensor:
+        """`StaticDecoder._step_forward` over the state's buffers: the token `tok` of the first `b` rows at rope
+        position `pos`, written at cache position `slot` (device tensors); attention over the first `n_keys`
+        positions, or (None) over the whole cache under the mask. Returns logits `[b, V]`."""
+        s, nh, kvh, hd = self.state, self.nh, self.kvh, self.hd
+        x = self.body.embed_tokens(s.tok[:b, None])
+        if self.rope_rows is None:  # [capacity, 1, 1, hd], as the eager decoder's `rope_table`
+            at = torch.arange(self.capacity, device=x.device)[None]
+            self.rope_rows = tuple(t[0, 0, :, None, None] for t in rope(self.body, x, at))
+        cos, sin = (t.index_select(0, s.pos[:b]) for t in self.rope_rows)
+        for li, (layer, projections) in enumerate(self.layers):
+            per_module = _per_module(projections, self._recorded(li, projections, 1))
+            q, k, v = self._attention_inputs(li, layer, projections, per_module, x, cos, sin, 1)
+            if self.mask is None or self.mask.dtype != q.dtype:  # first step: built here, where q's dtype shows
+                self.mask = additive_mask(self.key_mask, q.dtype)[:, None, None, :]
+            if li == 0:
+                self.mask[:b].index_fill_(-1, s.slot, 0.0)  # the new position is a real key
+            K, V = self.cache[(li, True)][:b], self.cache[(li, False)][:b]
+            K.index_copy_(2, s.slot, k.to(K.dtype))
+            V.index_copy_(2, s.slot, v.to(V.dtype))
+            mask = self.mask[:b]
+            if n_keys is not None:
+                K, V, mask = K[:, :, :n_keys], V[:, :, :n_keys], mask[..., :n_keys]
+            a = F.scaled_dot_product_attention(
+                q.reshape(b, kvh, nh // kvh, hd),
+                K.to(q.dtype),
+                V.to(q.dtype),
+                attn_mask=mask,
+                scale=layer.self_attn.scaling,
+            )
+            x = layer_output(layer, x, a.reshape(b, 1, nh * hd), per_module, lambda h: gated_mlp(h, per_module))
+        return F.linear(rms_norm(self.body.norm, x[:, -1]), self.weights.lm_head, self.weights.lm_head_bias)
+
+    def _choose(self, logits: torch.Tensor, b: int, plan: SamplingPlan) -> None:
+        """The next token of the first `b` rows from their logits (`plan.pick`, uniforms of each row's rollout row),
+        written at completion position `t` of the live rows (finished rows feed pad and write to the trash row);
+        then every position moves on by one."""
+        s = self.state
+        u = s.u.index_select(0, s.rows[:b]) if plan.uniforms is not None else None
+        tok, lp = plan.pick(logits.float(), u)
+        live = s.live[:b]
+        tok = torch.where(live, tok, plan.pad_id)
+        at = (torch.where(live, s.rows[:b], s.trash), s.t.expand(b))
+        s.ids.index_put_(at, tok)
+        if lp is not None:
+            s.logp.index_put_(at, lp)
+        s.live[:b] = live & ~torch.isin(tok, self.eos[plan.key])
+        s.tok[:b] = tok
+        s.pos[:b] += 1
+        s.slot += 1
+        s.t += 1
+
+    def _compact(self, live: torch.Tensor, nb: int) -> None:
+        """Move the live cache rows (`live`: [b] bool, host) first, in order, padded with finished ones to `nb`."""
+        keep = torch.cat([live.nonzero(), (~live).nonzero()]).squeeze(-1)[:nb].to(self.state.rows.device)
+        b = len(live)
+        s = self.state
+        for buf in [*self.cache.values(), self.key_mask, self.mask, s.tok, s.pos, s.rows, s.live]:
+            if buf is not None:  # the mask: built at the first step
+                buf[:nb] = buf[:b].index_select(0, keep)
+
+    def _capture_all(self, B: int, plan: SamplingPlan, autocast_dtype) -> None:
+        """One graph per bucket for `plan` (largest first, sharing one memory pool), each after an eager warm-up on a
+        side stream (which also builds the mask and the rope table); the runs scribble over cache and state."""
+        ctx = lambda: _autocast(self.state.ids.device, autocast_dtype)  # noqa: E731
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        for b in reversed(bucket_sizes(B)):
+            with torch.cuda.stream(side), ctx():
+                self._body(b, plan, None)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool), ctx():
+                self._body(b, plan, None)
+            self.pool = graph.pool() if self.pool is None else self.pool
+            self.graphs[(b, plan.key)] = graph
+        torch.cuda.synchronize()
+
+    def _output(self, B: int, plan: SamplingPlan):
+        """The decoded ids and log-probs up to the last position any row decoded (what the eager loop returns)."""
+        s = self.state
+        ids = s.ids[:B]
+        is_eos = torch.isin(ids, plan.eos)
+        ended = is_eos.any(1)
+        steps = int(is_eos.int().argmax(1).max()) + 1 if bool(ended.all()) else plan.max_new_tokens
+        logp = s.logp[:B, :steps].clone() if plan.logprobs else None
+        return ids[:, :steps].clone(), logp
+
+
+def _autocast(device, dtype):
+    """Autocast to `dtype` (without its weight-cast cache, which graph capture does not allow), or nothing."""
+    if dtype is None:
+        return _NoAutocast()
+    return torch.autocast(device.type, dtype=dtype, cache_enabled=False)
+
+
+class _NoAutocast:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
