@@ -890,24 +890,114 @@ def _plain(v: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------- running
-def _launch(cmd: list[str]) -> int:
+STOP_FILE = ".interrupted"  # in <results_dir>/<sweep name>/: the sweep was interrupted; start no further job
+STOP_GRACE_S = 60.0  # after Ctrl-C, how long the launch's runs have to record their state before SIGTERM
+
+
+@dataclass
+class UnlessInterrupted:
+    """The task function of a sweep's multirun (hydra_plugins.rlcompare_sweeper wraps it): a job a launcher's worker
+    takes up after the sweep was interrupted (STOP_FILE exists) is not started. A joblib worker whose run had
+    stopped on the Ctrl-C once went on to the next queued job. A plain class here (not in the plugin module, which
+    Hydra imports under another name) so that launchers can pickle it by reference."""
+
+    task: Any
+    stop_file: str
+
+    def __call__(self, cfg):
+        if os.path.exists(self.stop_file):
+            print("[rlcompare sweep] the sweep was interrupted: this queued job is not started", file=sys.stderr)
+            return None
+        return self.task(cfg)
+
+
+def _launch(cmd: list[str], stop_file: Optional[Path] = None) -> int:
+    """Run the launch in a process group of its own and wait; on Ctrl-C stop the whole group (`_stop_launch`)."""
     try:
-        return subprocess.call(cmd)
+        proc = subprocess.Popen(cmd, start_new_session=True)
     except OSError as e:
         print(f"rlcompare sweep: could not start {cmd[0]}: {e}", file=sys.stderr)
         return 127
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        if stop_file is not None:
+            stop_file.touch()  # before the signal: a worker freed by it must not start a queued job
+        _stop_launch(proc)
+        raise
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    """Does a live (not zombie) process remain in the process group? On Linux from /proc, since an orphaned worker
+    may stay a zombie where nothing reaps it; elsewhere whether the group can be signalled."""
+    if not os.path.isdir("/proc/self"):
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()  # after "pid (comm)": state, ppid, pgrp, ...
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def _wait_group(proc: subprocess.Popen, pgid: int, seconds: float) -> bool:
+    """Wait until no process of the group is left (the launcher's own one reaped); False on timeout."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        proc.poll()
+        if not _group_alive(pgid):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _stop_launch(proc: subprocess.Popen) -> None:
+    """Ctrl-C during a launch. The launch runs in its own process group, so that a Ctrl-C (or a SIGINT sent to the
+    sweep alone) reaches every process of its launcher, workers included: subprocess.call used to SIGKILL the
+    launcher's process alone, orphaning joblib's workers. The group gets SIGINT (runs record their state and stop);
+    what is left after STOP_GRACE_S gets SIGTERM, then SIGKILL. A second Ctrl-C kills the group at once."""
+    import signal
+
+    pgid = proc.pid
+    try:
+        _signal_group(pgid, signal.SIGINT)
+        if not _wait_group(proc, pgid, STOP_GRACE_S):
+            _signal_group(pgid, signal.SIGTERM)
+            _wait_group(proc, pgid, 10.0)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        _signal_group(pgid, signal.SIGKILL)
+        proc.wait()
 
 
 def launch_jobs(spec: SweepSpec, root: Path, jobs: list[Job], hydra_extra: list[str]) -> int:
     """Every job in one Hydra multirun (its launcher runs as many at once as it has workers); the exit code."""
     jobs_file = root / JOBS_FILE
+    (root / STOP_FILE).unlink(missing_ok=True)
     tmp = root / f".{JOBS_FILE}.tmp"
     tmp.write_text(yaml.safe_dump({"jobs": [j.overrides(spec) for j in jobs]}, sort_keys=False, width=1000))
     os.replace(tmp, jobs_file)
     cmd = launch_command(spec, root, jobs_file, hydra_extra)
     names = ", ".join(f"{j.member.name}__s{j.seed}" + (" (resume)" if j.resume else "") for j in jobs)
     print(f"[rlcompare sweep] launching {len(jobs)} job(s): {names}\n  {_shell(cmd)}", file=sys.stderr, flush=True)
-    return _launch(cmd)
+    return _launch(cmd, root / STOP_FILE)
 
 
 def _fresh_summary(d: Path, since: float) -> Optional[dict]:
@@ -950,7 +1040,13 @@ def run_jobs(jobs: list[Job], root: Path, launch, results: Optional[dict] = None
     while todo or alone:
         batch = [alone.pop(0)] if alone else todo
         t0 = time.time()
-        rc = launch(batch)
+        try:
+            rc = launch(batch)
+        except KeyboardInterrupt:  # the runs that completed before the Ctrl-C are recorded (run_sweep re-raises)
+            done: dict = {}
+            _settle(batch, root, t0, done)
+            results.update((k, r) for k, r in done.items() if r["status"] == "completed")
+            raise
         died, waiting, progressed = _settle(batch, root, t0, results)
         if len(died) == 1:
             results[died[0].key] = _died(root, died[0], rc)
