@@ -252,7 +252,6 @@ def _alive(pid: int) -> bool:
 # ----------------------------------------------------------------------------- item 20: Ctrl-C, for real
 QUICK = [
     "budget=tiny",
-    "budget.max_steps=2",
     "logger=none",
     "trainer.progress=false",
     "model.warm_start.steps=20",
@@ -266,7 +265,7 @@ QUICK = [
 LONG_SWEEP = """
     name: cc
     seeds: [0]
-    base: {label: grpo, overrides: [algorithm=grpo]}
+    base: {label: grpo, overrides: [algorithm=grpo, budget.max_steps=2]}
     variants:
       - {label: v1, component: budget, overrides: [budget.max_steps=400]}
       - {label: v2, component: budget, overrides: [budget.max_steps=401]}
@@ -334,3 +333,32 @@ def _read(path: Path) -> str:
         return path.read_text()
     except OSError:
         return ""
+
+
+# ----------------------------------------------------------------------------- item 20: submitit's time limit
+@pytest.mark.slow  # a real job under submitit's local executor, stopped by its time limit (a minute)
+def test_submitits_time_limit_signal_checkpoints_and_stops_the_run_cleanly(tmp_path):
+    """submitit sends its pre-timeout signal (USR2) signal_delay_s before the limit: the run treats it as a SIGTERM
+    (the step in flight finishes, a checkpoint is saved, the error says how to continue). submitit's own handler
+    ended the run with `SystemExit: 144` from inside a step, and no checkpoint."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
+    run = tmp_path / "results" / "default" / "limited"
+    res = subprocess.run(
+        [sys.executable, "-m", "rlcompare.cli", "train", "-m", *QUICK, "budget.max_steps=100000"]
+        + ["trainer.checkpoint_every=3", f"results_dir={tmp_path / 'results'}", "run_name=limited"]
+        + ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=1", "+hydra.launcher.signal_delay_s=20"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    summary = json.loads((run / "summary.json").read_text())
+    logs = "".join(p.read_text() for p in tmp_path.rglob("*_log.err"))
+    assert summary["status"] == "failed", summary
+    assert summary["error"].startswith("terminated (SIGTERM); checkpoint saved at step"), (summary, logs[-3000:])
+    assert "SIGUSR2 from submitit: the job's time limit is near" in logs
+    step = int(summary["error"].split("at step ")[1].split(",")[0])
+    assert (run / "checkpoints" / f"step_{step}").is_dir() and summary["steps"] == step
+    assert "SystemExit" not in summary["error"] and res.returncode != 0
