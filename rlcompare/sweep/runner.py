@@ -13,7 +13,8 @@ for the report. docs/scaling.md has the launchers and the device rule.
 
     rlcompare sweep sweeps/one_knob.yaml [overrides...] [--dry-run] [--seeds 0,1] [--resume]
 
-Exit codes: 0 all runs completed (or a clean dry run), 1 some runs failed, 2 the sweep was refused.
+Exit codes: 0 all runs completed (or a clean dry run), 1 some runs failed, 2 the sweep was refused, 130 interrupted
+(Ctrl-C: the runs completed before it are recorded). The results folder is locked for the sweep's life.
 """
 
 from __future__ import annotations
@@ -1153,7 +1154,9 @@ def _config_changes(member_config: dict, run_config: dict) -> str:
     """How a run's config differs from its member's, outside the keys a sweep never counts ("" when it does not):
     `key: run's value -> member's value`, the first four."""
     now, then = flatten(member_config), flatten(run_config)
-    keys = [k for k in sorted(set(now) | set(then)) if not _ignored(k) and now.get(k, _MISSING) != then.get(k, _MISSING)]
+    keys = [
+        k for k in sorted(set(now) | set(then)) if not _ignored(k) and now.get(k, _MISSING) != then.get(k, _MISSING)
+    ]
     shown = ", ".join(f"{k}: {_fmt(then.get(k, _MISSING))} -> {_fmt(now.get(k, _MISSING))}" for k in keys[:4])
     return shown + (", ..." if len(keys) > 4 else "")
 

@@ -347,15 +347,17 @@ def test_submitits_time_limit_signal_checkpoints_and_stops_the_run_cleanly(tmp_p
     res = subprocess.run(
         [sys.executable, "-m", "rlcompare.cli", "train", "-m", *QUICK, "budget.max_steps=100000"]
         + ["trainer.checkpoint_every=3", f"results_dir={tmp_path / 'results'}", "run_name=limited"]
-        + ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=1", "+hydra.launcher.signal_delay_s=20"],
+        # the local executor signals 30 s before timeout_min (its signal_delay_s, which Hydra's plugin cannot set)
+        + ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=1"],
         env=env,
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=300,
     )
+    assert (run / "summary.json").exists(), (res.stdout + res.stderr)[-3000:]
     summary = json.loads((run / "summary.json").read_text())
-    logs = "".join(p.read_text() for p in tmp_path.rglob("*_log.err"))
+    logs = "".join(p.read_text() for p in (tmp_path / "results").rglob("*_log.err"))
     assert summary["status"] == "failed", summary
     assert summary["error"].startswith("terminated (SIGTERM); checkpoint saved at step"), (summary, logs[-3000:])
     assert "SIGUSR2 from submitit: the job's time limit is near" in logs

@@ -27,6 +27,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # two processes importing torch and sharding a model (about 30 s on a busy 2-core machine)
 def test_a_lost_peer_inside_fsdps_own_collectives_is_explained_as_under_ddp(tmp_path):
     """FSDP2's all-gathers and reduce-scatters (in the sharded model's forward and backward) are not the run's
     collectives: a peer that stopped surfaced as gloo's raw RuntimeError. Inside `lost_peers_explained` (where the
@@ -41,9 +42,7 @@ def test_a_lost_peer_inside_fsdps_own_collectives_is_explained_as_under_ddp(tmp_
         "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p),
     }
     worker = [sys.executable, str(REPO / "tests" / "train" / "lost_peer_worker.py"), str(out)]
-    procs = [
-        subprocess.Popen(worker, env={**env, "RANK": str(r)}, stderr=subprocess.PIPE, text=True) for r in (0, 1)
-    ]
+    procs = [subprocess.Popen(worker, env={**env, "RANK": str(r)}, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
     errs = [p.communicate(timeout=300)[1] for p in procs]
     raised = json.loads(out.read_text())
     assert raised["type"] == "RankLost", (raised, errs[0][-3000:])
