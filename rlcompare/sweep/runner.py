@@ -1082,7 +1082,7 @@ def _settle(batch: list[Job], root: Path, t0: float, results: dict) -> tuple[lis
     for j in batch:
         d = run_dir(root, *j.key)
         status = (_fresh_summary(d, t0) or {}).get("status")
-        not_ours = _not_this_members_run(d, j) if status in ("completed", "failed") else None
+        not_ours = _not_this_members_run(d, j, status) if status in ("completed", "failed") else None
         if not_ours:
             results[j.key] = {"status": "failed", "error": not_ours, "dir": str(d)}
             progressed = True
@@ -1100,11 +1100,13 @@ def _settle(batch: list[Job], root: Path, t0: float, results: dict) -> tuple[lis
     return died, waiting, progressed
 
 
-def _not_this_members_run(d: Path, j: Job) -> Optional[str]:
+def _not_this_members_run(d: Path, j: Job, status: str) -> Optional[str]:
     """Why the run in d is not this job's (another config or seed: another sweep or command wrote the folder), or
-    None when its config.yaml is the member's at this seed."""
+    None when its config.yaml is the member's at this seed (or it failed before writing one: its own error)."""
     cfg = _run_config(d)
     if cfg is None:
+        if status == "failed":
+            return None
         return f"{d} holds a summary but no readable config.yaml; the sweep cannot tell that it ran this member"
     seed = cfg.get("seed")
     changes = _config_changes(j.member.config, cfg)

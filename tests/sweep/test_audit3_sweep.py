@@ -367,3 +367,24 @@ def test_submitits_time_limit_signal_checkpoints_and_stops_the_run_cleanly(tmp_p
     saved = [int(p.name.split("_")[1]) for p in (run / "checkpoints").glob("step_*") if p.is_dir()]
     assert step in saved and summary["steps"] == step
     assert "SystemExit" not in summary["error"] and res.returncode != 0
+
+
+def test_a_completed_summary_without_a_config_is_not_settled_but_a_failure_keeps_its_error(tmp_path):
+    spec = load_sweep(write(tmp_path))
+    grpo, clip = resolve_members(spec, [f"results_dir={tmp_path / 'results'}"])
+    root = tmp_path / "results" / "a3"
+
+    def launch(batch):
+        for j, status in zip(batch, ("completed", "failed")):
+            d = root / f"{j.member.name}__s{j.seed}"
+            (d / ".hydra").mkdir(parents=True)
+            (d / "summary.json").write_text(json.dumps({"status": status, "error": "ValueError: x"}))
+        return 1
+
+    res = sw.run_jobs([sw.Job(grpo, 0), sw.Job(clip, 0)], root, launch)
+    assert res[("grpo", 0)]["status"] == "failed" and "no readable config.yaml" in res[("grpo", 0)]["error"]
+    assert res[("clip_higher", 0)] == {
+        "status": "failed",
+        "error": "ValueError: x",
+        "dir": str(root / "clip_higher__s0"),
+    }
