@@ -52,8 +52,12 @@ class JobListSweeper(Sweeper):
         self.hydra_context: Optional[HydraContext] = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        from rlcompare.sweep.runner import STOP_FILE, UnlessInterrupted
+
         self.config = config
         self.hydra_context = hydra_context
+        if self.jobs_file:  # the sweep's folder: a job taken up after the sweep was interrupted is not started
+            task_function = UnlessInterrupted(task_function, str(Path(self.jobs_file).parent / STOP_FILE))
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config
         )

@@ -13,7 +13,8 @@ for the report. docs/scaling.md has the launchers and the device rule.
 
     rlcompare sweep sweeps/one_knob.yaml [overrides...] [--dry-run] [--seeds 0,1] [--resume]
 
-Exit codes: 0 all runs completed (or a clean dry run), 1 some runs failed, 2 the sweep was refused.
+Exit codes: 0 all runs completed (or a clean dry run), 1 some runs failed, 2 the sweep was refused, 130 interrupted
+(Ctrl-C: the runs completed before it are recorded). The results folder is locked for the sweep's life.
 """
 
 from __future__ import annotations
@@ -104,10 +105,14 @@ _RESERVED = {
     "resume": "use `rlcompare sweep --resume` to continue an interrupted sweep",
     "sweep": "sweep.* tags are set by `rlcompare sweep`",
 }
+# apply to the whole sweep: a member setting one would land its runs outside the sweep's folder (results_dir) or
+# split the sweep's W&B comparison; the command line of `rlcompare sweep` sets them for every member
+_SWEEP_WIDE = ("results_dir", "logger.project", "logger.entity", "logger.group")
 
 _HYDRA_DIRS = {"hydra.sweep.dir", "hydra.sweep.subdir", "hydra.run.dir", "hydra.job.chdir"}
 MODES = ("independent", "ladder")
-_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# \Z, not $: `$` also matches before a final newline, which let "base\n" through as a label
+_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 _TOP_KEYS = {"name", "question", "mode", "seeds", "base", "variants", "rungs", "description", "notes", "claim"}
 # sweeps/claims/*.yaml: the published claim a sweep tests (docs/claims.md), written before it is run
 _CLAIM_KEYS = ("paper", "statement", "metric", "knob")
@@ -217,9 +222,15 @@ def _is_hydra_override(key: str) -> bool:
 
 
 def _check_overrides(overrides: list[str], where: str, allow_hydra: bool = False) -> None:
+    """allow_hydra: the command line's overrides (hydra.* and the sweep-wide keys go there), else a member's."""
     for raw, o in zip(overrides, _parse_overrides(overrides, where)):
         key = o.key_or_group
         head = key.split(".")[0].split("/")[0]
+        if not allow_hydra and any(_covered(key, [k]) for k in _SWEEP_WIDE):
+            raise SweepError(
+                f"{where}: `{raw}` applies to the whole sweep (every run lands in <results_dir>/<sweep name>/ and "
+                f"is mirrored to one W&B project); pass it on the command line of `rlcompare sweep` instead"
+            )
         if o.is_sweep_override():
             raise SweepError(
                 f"{where}: `{raw}` is a sweep over several values; give each value its own variant "
@@ -440,7 +451,12 @@ def _check_claim(claim: Any, src: str, labels: list[str]) -> None:
 def load_sweep(path: str | os.PathLike) -> SweepSpec:
     """Read and check a sweep file's shape (configs are resolved by resolve_members)."""
     p = find_sweep_file(path)
-    text = p.read_text()
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise SweepError(f"{p}: not UTF-8 text (byte {e.start}); save the sweep file as UTF-8") from None
+    except OSError as e:
+        raise SweepError(f"{p}: cannot be read ({e.strerror})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -503,6 +519,8 @@ def resolve_members(spec: SweepSpec, extra_overrides: Optional[list[str]] = None
                 f"overrides: {' '.join(overrides) or '(none)'}"
             ) from None
         raw = OmegaConf.to_container(cfg, resolve=False)  # before validate(), which resolves in place
+        if ref is None:
+            _check_seeds(spec, raw)
         try:
             typed = validate(cfg)
         except ConfigError as e:
@@ -522,6 +540,18 @@ def resolve_members(spec: SweepSpec, extra_overrides: Optional[list[str]] = None
         )
     _check_component_paths(members)
     return members
+
+
+def _check_seeds(spec: SweepSpec, raw: dict) -> None:
+    """Every seed of the sweep through the train config's own check of `seed` (`validate`, which holds the rule),
+    not only the first seed, which composed the members: a seed `rlcompare train` would refuse refuses the sweep."""
+    from rlcompare.config import ConfigError, validate
+
+    for s in spec.seeds:
+        try:
+            validate({**raw, "seed": s, "run_name": f"{spec.base.label}__s{s}"})
+        except ConfigError as e:
+            raise SweepError(f"seeds: seed {s} is refused ({e}); list seeds `rlcompare train` accepts") from None
 
 
 def _check_component_paths(members: list[Member]) -> None:
@@ -863,24 +893,114 @@ def _plain(v: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------- running
-def _launch(cmd: list[str]) -> int:
+STOP_FILE = ".interrupted"  # in <results_dir>/<sweep name>/: the sweep was interrupted; start no further job
+STOP_GRACE_S = 60.0  # after Ctrl-C, how long the launch's runs have to record their state before SIGTERM
+
+
+@dataclass
+class UnlessInterrupted:
+    """The task function of a sweep's multirun (hydra_plugins.rlcompare_sweeper wraps it): a job a launcher's worker
+    takes up after the sweep was interrupted (STOP_FILE exists) is not started. A joblib worker whose run had
+    stopped on the Ctrl-C once went on to the next queued job. A plain class here (not in the plugin module, which
+    Hydra imports under another name) so that launchers can pickle it by reference."""
+
+    task: Any
+    stop_file: str
+
+    def __call__(self, cfg):
+        if os.path.exists(self.stop_file):
+            print("[rlcompare sweep] the sweep was interrupted: this queued job is not started", file=sys.stderr)
+            return None
+        return self.task(cfg)
+
+
+def _launch(cmd: list[str], stop_file: Optional[Path] = None) -> int:
+    """Run the launch in a process group of its own and wait; on Ctrl-C stop the whole group (`_stop_launch`)."""
     try:
-        return subprocess.call(cmd)
+        proc = subprocess.Popen(cmd, start_new_session=True)
     except OSError as e:
         print(f"rlcompare sweep: could not start {cmd[0]}: {e}", file=sys.stderr)
         return 127
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        if stop_file is not None:
+            stop_file.touch()  # before the signal: a worker freed by it must not start a queued job
+        _stop_launch(proc)
+        raise
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    """Does a live (not zombie) process remain in the process group? On Linux from /proc, since an orphaned worker
+    may stay a zombie where nothing reaps it; elsewhere whether the group can be signalled."""
+    if not os.path.isdir("/proc/self"):
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()  # after "pid (comm)": state, ppid, pgrp, ...
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def _wait_group(proc: subprocess.Popen, pgid: int, seconds: float) -> bool:
+    """Wait until no process of the group is left (the launcher's own one reaped); False on timeout."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        proc.poll()
+        if not _group_alive(pgid):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _stop_launch(proc: subprocess.Popen) -> None:
+    """Ctrl-C during a launch. The launch runs in its own process group, so that a Ctrl-C (or a SIGINT sent to the
+    sweep alone) reaches every process of its launcher, workers included: subprocess.call used to SIGKILL the
+    launcher's process alone, orphaning joblib's workers. The group gets SIGINT (runs record their state and stop);
+    what is left after STOP_GRACE_S gets SIGTERM, then SIGKILL. A second Ctrl-C kills the group at once."""
+    import signal
+
+    pgid = proc.pid
+    try:
+        _signal_group(pgid, signal.SIGINT)
+        if not _wait_group(proc, pgid, STOP_GRACE_S):
+            _signal_group(pgid, signal.SIGTERM)
+            _wait_group(proc, pgid, 10.0)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        _signal_group(pgid, signal.SIGKILL)
+        proc.wait()
 
 
 def launch_jobs(spec: SweepSpec, root: Path, jobs: list[Job], hydra_extra: list[str]) -> int:
     """Every job in one Hydra multirun (its launcher runs as many at once as it has workers); the exit code."""
     jobs_file = root / JOBS_FILE
+    (root / STOP_FILE).unlink(missing_ok=True)
     tmp = root / f".{JOBS_FILE}.tmp"
     tmp.write_text(yaml.safe_dump({"jobs": [j.overrides(spec) for j in jobs]}, sort_keys=False, width=1000))
     os.replace(tmp, jobs_file)
     cmd = launch_command(spec, root, jobs_file, hydra_extra)
     names = ", ".join(f"{j.member.name}__s{j.seed}" + (" (resume)" if j.resume else "") for j in jobs)
     print(f"[rlcompare sweep] launching {len(jobs)} job(s): {names}\n  {_shell(cmd)}", file=sys.stderr, flush=True)
-    return _launch(cmd)
+    return _launch(cmd, root / STOP_FILE)
 
 
 def _fresh_summary(d: Path, since: float) -> Optional[dict]:
@@ -923,7 +1043,13 @@ def run_jobs(jobs: list[Job], root: Path, launch, results: Optional[dict] = None
     while todo or alone:
         batch = [alone.pop(0)] if alone else todo
         t0 = time.time()
-        rc = launch(batch)
+        try:
+            rc = launch(batch)
+        except KeyboardInterrupt:  # the runs that completed before the Ctrl-C are recorded (run_sweep re-raises)
+            done: dict = {}
+            _settle(batch, root, t0, done)
+            results.update((k, r) for k, r in done.items() if r["status"] == "completed")
+            raise
         died, waiting, progressed = _settle(batch, root, t0, results)
         if len(died) == 1:
             results[died[0].key] = _died(root, died[0], rc)
@@ -958,7 +1084,11 @@ def _settle(batch: list[Job], root: Path, t0: float, results: dict) -> tuple[lis
     for j in batch:
         d = run_dir(root, *j.key)
         status = (_fresh_summary(d, t0) or {}).get("status")
-        if status in ("completed", "failed"):
+        not_ours = _not_this_members_run(d, j, status) if status in ("completed", "failed") else None
+        if not_ours:
+            results[j.key] = {"status": "failed", "error": not_ours, "dir": str(d)}
+            progressed = True
+        elif status in ("completed", "failed"):
             results[j.key] = {
                 "status": status,
                 "error": (_summary(d) or {}).get("error") if status == "failed" else None,
@@ -970,6 +1100,25 @@ def _settle(batch: list[Job], root: Path, t0: float, results: dict) -> tuple[lis
         else:
             waiting.append(j)
     return died, waiting, progressed
+
+
+def _not_this_members_run(d: Path, j: Job, status: str) -> Optional[str]:
+    """Why the run in d is not this job's (another config or seed: another sweep or command wrote the folder), or
+    None when its config.yaml is the member's at this seed (or it failed before writing one: its own error)."""
+    cfg = _run_config(d)
+    if cfg is None:
+        if status == "failed":
+            return None
+        return f"{d} holds a summary but no readable config.yaml; the sweep cannot tell that it ran this member"
+    seed = cfg.get("seed")
+    changes = _config_changes(j.member.config, cfg)
+    if seed != j.seed or changes:
+        what = changes or f"seed: {_fmt(seed)} -> {j.seed}"
+        return (
+            f"{d} holds a run made with another config than this member's ({what}): another command wrote the "
+            f"folder; not counted as this member's run"
+        )
+    return None
 
 
 def _died(root: Path, j: Job, rc: int) -> dict:
@@ -996,27 +1145,37 @@ def _existing(root: Path, members: list[Member], seeds: list[int]) -> dict[tuple
     return out
 
 
+def _run_config(d: Path) -> Optional[dict]:
+    """The config.yaml a run wrote (safe-loaded), or None when missing or unreadable."""
+    try:
+        cfg = yaml.safe_load((d / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    return cfg if isinstance(cfg, dict) else None
+
+
+def _config_changes(member_config: dict, run_config: dict) -> str:
+    """How a run's config differs from its member's, outside the keys a sweep never counts ("" when it does not):
+    `key: run's value -> member's value`, the first four."""
+    now, then = flatten(member_config), flatten(run_config)
+    keys = [
+        k for k in sorted(set(now) | set(then)) if not _ignored(k) and now.get(k, _MISSING) != then.get(k, _MISSING)
+    ]
+    shown = ", ".join(f"{k}: {_fmt(then.get(k, _MISSING))} -> {_fmt(now.get(k, _MISSING))}" for k in keys[:4])
+    return shown + (", ..." if len(keys) > 4 else "")
+
+
 def _check_kept_runs(root: Path, members: list[Member], existing: dict) -> None:
     """--resume keeps earlier runs: refuse when one was made with another config than its member's now."""
     by_name = {m.name: m for m in members}
     bad = []
     for (label, seed), _status in sorted(existing.items()):
-        try:
-            old = yaml.safe_load((run_dir(root, label, seed) / "config.yaml").read_text())
-        except (OSError, yaml.YAMLError):
+        old = _run_config(run_dir(root, label, seed))
+        if old is None:
             continue
-        if not isinstance(old, dict):
-            continue
-        now, then = flatten(by_name[label].config), flatten(old)
-        keys = [
-            k for k in sorted(set(now) | set(then)) if not _ignored(k) and now.get(k, _MISSING) != then.get(k, _MISSING)
-        ]
-        if keys:
-            bad.append(
-                f"{label}__s{seed} ({', '.join(f'{k}: {_fmt(then.get(k, _MISSING))} -> {_fmt(now.get(k, _MISSING))}' for k in keys[:4])}"
-                + (", ..." if len(keys) > 4 else "")
-                + ")"
-            )
+        changes = _config_changes(by_name[label].config, old)
+        if changes:
+            bad.append(f"{label}__s{seed} ({changes})")
     if bad:
         raise SweepError(
             f"--resume: runs in {root} were made with another config than the sweep now gives them: "
@@ -1117,6 +1276,41 @@ def run_sweep(
     if dry_run:
         _print_dry_run(spec, members, hydra_extra, launcher, n_runs, out)
         return 0
+    with _sweep_lock(root):
+        return _run_locked(spec, members, extra, hydra_extra, root, n_runs, resume, argv, out)
+
+
+def _sweep_lock(root: Path):
+    """The sweep's results folder, locked for the sweep's life (rlcompare.train.run_lock's lock, dropped by the
+    kernel however the sweep ends): a second sweep of the same name and results_dir would take the first one's
+    runs as its own and mix their configs in one comparison."""
+    from rlcompare.config import ConfigError
+    from rlcompare.train import run_lock
+
+    try:
+        return run_lock.acquire(root)
+    except run_lock.RunFolderBusy:
+        pid = run_lock.holder(root)
+        raise SweepError(
+            f"{root} is in use by another sweep ({f'pid {pid}' if pid else 'a live process'}); wait for it to end, "
+            f"or give this one another name (`name:` in the sweep file) or results_dir"
+        ) from None
+    except ConfigError as e:
+        raise SweepError(str(e)) from None
+
+
+def _run_locked(
+    spec: SweepSpec,
+    members: list[Member],
+    extra: list[str],
+    hydra_extra: list[str],
+    root: Path,
+    n_runs: int,
+    resume: bool,
+    argv: Optional[list[str]],
+    out,
+) -> int:
+    """run_sweep's part under the lock on root: the runs kept, the launches, the record."""
     existing = _runs_to_keep(root, spec, members, resume)
     record_argv = list(argv if argv is not None else [str(spec.path)] + extra)
     created = _now()

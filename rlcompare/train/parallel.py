@@ -24,9 +24,11 @@ Every collective is a no-op on a world of one process.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -219,6 +221,18 @@ class World:
         if dist.is_initialized():
             dist.destroy_process_group()
 
+    @contextlib.contextmanager
+    def lost_peers_explained(self):
+        """A block whose collectives are not ours: under fsdp the sharded model's own (FSDP's all-gathers and
+        reduce-scatters inside the forward and backward, the gradient norm's all-reduce). A peer that stops makes
+        them fail with the backend's raw error, which becomes the RankLost our own collectives raise."""
+        try:
+            yield
+        except RuntimeError as e:
+            if self.size == 1 or isinstance(e, RankLost) or not _from_the_backend(e):
+                raise
+            raise _rank_lost(e) from None
+
     def barrier(self) -> None:
         """Wait until every rank is here: `any_true`'s one-element all-reduce (gloo's own barrier took 0.55 ms
         against 0.44 between 2 idle processes here)."""
@@ -341,10 +355,30 @@ def _collective(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except RuntimeError as e:  # gloo / NCCL: a peer's socket closed, or the TIMEOUT passed
-        raise RankLost(
-            f"a collective with the other ranks failed ({type(e).__name__}: {str(e)[:200]}): another "
-            f"rank stopped or hung; torchrun's failure summary names it"
-        ) from None
+        raise _rank_lost(e) from None
+
+
+def _from_the_backend(e: RuntimeError) -> bool:
+    """A communication error (torch's DistError, or the plain RuntimeError gloo raises, which names itself)."""
+    import torch.distributed as dist
+
+    text = str(e)
+    return isinstance(e, dist.DistError) or "gloo" in text or "NCCL" in text or "Connection reset by peer" in text
+
+
+def _rank_lost(e: RuntimeError) -> RankLost:
+    """The RankLost for a failed collective; rank 0 also prints it at once. torchrun stops the surviving ranks
+    with SIGTERM right after a rank dies, which cut rank 0's own report short: its reason reached only
+    summary.json, and the console showed Hydra's "Error executing job" without it."""
+    lost = RankLost(
+        f"a collective with the other ranks failed ({type(e).__name__}: {str(e)[:200]}): another "
+        f"rank stopped or hung; torchrun's failure summary names it"
+    )
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        print(f"[rlcompare] rank 0: {lost}", file=sys.stderr, flush=True)
+    return lost
 
 
 def init_world(cfg) -> World:

@@ -193,6 +193,7 @@ def place_job(cfg):
     if job is None:
         return cfg
     launcher, job_num = job
+    stop_on_preempt_signal()
     cores = cpu_cores()
     concurrent = concurrent_jobs(launcher, launched_jobs(), cores)
     threads = job_threads(cfg.trainer.threads, cores, concurrent, job_cpus(launcher))
@@ -205,6 +206,34 @@ def place_job(cfg):
         where += _place_on_cuda(job_num)
     print(f"[rlcompare] job {job_num}: {concurrent} concurrent job(s) on this machine; {where}", file=sys.stderr)
     return cfg
+
+
+def stop_on_preempt_signal() -> Optional[str]:
+    """Under submitit (SUBMITIT_EXECUTOR set), its pre-timeout signal (SUBMITIT_PREEMPT_SIGNAL, USR2 by default)
+    becomes a SIGTERM to this process, which the run handles as a preemption: the step in flight finishes, a
+    checkpoint is saved (checkpointing on), and it ends with its closing line. submitit's own handler exited from
+    inside a step (its local executor's requeue: `SystemExit: 144`), with no checkpoint. Returns the signal's name."""
+    import signal
+    import threading
+
+    if "SUBMITIT_EXECUTOR" not in os.environ or threading.current_thread() is not threading.main_thread():
+        return None
+    name = "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2").upper().removeprefix("SIG")
+    sig = getattr(signal, name, None)
+    if not isinstance(sig, signal.Signals) or sig == signal.SIGTERM:
+        return None
+
+    def to_sigterm(signum, frame):
+        print(
+            f"[rlcompare] {name} from submitit: the job's time limit is near; stopping after this step (with a "
+            f"checkpoint when trainer.checkpoint_every is on), as on SIGTERM",
+            file=sys.stderr,
+            flush=True,
+        )
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(sig, to_sigterm)
+    return name
 
 
 def _place_on_cuda(job_num: int) -> str:

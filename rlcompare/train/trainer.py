@@ -314,7 +314,9 @@ class Trainer:
                     )
                 )
                 old_logp = self._old_logp(batch, targets, row)
-                row.update(self._update_metrics(self.update(batch, targets, old_logp)))
+                with self.world.lost_peers_explained():  # fsdp's own collectives: a lost peer said as ddp says it
+                    up = self.update(batch, targets, old_logp)
+                row.update(self._update_metrics(up))
         return self._finish_row(row, collected, t_start, t_update)
 
     # ------------------------------------------------------------------ collect: sample + score

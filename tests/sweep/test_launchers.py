@@ -236,7 +236,8 @@ def _start(root: Path, j, status=None, error=None):
     d = root / f"{j.member.name}__s{j.seed}"
     (d / ".hydra").mkdir(parents=True, exist_ok=True)
     (d / ".hydra" / "overrides.yaml").write_text("[]\n")
-    if status:
+    if status:  # a run writes its config before its first summary
+        (d / "config.yaml").write_text(yaml.safe_dump({**j.member.config, "seed": j.seed}))
         (d / "summary.json").write_text(json.dumps({"status": status, "error": error}))
 
 

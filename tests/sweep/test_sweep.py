@@ -368,6 +368,7 @@ def test_failure_isolation_relaunches_seeds_after_a_job_exits(tmp_path, scenario
             if j.seed in exits:
                 return 1
             status = "failed" if j.seed in raises else "completed"
+            (d / "config.yaml").write_text(yaml.safe_dump({**j.member.config, "seed": j.seed}))
             (d / "summary.json").write_text(
                 json.dumps({"status": status, "error": "ValueError: x" if j.seed in raises else None})
             )
