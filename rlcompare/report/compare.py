@@ -12,7 +12,7 @@ import pandas as pd
 from . import stats
 from .curves import _auc, _curve, _final_tokens, _segment, _step_mean, _wall_time, tokens_to_reach
 from .load import _SEED_PART, TOKENS, ReportError, Run, _components, strip_seed
-from .matching import fingerprint_diff
+from .matching import config_diff, fingerprint_diff
 from .text import _fmt_tokens, _isnan, _seedset
 
 
@@ -163,6 +163,10 @@ def _mark_included(runs: list[Run], metric: str, source: str) -> None:
         if r.status != "completed":
             r.exclude_reason = r.status
             continue
+        infinite = [k for k in (f"{source}.jsonl: {metric}", f"{source}.jsonl: {TOKENS}") if k in r.infinite]
+        if infinite:  # a value set aside would move its comparison point: the run is not compared
+            r.exclude_reason = "infinite values in " + ", ".join(infinite)
+            continue
         t, _ = _curve(_source_frame(r, source), metric)
         if t.size == 0:
             r.exclude_reason = f"no {metric} rows with {TOKENS} in {source}.jsonl"
@@ -268,6 +272,10 @@ def _problems_within(name: str, vr: list[Run], notes: list[str]) -> list[str]:
     dup = sorted({s for s in seeds if s is not None and seeds.count(s) > 1})
     if dup:
         notes.append(f"variant `{name}` has several runs with seed(s) {dup}; all are counted")
+    for r in vr[1:]:
+        diff = config_diff(r, vr[0])
+        if diff:
+            problems.append(f"`{r.name}` vs `{vr[0].name}`: config.yaml " + "; config.yaml ".join(diff))
     missing = [r for r in vr if r.fingerprint is None]
     if missing:
         problems.append("fingerprint.json missing in " + ", ".join(f"`{r.name}`" for r in missing))
@@ -359,10 +367,10 @@ def _pair_problems(v: str, ref: str, a: list[Run], b: list[Run], unmatched_varia
     found: dict[str, list[tuple[Run, Run]]] = {}
     for r in a:
         other = by_seed_b.get(r.seed) or b[0]
-        if r.fingerprint is None or other.fingerprint is None:
-            continue
-        ignore = () if r.seed in by_seed_b else ("init_weights_hash",)
-        diff = fingerprint_diff(r.fingerprint, other.fingerprint, allowed=allowed, ignore=ignore)
+        diff = [f"config.yaml {d}" for d in config_diff(r, other, allowed)]  # trainer.*, algorithm.*: not fingerprinted
+        if r.fingerprint is not None and other.fingerprint is not None:
+            ignore = () if r.seed in by_seed_b else ("init_weights_hash",)
+            diff = fingerprint_diff(r.fingerprint, other.fingerprint, allowed=allowed, ignore=ignore) + diff
         if diff:
             found.setdefault("; ".join(diff), []).append((r, other))
     for text, pairs in found.items():
@@ -483,7 +491,13 @@ def _status_flags(runs: list[Run], flags: list[str], notes: list[str]) -> None:
             f"**{len(other_excluded)} completed run(s) left out**: "
             + "; ".join(f"`{r.name}`: {r.exclude_reason}" for r in other_excluded)
         )
+    infinite = [r for r in runs if r.infinite]
+    if infinite:
+        flags.append(
+            f"**{len(infinite)} run(s) with infinite values** (set aside, never compared): "
+            + "; ".join(f"`{r.name}`: " + ", ".join(f"{k} ×{n}" for k, n in r.infinite.items()) for r in infinite)
+        )
     for r in runs:
         for n in r.notes:
-            if "dropped" in n or "unreadable" in n:
+            if "dropped" in n or "unreadable" in n or "not a file" in n:
                 notes.append(f"`{r.name}`: {n}")

@@ -4,22 +4,47 @@ comparison point, its AUC, the tokens to reach a threshold, step means and wall 
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 import pandas as pd
 
-from .load import TOKENS, Run
+from .load import TOKENS, Run, _numeric
+
+
+# frame id -> column -> its curve: the report reads each run's curves many times (values at the comparison point,
+# its wall time, the compute fit, the plots); a frame's entry goes with the frame. Frames are not changed once read.
+_CURVES: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
 
 
 def _curve(df: pd.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens, values) sorted by tokens, NaNs dropped, duplicate token counts keep the last row."""
+    """(tokens, values) sorted by tokens, rows with a missing or non-finite value dropped, duplicate token counts
+    keep the last row. Read once per frame and column; the arrays are read-only (shared by every caller)."""
+    memo = _CURVES.get(id(df))
+    if memo is None:
+        memo = _CURVES[id(df)] = {}
+        weakref.finalize(df, _CURVES.pop, id(df), None)
+    if col not in memo:
+        memo[col] = _read_curve(df, col)
+    return memo[col]
+
+
+def _read_curve(df: pd.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray]:
     if df.empty or col not in df.columns or TOKENS not in df.columns:
-        return np.array([]), np.array([])
-    sub = df[[TOKENS, col]].apply(pd.to_numeric, errors="coerce").dropna()
-    if sub.empty:
-        return np.array([]), np.array([])
-    sub = sub.drop_duplicates(subset=TOKENS, keep="last").sort_values(TOKENS, kind="stable")
-    return sub[TOKENS].to_numpy(float), sub[col].to_numpy(float)
+        return _frozen(np.array([]), np.array([]))
+    t = _numeric(df[TOKENS]).to_numpy(float)
+    y = _numeric(df[col]).to_numpy(float)
+    keep = np.isfinite(t) & np.isfinite(y)
+    order = np.argsort(t[keep], kind="stable")  # rows of one token count stay in file order: the last one is kept
+    t, y = t[keep][order], y[keep][order]
+    last = np.append(t[1:] != t[:-1], True) if t.size else np.zeros(0, bool)
+    return _frozen(t[last], y[last])
+
+
+def _frozen(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    for a in arrays:
+        a.flags.writeable = False
+    return arrays
 
 
 def _le(t: np.ndarray, T: float) -> np.ndarray:
@@ -76,8 +101,9 @@ def _final_tokens(run: Run) -> float:
     vals = []
     for df in (run.metrics, run.evals):
         if not df.empty and TOKENS in df.columns:
-            col = pd.to_numeric(df[TOKENS], errors="coerce").dropna()
-            if not col.empty:
+            col = _numeric(df[TOKENS]).to_numpy(float)
+            col = col[~np.isnan(col)]
+            if col.size:
                 vals.append(float(col.max()))
     if not vals and run.summary and isinstance(run.summary.get(TOKENS), (int, float)):
         vals.append(float(run.summary[TOKENS]))
@@ -87,10 +113,10 @@ def _final_tokens(run: Run) -> float:
 def _step_mean(df: pd.DataFrame, col: str, T: float) -> float:
     if df.empty or col not in df.columns:
         return float("nan")
-    sub = df
+    vals = _numeric(df[col]).to_numpy(float)
     if TOKENS in df.columns:
-        sub = df[_le(pd.to_numeric(df[TOKENS], errors="coerce").to_numpy(float), T)]
-    vals = pd.to_numeric(sub[col], errors="coerce").dropna()
+        vals = vals[_le(_numeric(df[TOKENS]).to_numpy(float), T)]
+    vals = vals[~np.isnan(vals)]
     return float(vals.mean()) if len(vals) else float("nan")
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 from . import compute_fit
 from .curves import _curve
 from .load import TOKENS, ReportError
-from .text import _fmt_tokens, _md_table
+from .text import _fmt_tokens, _md_table, csv_safe, plain_label
 
 
 # ScaleRL's curve is fitted to held-out accuracy (a value in [0, 1]) whatever --metric says
@@ -72,6 +72,8 @@ def _fit_curves(variants: dict, order: list[str], compute: str) -> tuple[dict, l
     for v in order:
         for r in variants[v]:
             curve, why = _fit_seed_curve(r.evals, compute)
+            if curve is None and compute == "seconds" and f"eval.jsonl: {FIT_SECONDS}" in r.infinite:
+                why = f"{FIT_SECONDS} not finite"  # set aside when read (load.set_aside_infinite), not missing
             if curve is None:
                 left_out.setdefault(why, []).append(f"`{r.name}`")
             else:
@@ -108,8 +110,8 @@ def _write_compute_fit_csvs(fr: ComputeFitReport, out: Path) -> None:
     """compute_fit.csv (one row per variant) and compute_fit_differences.csv; empty when nothing was fitted."""
     arms = compute_fit.fit_rows(fr.fit) if fr.fit else []
     diffs = compute_fit.difference_rows(fr.fit) if fr.fit else []
-    pd.DataFrame(arms).to_csv(out / "compute_fit.csv", index=False)
-    pd.DataFrame(diffs).to_csv(out / "compute_fit_differences.csv", index=False)
+    csv_safe(pd.DataFrame(arms)).to_csv(out / "compute_fit.csv", index=False)
+    csv_safe(pd.DataFrame(diffs)).to_csv(out / "compute_fit_differences.csv", index=False)
 
 
 def _fit_lines(fr: ComputeFitReport, on_token_axis: bool) -> dict:
@@ -129,7 +131,7 @@ def _fit_lines(fr: ComputeFitReport, on_token_axis: bool) -> dict:
 
 def _draw_fit_lines(ax, lines: dict, color: dict) -> None:
     for v, (x, y) in lines.items():
-        ax.plot(x, y, "--", color=color[v], linewidth=1.2, label=f"{v} ScaleRL fit")
+        ax.plot(x, y, "--", color=color[v], linewidth=1.2, label=plain_label(f"{v} ScaleRL fit"))
 
 
 def _fit_axis(fr: ComputeFitReport, curve: compute_fit.SeedCurve) -> np.ndarray:
@@ -144,7 +146,7 @@ def _compute_fit_plot(fr: ComputeFitReport, color: dict, out: Path, plt) -> Opti
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for v, arm in fr.fit.arms.items():
         seeds = np.vstack([np.interp(arm.grid, _fit_axis(fr, cv), cv.accuracy) for cv in fr.curves[v]])
-        ax.plot(arm.grid, arm.mean_curve, "-", color=color[v], label=f"{v} (n={arm.n_seeds})")
+        ax.plot(arm.grid, arm.mean_curve, "-", color=color[v], label=plain_label(f"{v} (n={arm.n_seeds})"))
         if arm.n_seeds > 1:
             ax.fill_between(arm.grid, seeds.min(axis=0), seeds.max(axis=0), color=color[v], alpha=0.15, linewidth=0)
     _draw_fit_lines(ax, _fit_lines(fr, on_token_axis=False), color)

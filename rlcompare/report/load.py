@@ -3,16 +3,17 @@
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
 import pandas as pd
 
-from rlcompare.results import scan_jsonl
+from rlcompare.results import parse_json, scan_jsonl
 
 
 RUN_MARKERS = ("config.yaml", "metrics.jsonl")
@@ -32,12 +33,51 @@ def read_jsonl_frame(path: Path) -> tuple[pd.DataFrame, int, bool]:
     """
     rows, n_bad, only_last = scan_jsonl(path)
     df = pd.DataFrame(rows)
-    for col in df.columns:
-        if df[col].dtype == object:
-            conv = pd.to_numeric(df[col], errors="coerce")
-            if conv.notna().sum() == df[col].notna().sum():
-                df[col] = conv
+    for col in [c for c, dtype in zip(df.columns, df.dtypes) if dtype == object]:  # not df[c] per column: slow
+        conv = _numeric(df[col])
+        if conv.notna().sum() == df[col].notna().sum():
+            df[col] = conv
     return df, n_bad, only_last
+
+
+def _numeric(col: pd.Series) -> pd.Series:
+    """pd.to_numeric(errors="coerce"), except that an integer beyond a float's range (a 400-digit number) reads as
+    ±inf instead of raising: `set_aside_infinite` then removes and counts it like any other infinite value."""
+    if col.dtype.kind in "fiu":
+        return col  # already numbers (to_numeric would return them as they are, slower)
+    try:
+        return pd.to_numeric(col, errors="coerce")
+    except OverflowError:
+        return pd.Series([_as_float(v) for v in col], index=col.index, dtype=float)
+
+
+def _as_float(v: Any) -> float:
+    if isinstance(v, int) and not isinstance(v, bool):
+        try:
+            return float(v)
+        except OverflowError:
+            return math.inf if v > 0 else -math.inf
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def set_aside_infinite(df: pd.DataFrame) -> dict[str, int]:
+    """Infinite values in the numeric columns become missing (nan), in place; returns column -> how many.
+
+    `rlcompare train` writes non-finite figures as null, so an infinite value was written by something else: it is
+    never compared (it would make every mean and interval of its variant inf), and the report flags it."""
+    floats = df.select_dtypes(include="floating")
+    if floats.empty or not np.isinf(floats.to_numpy()).any():  # the usual case, checked in one pass
+        return {}
+    counts = {}
+    for col in floats.columns:
+        bad = np.isinf(df[col].to_numpy())
+        if bad.any():
+            df.loc[bad, col] = np.nan
+            counts[col] = int(bad.sum())
+    return counts
 
 
 read_jsonl = read_jsonl_frame  # its name before tracking.read_jsonl (rows as dicts) became the one reader's face
@@ -46,7 +86,7 @@ read_jsonl = read_jsonl_frame  # its name before tracking.read_jsonl (rows as di
 def _read_json(path: Path) -> tuple[Optional[dict], bool]:
     """(content, corrupt). Missing file -> (None, False)."""
     try:
-        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+        obj = parse_json(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None, False
     except (ValueError, OSError):
@@ -62,7 +102,8 @@ def _read_yaml(path: Path) -> dict:
     try:
         import yaml  # PyYAML (omegaconf depends on it)
 
-        obj = yaml.safe_load(text)
+        # libyaml's loader where PyYAML was built with it: config.yaml is most of the reading over thousands of runs
+        obj = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         return obj if isinstance(obj, dict) else {}
     except ImportError:  # pragma: no cover - PyYAML is normally present
         return _mini_yaml(text)
@@ -201,6 +242,8 @@ class Run:
     exclude_reason: str = ""
     values: dict = field(default_factory=dict)
     final_tokens: float = float("nan")
+    infinite: dict = field(default_factory=dict)  # "file: column" -> infinite values set aside (never compared)
+    flat_config: Optional[dict] = None  # config as dotted keys, filled when first compared (matching.config_diff)
 
 
 def _looks_like_run(d: Path, config: dict) -> bool:
@@ -239,13 +282,7 @@ def load_run(d: Path, root: Path) -> Optional[Run]:
     fingerprint, fp_corrupt = _read_json(d / "fingerprint.json")
     if fp_corrupt:
         notes.append("fingerprint.json unreadable")
-    metrics, bad_m, last_m = read_jsonl_frame(d / "metrics.jsonl")
-    evals, bad_e, last_e = read_jsonl_frame(d / "eval.jsonl")
-    for fname, bad, only_last in (("metrics.jsonl", bad_m, last_m), ("eval.jsonl", bad_e, last_e)):
-        if bad:
-            notes.append(
-                f"{fname}: dropped {'a torn last line' if only_last and bad == 1 else f'{bad} unreadable line(s)'}"
-            )
+    (metrics, evals), infinite = _read_rows(d, notes)
 
     s = summary or {}
     name = str(s.get("run_name") or config.get("run_name") or d.name)
@@ -254,15 +291,6 @@ def load_run(d: Path, root: Path) -> Optional[Run]:
     else:
         rel_parent = ""
     experiment = str(s.get("experiment") or config.get("experiment") or rel_parent or d.parent.name)
-    seed = s.get("seed", None)
-    if seed is None:
-        seed = config.get("seed")
-    if seed is None:
-        seed = _seed_from_name(name)
-    try:
-        seed = int(seed) if seed is not None else None
-    except (TypeError, ValueError):
-        seed = None
     algorithm = s.get("algorithm")
     if isinstance(algorithm, dict):
         algorithm = algorithm.get("name")
@@ -279,7 +307,7 @@ def load_run(d: Path, root: Path) -> Optional[Run]:
         path=d,
         name=name,
         experiment=experiment,
-        seed=seed,
+        seed=_seed_of(s, config, name),
         algorithm=str(algorithm) if algorithm is not None else None,
         status=status,
         error=str(error) if error else None,
@@ -290,7 +318,41 @@ def load_run(d: Path, root: Path) -> Optional[Run]:
         metrics=metrics,
         evals=evals,
         notes=notes,
+        infinite=infinite,
     )
+
+
+def _read_rows(d: Path, notes: list[str]) -> tuple[tuple[pd.DataFrame, pd.DataFrame], dict[str, int]]:
+    """((metrics, eval) frames, "file: column" -> infinite values set aside), noting lines dropped and row files
+    that are folders."""
+    frames, infinite = [], {}
+    for fname in ("metrics.jsonl", "eval.jsonl"):
+        if (d / fname).exists() and not (d / fname).is_file():
+            notes.append(f"{fname} is not a file (a folder of that name?): read as empty")
+        df, bad, only_last = read_jsonl_frame(d / fname)
+        if bad:
+            notes.append(
+                f"{fname}: dropped {'a torn last line' if only_last and bad == 1 else f'{bad} unreadable line(s)'}"
+            )
+        infinite.update({f"{fname}: {col}": n for col, n in set_aside_infinite(df).items()})
+        frames.append(df)
+    return (frames[0], frames[1]), infinite
+
+
+def _seed_of(summary: dict, config: dict, name: str) -> Optional[int]:
+    """The run's seed: summary.json's, else config.yaml's, else the one in its name; None when none is an integer
+    (a seed written as Infinity, NaN or text is not one)."""
+    seed = summary.get("seed", None)
+    if seed is None:
+        seed = config.get("seed")
+    if seed is None:
+        seed = _seed_from_name(name)
+    if isinstance(seed, bool) or not isinstance(seed, (int, float, str)):
+        return None
+    try:
+        return int(seed)
+    except (ValueError, OverflowError):
+        return None
 
 
 def _pid_alive(pid: int) -> bool:
@@ -298,7 +360,7 @@ def _pid_alive(pid: int) -> bool:
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # OverflowError: no process has a pid beyond a C int (2**70)
         return False
     except (PermissionError, OSError):
         return True

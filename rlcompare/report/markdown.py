@@ -9,18 +9,28 @@ import pandas as pd
 
 from .compare import BETTER, DIFF_QUANTITIES, NO_DIFFERENCE, TOO_FEW_SEEDS, WORSE
 from .fit_section import _compute_fit_section, _write_compute_fit_csvs
-from .load import Run
+from .load import ReportError, Run
 from .plots import _plots
-from .text import _fmt, _fmt_tokens, _isnan, _md_table
+from .text import _fmt, _fmt_tokens, _isnan, _md_table, csv_safe, one_line
 
 
 def _write_report(result: dict, variants: dict[str, list[Run]], out: Path) -> None:
-    """report.md, the CSVs and the plots into `out`; result gains their paths."""
+    """report.md, the CSVs and the plots into `out`; result gains their paths. A folder that cannot be written
+    (read-only, full, a file in the way) is a ReportError naming --out."""
+    try:
+        _write_files(result, variants, out)
+    except OSError as e:
+        raise ReportError(
+            f"cannot write the report into {out} ({e.strerror or e}); pass --out DIR to write it to another folder"
+        ) from None
+
+
+def _write_files(result: dict, variants: dict[str, list[Run]], out: Path) -> None:
     headline, fit_report = result["headline"], result["compute_fit"]
     out.mkdir(parents=True, exist_ok=True)
-    headline.to_csv(out / "report.csv", index=False)
-    result["differences"].to_csv(out / "differences.csv", index=False)
-    result["runs"].to_csv(out / "runs.csv", index=False)
+    csv_safe(headline).to_csv(out / "report.csv", index=False)
+    csv_safe(result["differences"]).to_csv(out / "differences.csv", index=False)
+    csv_safe(result["runs"]).to_csv(out / "runs.csv", index=False)
     _write_compute_fit_csvs(fit_report, out)
     result["plots"] = _plots(
         variants,
@@ -189,7 +199,7 @@ def _md_comparison_point(res: dict) -> list[str]:
     if res["flags"]:
         L.append("> **Attention**")
         for f in res["flags"]:
-            L.append(f"> - {f}")
+            L.append(f"> - {one_line(f)}")
         L.append("")
     n_runs = len(runs)
     n_inc = int(runs["included"].sum()) if n_runs else 0
@@ -286,7 +296,7 @@ def _md_comparability(res: dict) -> list[str]:
     )
     L.append("")
     for n in res["notes"]:
-        L.append(f"- {n}")
+        L.append(f"- {one_line(n)}")
     if res["flags"]:
         L.append("- See **Attention** at the top for unmatched, partial and failed runs.")
     elif not res["notes"]:

@@ -1,5 +1,5 @@
-"""Which runs may be compared: the fields of two fingerprint.json files that differ outside the components a
-sweep variant declares and outside the operational keys."""
+"""Which runs may be compared: the fields of two fingerprint.json files, and the keys of two config.yaml files, that
+differ outside the components a sweep variant declares and outside the operational keys."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import json
 from typing import Any
 
 from rlcompare.config import operational
+from rlcompare.config.components import component_prefixes
 from rlcompare.config.flat import flatten
+from .load import Run
 from .text import _isnan, _short
 
 
@@ -67,3 +69,33 @@ def fingerprint_diff(a: dict, b: dict, allowed: list[str] = (), ignore: tuple = 
         if va != vb and not (_isnan(va) and _isnan(vb)):
             out.append(f"{key}: {_short(va)} vs {_short(vb)}")
     return out
+
+
+# config.yaml keys that differ between compared runs by design: the seed (the replicate axis, checked on its own)
+# and Hydra's own settings; the operational keys are skipped too (rlcompare.config.operational)
+CONFIG_IGNORED = ("seed", "hydra")
+
+
+def config_diff(a: Run, b: Run, components: list[str] = ()) -> list[str]:
+    """Keys of two runs' config.yaml that differ, as 'key: a vs b', outside the declared components (words of
+    rlcompare.config.components or config paths), the operational keys and CONFIG_IGNORED. fingerprint.json leaves
+    out trainer.* and algorithm.*: this is the check that sees them. Empty when either run has no config.yaml."""
+    if not a.config or not b.config:
+        return []
+    fa, fb = _flat_config(a), _flat_config(b)
+    prefixes = component_prefixes(list(components)) + list(CONFIG_IGNORED)
+    out = []
+    for key in sorted(set(fa) | set(fb)):
+        if any(key == p or key.startswith(p + ".") for p in prefixes) or operational.is_operational(key):
+            continue
+        va, vb = fa.get(key, "<missing>"), fb.get(key, "<missing>")
+        if va != vb and not (_isnan(va) and _isnan(vb)):
+            out.append(f"{key}: {_short(va)} vs {_short(vb)}")
+    return out
+
+
+def _flat_config(r: Run) -> dict:
+    """The run's config.yaml as dotted keys, flattened once per run (a report compares each run more than once)."""
+    if r.flat_config is None:
+        r.flat_config = _flatten(r.config)
+    return r.flat_config

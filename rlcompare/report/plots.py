@@ -11,6 +11,7 @@ import numpy as np
 from .curves import _curve
 from .fit_section import FIT_METRIC, ComputeFitReport, _compute_fit_plot, _draw_fit_lines, _fit_lines
 from .load import Run
+from .text import plain_label
 
 
 _PLOTS = [
@@ -92,7 +93,7 @@ def _plots(
                 if b is None:
                     continue
                 grid, mean, lo, hi, n = b
-                ax.plot(grid, mean, style, color=color[v], label=f"{v}{suffix} (n={n})")
+                ax.plot(grid, mean, style, color=color[v], label=plain_label(f"{v}{suffix} (n={n})"))
                 if n > 1:
                     ax.fill_between(grid, lo, hi, color=color[v], alpha=0.15, linewidth=0)
                 drawn = True
@@ -106,7 +107,7 @@ def _plots(
         if not math.isnan(T):
             ax.axvline(T, color="grey", linestyle=":", linewidth=1, label="comparison point")
         ax.set_xlabel("generated tokens")
-        ax.set_title(title + " — mean over seeds, band = min/max")
+        ax.set_title(plain_label(title) + " — mean over seeds, band = min/max")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small", loc="best")
         fig.tight_layout()

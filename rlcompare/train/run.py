@@ -53,6 +53,7 @@ from rlcompare.train.tracking import (
     WandbLogger,
     atomic_write_json,
     atomic_write_text,
+    parse_json,
     read_jsonl,
     truncate_jsonl,
 )
@@ -218,7 +219,7 @@ def _same_preset_and_seed(folder: Path, cfg: DictConfig, exclude: Path) -> list[
         if not (d / "config.yaml").is_file():
             continue
         try:
-            s = json.loads((d / "summary.json").read_text())
+            s = parse_json((d / "summary.json").read_text())
             algo, seed = s.get("algorithm"), s.get("seed")
         except (OSError, ValueError, AttributeError):
             try:
@@ -301,7 +302,7 @@ def _config_for_resume_from(run_dir: Path, cfg: DictConfig) -> DictConfig:
 def _completed_summary(run_dir: Path, cfg) -> dict | None:
     """The summary of a run that completed its budget (its rows say so too), else None."""
     try:
-        s = json.loads((run_dir / "summary.json").read_text())
+        s = parse_json((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return None
     if not isinstance(s, dict) or s.get("status") != "completed":
