@@ -70,6 +70,6 @@ def csv_safe(df: pd.DataFrame) -> pd.DataFrame:
     numbers are left as they are."""
     out = df.copy()
     for col in out.columns:
-        if out[col].dtype == object:
+        if out[col].dtype == object or pd.api.types.is_string_dtype(out[col]):
             out[col] = [f"'{v}" if isinstance(v, str) and v.startswith(FORMULA_START) else v for v in out[col]]
     return out
