@@ -77,7 +77,7 @@ from .load import (
     strip_seed,  # noqa: F401
 )
 from .markdown import _write_report
-from .matching import fingerprint_diff  # noqa: F401
+from .matching import fingerprint_diff, provenance_flag  # noqa: F401
 
 
 __all__ = ["build_report", "main", "ReportError", "read_jsonl_frame", "find_run_dirs"]
@@ -130,6 +130,7 @@ def build_report(
     runs_df = _runs_table(runs)
     fit_report = _compute_fit(variants, list(headline["variant"]) if not headline.empty else [], differences, compute)
     _status_flags(runs, flags, notes)
+    flags += [f for f in [provenance_flag(included)] if f]  # compared runs made in different setups
 
     result = {
         "headline": headline,

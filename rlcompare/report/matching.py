@@ -4,7 +4,7 @@ differ outside the components a sweep variant declares and outside the operation
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Optional
 
 from rlcompare.config import operational
 from rlcompare.config.components import component_prefixes
@@ -99,3 +99,32 @@ def _flat_config(r: Run) -> dict:
     if r.flat_config is None:
         r.flat_config = _flatten(r.config)
     return r.flat_config
+
+
+def provenance_flag(runs: list[Run]) -> Optional[str]:
+    """An Attention line naming each provenance field (summary.json's `provenance`: code commit, libraries, device,
+    threads, launcher) in which the given runs differ, with each value's run count; None when they agree. Runs
+    that record none (written before it existed) are counted, not compared."""
+    records = {r.name: flatten(r.summary["provenance"]) for r in runs if _provenance_of(r)}
+    if not records:
+        return None
+    fields = []
+    for key in sorted({k for rec in records.values() for k in rec}):
+        counts: dict[str, int] = {}
+        for rec in records.values():
+            value = _short(rec.get(key, "<missing>"))
+            counts[value] = counts.get(value, 0) + 1
+        if len(counts) > 1:
+            fields.append(f"{key}: " + " vs ".join(f"{v} ({n} run{'s' if n > 1 else ''})" for v, n in counts.items()))
+    missing = len(runs) - len(records)
+    if missing:
+        fields.append(f"{missing} of {len(runs)} runs record no provenance")
+    if not fields:
+        return None
+    return "**Runs computed in different setups** (provenance in summary.json; not part of the fingerprint): " + (
+        "; ".join(fields)
+    )
+
+
+def _provenance_of(r: Run) -> bool:
+    return isinstance(r.summary, dict) and isinstance(r.summary.get("provenance"), dict)

@@ -43,7 +43,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlcompare.config import operational
-from rlcompare.train import checkpoint, run_lock
+from rlcompare.train import checkpoint, provenance, run_lock
 from rlcompare.train.parallel import World, init_world
 from rlcompare.config.flat import flatten
 from rlcompare.config import ConfigError, check_fits_context, context_from, to_schema, validate, why_not_creatable
@@ -537,7 +537,7 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
 
     t_wall = time.time()
     run_dir.mkdir(parents=True, exist_ok=True)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved = {**OmegaConf.to_container(cfg, resolve=True), "provenance": provenance.of_this_process(cfg.device)}
     summary: dict[str, Any] = {
         "status": "running",
         "error": None,
@@ -548,6 +548,7 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
         "run_dir": str(run_dir),
         "sweep": resolved["sweep"],
         "pid": os.getpid(),
+        "provenance": resolved["provenance"],  # where it is computed (W&B's config holds it too): code, libraries, ...
         # how many processes shared each step: never changes what is computed
         "world_size": followers.world.size,
         "parallel": followers.world.mode,
