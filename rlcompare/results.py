@@ -32,17 +32,27 @@ def scan_jsonl(path: str | Path) -> tuple[list[dict], int, bool]:
 
 
 def _lines(path: str | Path) -> list[str]:
-    """The lines of a results file (undecodable bytes replaced); none when it does not exist."""
+    """The lines of a results file (undecodable bytes replaced); none when it does not exist or is not a file
+    (a folder named like one)."""
     p = Path(path)
-    if not p.exists():
+    if not p.is_file():
         return []
     with open(p, encoding="utf-8", errors="replace") as f:
         return list(f)
 
 
+def parse_json(text: str):
+    """json.loads, with JSON nested too deeply for the parser (RecursionError) refused as ValueError like any other
+    malformed text, so that every reader's `except ValueError` covers it."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
 def _json_object(line: str) -> dict | None:
     try:
-        obj = json.loads(line)
+        obj = parse_json(line)
     except ValueError:
         return None
     return obj if isinstance(obj, dict) else None

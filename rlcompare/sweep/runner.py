@@ -33,6 +33,7 @@ from typing import Any, Optional
 
 import yaml
 from rlcompare.config import operational
+from rlcompare.config.components import COMPONENTS, component_prefixes  # noqa: F401 - public here too
 from rlcompare.config.flat import flatten
 
 __all__ = [
@@ -53,45 +54,7 @@ __all__ = [
 ]
 
 # ----------------------------------------------------------------------------- components
-# one-word component -> the config key prefixes it covers (a key is covered when it equals a prefix or starts
-# with "<prefix>."). Keep in sync with docs/components.md.
-COMPONENTS: dict[str, tuple[str, ...]] = {
-    "clipping": ("algorithm.clip",),
-    "normalization": ("algorithm.advantage",),
-    "aggregation": ("algorithm.aggregation", "algorithm.horizon"),
-    # a ratio level comes with its own clipping range (GSPO's sequence ratio lives in 1 +- 3e-4..4e-4, a token
-    # ratio in 1 +- 0.2; DHPO's hybrid needs the sequence branch's range): changing the ratio may change the range
-    "ratio": ("algorithm.ratio", "algorithm.clip"),
-    "sampling": ("algorithm.dynamic_sampling", "rollout"),
-    # bounded staleness (the algorithmic side of asynchronous RL): how old the trained rollouts are
-    "staleness": ("rollout.staleness",),
-    "overlong": ("algorithm.overlong",),
-    "kl": ("algorithm.kl",),
-    "entropy": ("algorithm.entropy_coef",),
-    # issue 19: a surrogate comes with its own knobs (algorithm.clip.*), as a ratio level with its range
-    "surrogate": ("algorithm.surrogate", "algorithm.clip"),
-    # the correction needs the trainer's recomputed old log-probs to compare with the sampler's
-    "mismatch": ("algorithm.mismatch", "trainer.recompute_old_logp"),
-    "entropy_mask": ("algorithm.top_entropy_quantile",),
-    "optimizer": (
-        "trainer.lr",
-        "trainer.betas",
-        "trainer.weight_decay",
-        "trainer.warmup_steps",
-        "trainer.max_grad_norm",
-    ),
-    "lr": ("trainer.lr",),
-    "group_size": ("trainer.group_size",),
-    "batch": ("trainer.prompts_per_step",),
-    "updates": ("trainer.updates_per_rollout", "trainer.micro_batch_size"),
-    "advantage": ("algorithm.advantage", "algorithm.critic"),
-    "critic": ("algorithm.critic",),
-    "algorithm": ("algorithm",),
-    "budget": ("budget",),
-    "model": ("model",),
-    "prompts": ("prompts",),
-    "verifier": ("verifier",),
-}
+# one-word component -> the config key prefixes it covers: rlcompare.config.components (the report reads it too)
 
 # keys that never count as a change: the operational keys (names, places, display, speed; rlcompare.config.operational,
 # each with its reason) and the seed (the replicate axis)
@@ -161,18 +124,6 @@ class Member:
 
 
 # ----------------------------------------------------------------------------- helpers
-def component_prefixes(component: Any) -> list[str]:
-    """Config key prefixes covered by one component or a list of them (words or config paths)."""
-    comps = component if isinstance(component, (list, tuple)) else [component]
-    out: list[str] = []
-    for c in comps:
-        if c in COMPONENTS:
-            out += [p for p in COMPONENTS[c] if p not in out]
-        elif c not in out:
-            out.append(str(c))
-    return out
-
-
 def _covered(key: str, prefixes: list[str]) -> bool:
     return any(key == p or key.startswith(p + ".") for p in prefixes)
 

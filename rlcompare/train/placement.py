@@ -186,6 +186,12 @@ def _multirun_job() -> Optional[tuple[dict, int]]:
         return None
 
 
+def multirun_launcher() -> Optional[str]:
+    """The kind of Hydra launcher running this multirun job (joblib, submitit_local, ...); None outside a multirun."""
+    job = _multirun_job()
+    return None if job is None else _launcher_kind(job[0])
+
+
 def place_job(cfg):
     """Inside a multirun job: set trainer.threads (when unset) and the CUDA device by the rule above; returns cfg.
     Outside a multirun, cfg is returned untouched."""

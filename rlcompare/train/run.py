@@ -43,7 +43,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlcompare.config import operational
-from rlcompare.train import checkpoint, run_lock
+from rlcompare.train import checkpoint, provenance, run_lock
 from rlcompare.train.export import export_final
 from rlcompare.train.parallel import World, init_world
 from rlcompare.config.flat import flatten
@@ -54,6 +54,7 @@ from rlcompare.train.tracking import (
     WandbLogger,
     atomic_write_json,
     atomic_write_text,
+    parse_json,
     read_jsonl,
     truncate_jsonl,
 )
@@ -219,7 +220,7 @@ def _same_preset_and_seed(folder: Path, cfg: DictConfig, exclude: Path) -> list[
         if not (d / "config.yaml").is_file():
             continue
         try:
-            s = json.loads((d / "summary.json").read_text())
+            s = parse_json((d / "summary.json").read_text())
             algo, seed = s.get("algorithm"), s.get("seed")
         except (OSError, ValueError, AttributeError):
             try:
@@ -302,7 +303,7 @@ def _config_for_resume_from(run_dir: Path, cfg: DictConfig) -> DictConfig:
 def _completed_summary(run_dir: Path, cfg) -> dict | None:
     """The summary of a run that completed its budget (its rows say so too), else None."""
     try:
-        s = json.loads((run_dir / "summary.json").read_text())
+        s = parse_json((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return None
     if not isinstance(s, dict) or s.get("status") != "completed":
@@ -537,7 +538,7 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
 
     t_wall = time.time()
     run_dir.mkdir(parents=True, exist_ok=True)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved = {**OmegaConf.to_container(cfg, resolve=True), "provenance": provenance.of_this_process(cfg.device)}
     summary: dict[str, Any] = {
         "status": "running",
         "error": None,
@@ -548,6 +549,7 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
         "run_dir": str(run_dir),
         "sweep": resolved["sweep"],
         "pid": os.getpid(),
+        "provenance": resolved["provenance"],  # where it is computed (W&B's config holds it too): code, libraries, ...
         # how many processes shared each step: never changes what is computed
         "world_size": followers.world.size,
         "parallel": followers.world.mode,

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlcompare.results import json_objects, read_jsonl, scan_jsonl  # noqa: F401 - the one results reader
+from rlcompare.results import json_objects, parse_json, read_jsonl, scan_jsonl  # noqa: F401 - the one results reader
 
 _TMP_IDS = itertools.count()
 
@@ -120,8 +120,8 @@ def truncate_jsonl(path: Path, keep) -> int:
                 dropped += 1  # torn last line
                 break
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
+                row = parse_json(line)
+            except ValueError:
                 dropped += 1
                 continue
             if isinstance(row, dict) and keep(row):
