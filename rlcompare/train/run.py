@@ -588,15 +588,7 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
         except BaseException as e:  # record the failure, keep everything written so far, re-raise
             # a SIGTERM from here on must not cut the recording short (torchrun stops every rank once one failed)
             term.quiet = True
-            if isinstance(e, Terminated):
-                err = SIGTERM_ERROR + (
-                    f"; checkpoint saved at step {e.checkpoint_step}, continue with resume=true"
-                    if e.checkpoint_step is not None
-                    else ""
-                )
-            else:
-                err = f"{type(e).__name__}: {e}"
-            summary.update(status="failed", error=err, traceback=traceback.format_exc(limit=8))
+            summary.update(status="failed", error=_failure(e), traceback=traceback.format_exc(limit=8))
             try:
                 _finish(run_dir, writer, out.logger, tr, summary, t_wall, out.pbar, exit_code=1, state=out.recorded)
             except Exception as fe:  # noqa: BLE001 - never hide the run's own error behind a bookkeeping one
@@ -606,6 +598,16 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
             raise
     _finish(run_dir, writer, out.logger, tr, summary, t_wall, out.pbar, exit_code=0, state=out.recorded)
     return summary
+
+
+def _failure(e: BaseException) -> str:
+    """summary.json's `error` for a run that stopped on `e`; a SIGTERM says where its checkpoint is."""
+    if not isinstance(e, Terminated):
+        return f"{type(e).__name__}: {e}"
+    saved = e.checkpoint_step is not None
+    return SIGTERM_ERROR + (
+        f"; checkpoint saved at step {e.checkpoint_step}, continue with resume=true" if saved else ""
+    )
 
 
 def _check_folder(cfg: DictConfig, run_dir: Path, resuming: bool) -> tuple[DictConfig, dict | None]:
