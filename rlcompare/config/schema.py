@@ -489,10 +489,11 @@ def _check_algorithm(c: DictConfig) -> None:
 def _check_off_policy(a: DictConfig, t: DictConfig) -> None:
     """The corrections for stale rollouts (issue 44): their knobs, and the proximal policy they compare."""
     op = a.off_policy
-    try:  # the messages start with the knob's name
+    try:  # the messages start with the knob's name: shown as key=value, as every range check
         accepted.check_off_policy_knobs(dict(op))
     except ValueError as e:
-        raise ConfigError(f"algorithm.off_policy.{e}") from None
+        knob, rest = str(e).split(" ", 1)
+        raise ConfigError(f"algorithm.off_policy.{knob}={op[knob]!r} {rest}") from None
     if op.correction is None:
         return
     if not t.recompute_old_logp:
@@ -851,6 +852,7 @@ RANGES: dict[str, Range] = {
     "algorithm.critic.lr": POSITIVE,
     "algorithm.off_policy.decoupled_cap": POSITIVE,
     "algorithm.off_policy.m2po_threshold": POSITIVE,
+    "algorithm.off_policy.geo_delta": Range(0, 1, low_open=True, high_open=True),
     "model.hidden_size": AT_LEAST_ONE,
     "model.num_layers": AT_LEAST_ONE,
     "model.num_heads": AT_LEAST_ONE,

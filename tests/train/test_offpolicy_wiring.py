@@ -86,7 +86,7 @@ def test_the_config_refuses_a_correction_without_the_proximal_policy_or_twice_we
         validate(compose("algorithm.off_policy.correction=geo-mask"))
     with pytest.raises(ConfigError, match=r"correction=decoupled .* set algorithm\.mismatch\.mode=null"):
         validate(compose(*STALE, "algorithm.off_policy.correction=decoupled", "algorithm.mismatch.mode=icepop"))
-    with pytest.raises(ConfigError, match=r"algorithm\.off_policy\.correction must be one of"):
+    with pytest.raises(ConfigError, match=r"algorithm\.off_policy\.correction='tis' must be one of"):
         validate(compose(*STALE, "algorithm.off_policy.correction=tis"))
     with pytest.raises(ConfigError, match=r"algorithm\.off_policy\.geo_delta"):
         validate(compose(*STALE, "algorithm.off_policy.geo_delta=1.5"))
