@@ -62,6 +62,22 @@ MISMATCH_MODES = ("token-truncate", "token-mask", "sequence-truncate", "sequence
 # default is 3), [0.5, 5] for IcePop (arXiv 2510.18855)
 MISMATCH_DEFAULTS = {mode: (None, 2.0) for mode in MISMATCH_MODES}
 MISMATCH_DEFAULTS["icepop"] = (0.5, 5.0)
+# corrections for stale rollouts (rollout.staleness; docs/algorithms.md §8): the proximal policy (recomputed old
+# log-probs) against the behaviour policy (the sampler's), algos/offpolicy.py
+OFF_POLICY_CORRECTIONS = ("decoupled", "geo-mask", "m2po")
+# decoupled PPO's cap on pi_prox / pi_behav: mask (AReaL's behav_imp_weight_cap) | truncate (AReaL's action=clamp)
+DECOUPLED_CAP_MODES = ("mask", "truncate")
+# which tokens M2PO's second moment is over: trust-region (the paper's: A > 0 and r > 1, or A < 0 and r < 1) | all
+# (AReaL's _apply_m2po_masking)
+M2PO_TOKENS = ("trust-region", "all")
+# the knobs' defaults: AReaL's (no cap), SkyRL's geo_mask_low/high = 1 -+ 0.01, M2PO's tau_M2 = 0.04 (arXiv 2510.01161)
+OFF_POLICY_DEFAULTS = {
+    "decoupled_cap": None,
+    "decoupled_cap_mode": "mask",
+    "geo_delta": 0.01,
+    "m2po_threshold": 0.04,
+    "m2po_tokens": "trust-region",
+}
 
 # the surrogates' knobs' defaults: policy_loss's keyword defaults (tests/algos/test_accepted.py keeps the two equal)
 SURROGATE_DEFAULTS = {
@@ -158,3 +174,21 @@ def check_mismatch_bounds(mode: str, c_min=None, c_max=None) -> None:
     """ValueError naming ``mode``, ``c_min`` or ``c_max`` when :func:`mismatch_weights` would refuse them."""
     _one_of("mode", mode, MISMATCH_MODES)
     _mismatch_bounds(mode, c_min, c_max)
+
+
+def check_off_policy_knobs(k: dict) -> None:
+    """The off-policy corrections' knobs (``k``: :data:`OFF_POLICY_DEFAULTS`'s names -> value, plus ``correction``);
+    a ValueError whose message starts with the knob's name and says what it accepts."""
+    if k["correction"] is not None:
+        _one_of("correction", k["correction"], OFF_POLICY_CORRECTIONS)
+    cap = k["decoupled_cap"]
+    if cap is not None and (isinstance(cap, bool) or not (0 < cap < float("inf"))):
+        raise ValueError(
+            f"decoupled_cap must be a finite number > 0 (AReaL recommends 5) or None (no cap), got {cap!r}"
+        )
+    _one_of("decoupled_cap_mode", k["decoupled_cap_mode"], DECOUPLED_CAP_MODES)
+    delta = k["geo_delta"]
+    if isinstance(delta, bool) or delta is None or not (0 < delta < 1):
+        raise ValueError(f"geo_delta must be in (0, 1) (SkyRL's 0.01 keeps [0.99, 1.01]), got {delta!r}")
+    _check_positive("m2po_threshold", k["m2po_threshold"])
+    _one_of("m2po_tokens", k["m2po_tokens"], M2PO_TOKENS)

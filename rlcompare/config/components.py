@@ -18,6 +18,9 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
     "sampling": ("algorithm.dynamic_sampling", "rollout"),
     # bounded staleness (the algorithmic side of asynchronous RL): how old the trained rollouts are
     "staleness": ("rollout.staleness",),
+    # the off-policy corrections (decoupled PPO, the geometric sequence mask, M2PO) compare the proximal policy, the old
+    # log-probs recomputed with the current weights, with the sampler's: turning one on turns the recomputation on
+    "off_policy": ("algorithm.off_policy", "trainer.recompute_old_logp"),
     "overlong": ("algorithm.overlong",),
     "kl": ("algorithm.kl",),
     "entropy": ("algorithm.entropy_coef",),

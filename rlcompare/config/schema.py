@@ -87,6 +87,28 @@ class MismatchConfig:
 
 
 @dataclass
+class OffPolicyConfig:
+    correction: Optional[str] = (
+        None  # correction for stale rollouts (rollout.staleness): null (off) | decoupled | geo-mask | m2po; needs trainer.recompute_old_logp=true
+    )
+    decoupled_cap: Optional[float] = accepted.OFF_POLICY_DEFAULTS[
+        "decoupled_cap"
+    ]  # decoupled: cap on the weight pi_prox/pi_behav; null: uncapped (AReaL's default; it recommends 5)
+    decoupled_cap_mode: str = accepted.OFF_POLICY_DEFAULTS[
+        "decoupled_cap_mode"
+    ]  # decoupled: mask (weight 0 above the cap, AReaL's behav_imp_weight_cap) | truncate (min(weight, cap))
+    geo_delta: float = accepted.OFF_POLICY_DEFAULTS[
+        "geo_delta"
+    ]  # geo-mask: a sequence is dropped when its geometric-mean ratio leaves [1 - delta, 1 + delta] (SkyRL 0.01)
+    m2po_threshold: float = accepted.OFF_POLICY_DEFAULTS[
+        "m2po_threshold"
+    ]  # m2po: tau_M2, the mean (log r)^2 the kept tokens must not exceed (arXiv 2510.01161: 0.04)
+    m2po_tokens: str = accepted.OFF_POLICY_DEFAULTS[
+        "m2po_tokens"
+    ]  # m2po: which tokens the second moment is over: trust-region (the paper's) | all (AReaL's)
+
+
+@dataclass
 class KLConfig:
     coef: float = 1e-3  # KL penalty coefficient against the reference model; 0: off (no reference model loaded)
     estimator: str = "k3"  # KL estimator: k1 | k2 | k3 | k3+
@@ -132,6 +154,7 @@ class AlgorithmConfig:
     entropy_coef: float = 0.0  # entropy bonus coefficient; 0: off
     top_entropy_quantile: Optional[float] = None  # train only on the top-rho entropy tokens, rho in [0, 1]; null: off
     mismatch: MismatchConfig = field(default_factory=MismatchConfig)  # rollout/trainer mismatch correction
+    off_policy: OffPolicyConfig = field(default_factory=OffPolicyConfig)  # corrections for stale rollouts
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
     overlong: OverlongConfig = field(default_factory=OverlongConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
@@ -465,12 +488,37 @@ def _check_algorithm(c: DictConfig) -> None:
                 f"algorithm.critic.value_clip={a.critic.value_clip} must be > 0, or null to turn value clipping off"
             )
     _check_variants(a, t)
+    _check_off_policy(a, t)
     if a.overlong.soft_punishment:
         _at_least("algorithm.overlong.cache_len", a.overlong.cache_len, 1)
         if a.overlong.cache_len >= b.max_new_tokens:
             raise ConfigError(
                 f"algorithm.overlong.cache_len={a.overlong.cache_len} must be < budget.max_new_tokens={b.max_new_tokens}"
             )
+
+
+def _check_off_policy(a: DictConfig, t: DictConfig) -> None:
+    """The corrections for stale rollouts (issue 44): their knobs, and the proximal policy they compare."""
+    op = a.off_policy
+    try:  # the messages start with the knob's name: shown as key=value, as every range check
+        accepted.check_off_policy_knobs(dict(op))
+    except ValueError as e:
+        knob, rest = str(e).split(" ", 1)
+        raise ConfigError(f"algorithm.off_policy.{knob}={op[knob]!r} {rest}") from None
+    if op.correction is None:
+        return
+    if not t.recompute_old_logp:
+        raise ConfigError(
+            f"algorithm.off_policy.correction={op.correction} compares the proximal policy (the old log-probs "
+            "recomputed with the current weights) with the sampler's; set trainer.recompute_old_logp=true "
+            "(or algorithm.off_policy.correction=null)"
+        )
+    if op.correction == "decoupled" and a.mismatch.mode is not None:
+        raise ConfigError(
+            f"algorithm.off_policy.correction=decoupled already weighs every token by pi_prox/pi_behav, as "
+            f"algorithm.mismatch.mode={a.mismatch.mode} does: set algorithm.mismatch.mode=null (decoupled_cap "
+            "and decoupled_cap_mode give its cap)"
+        )
 
 
 def _check_trainer(c: DictConfig) -> None:
@@ -819,6 +867,9 @@ RANGES: dict[str, Range] = {
     "algorithm.critic.lam": PROBABILITY,
     "algorithm.critic.value_clip": POSITIVE,
     "algorithm.critic.lr": POSITIVE,
+    "algorithm.off_policy.decoupled_cap": POSITIVE,
+    "algorithm.off_policy.m2po_threshold": POSITIVE,
+    "algorithm.off_policy.geo_delta": Range(0, 1, low_open=True, high_open=True),
     "model.hidden_size": AT_LEAST_ONE,
     "model.num_layers": AT_LEAST_ONE,
     "model.num_heads": AT_LEAST_ONE,

@@ -31,6 +31,7 @@ from rlcompare.rollout.streams import GroupStreams, group_seed
 from rlcompare.train import sharding
 from rlcompare.train.batch import Collected, RolloutBatch, Targets, TrainerState
 from rlcompare.train.parallel import GradientSum, World, merge_metrics
+from rlcompare.train import offpolicy as off_policy
 from rlcompare.train.stale_queue import Queued, StaleQueue
 
 TIMING_PREFIXES = ("time/", "perf/")
@@ -263,6 +264,7 @@ class Trainer:
             or stale
             or (self.ref is not None and algo.kl.placement == "in_reward")
             or algo.mismatch.mode is not None
+            or algo.off_policy.correction is not None
         )
 
     def _decode(self, completions) -> list[str]:
@@ -568,6 +570,8 @@ class Trainer:
                     c_max=algo.mismatch.c_max,
                 )
                 row.update({"mismatch/" + k[len("mismatch_") :]: v for k, v in mm.items()})
+            if algo.off_policy.correction is not None:  # the proximal policy against the stale behaviour policy
+                off_policy.apply_correction(algo, old_logp, completions.logp, targets, row)
             return old_logp
         if train_cfg.updates_per_rollout > 1 or self.cfg.rollout.staleness:
             return completions.logp  # the sampler's log-probs: the behaviour policy's, temperature applied
@@ -749,6 +753,10 @@ class Trainer:
         if selection is None:
             selection = self._token_selection(targets, idx, logp.detach(), old, entropy.detach())
         token_weight, extra = self._token_weight(targets, idx, loss_mask, selection.get("keep"))
+        if off_policy.logs_gap(algo, cfg.rollout):  # |log pi_theta / pi_behav| of the policy being updated
+            extra.update(
+                off_policy.gap_metrics(logp, completions.logp[idx] if completions.logp is not None else None, mask)
+            )
         mixes_entropy = algo.ratio == "hybrid" and algo.clip.mix == "entropy"
         values = (
             self.critic(batch.prompt_ids[idx], batch.prompt_mask[idx], ids, mask) if self.critic is not None else None
@@ -962,6 +970,7 @@ class Trainer:
             "optim/grad_norm": m.get("optim/grad_norm"),
             "optim/lr": self.sched.get_last_lr()[0],
             **{"policy/" + k: m[k] for k in _VARIANT_METRICS if k in m},
+            **{"offpolicy/" + k[len("offpolicy_") :]: m[k] for k in off_policy.GAP_METRIC_KINDS if k in m},
         }
 
     def _finish_row(self, row: dict, collected: Collected, t_start: float, t_update: float) -> dict:
@@ -1065,7 +1074,7 @@ class UpdateResult:
 
 # how each policy metric reduces over micro-batches (and ranks); the rest are token-weighted means, but for the
 # means over responses, weighted by responses
-_POLICY_METRIC_KINDS = {"ratio_min": "min", "ratio_max": "max"}
+_POLICY_METRIC_KINDS = {"ratio_min": "min", "ratio_max": "max", **off_policy.GAP_METRIC_KINDS}
 _PER_RESPONSE_METRICS = {"objective_per_response"}
 
 
