@@ -413,8 +413,8 @@ def load_hf(cfg: Any, split: str) -> list[dict]:
         import datasets
     except ImportError:
         raise ValueError(
-            "prompts.kind=hf needs the Hugging Face `datasets` package: pip install datasets "
-            "(or use a local copy: prompts.kind=file prompts.path=... [prompts.eval_path=...])"
+            "prompts.kind=hf needs the Hugging Face `datasets` package: pip install datasets (rlcompare's [hub] "
+            "extra; or use a local copy: prompts.kind=file prompts.path=... [prompts.eval_path=...])"
         ) from None
     try:
         ds = datasets.load_dataset(hf_id, _get(cfg, "hf_config"), split=split)

@@ -51,6 +51,7 @@ def last_tag(text: str, tag: str = "answer") -> str | None:
     return tags[-1] if tags else None
 
 
+_SPACES = re.compile(r" {0,200}")
 _SPACE_FORM_END = re.compile(r"[\n$]|\\(?:boxed|fbox|\)|\])")
 
 
@@ -75,6 +76,9 @@ def _boxes(text: str) -> tuple[list[tuple[int, int]], bool]:
     last_brace, last_closed = -1, False  # the last command's opening brace (-1: it has none)
     for m in _BOX.finditer(text):
         j = m.end()
+        after_spaces = _SPACES.match(text, j).end()
+        if text.startswith("{", after_spaces):
+            j = after_spaces  # "\boxed {5}" is the brace form
         word = _space_form(text, j) if text.startswith(" ", j) else None
         last_brace, last_closed = -1, word is not None
         if word is not None:  # "\boxed 5"

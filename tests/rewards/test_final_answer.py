@@ -300,6 +300,7 @@ def test_space_form_box_still_states_its_number(mv):
     for completion in ("\\boxed 17", "$\\boxed 17$ is my answer", "\\boxed 17.\nThen 18 more steps"):
         assert correct(EM, completion, "17") and correct(mv, completion, "17"), completion
     assert boxed_contents("\\boxed 17 or 18$ and 19") == ["17 or 18"]
+    assert boxed_contents("\\boxed {17} or 18") == ["17"]  # a space before the brace: the brace form
     assert boxed_contents("\\boxed 5 \\boxed{6} \\boxed " + "7" * 300) == ["5", "6"]  # past 200 characters: not closed
 
 
