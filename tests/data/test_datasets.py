@@ -380,19 +380,19 @@ def test_countdown_file_reads_whole_numbers_in_any_spelling(tmp_path):
     assert sorted(decode_countdown(e.answer) for e in s.train + s.eval) == [([1, 2], 3), ([2, 4], 8), ([3, 5, 7], 22)]
 
 
-@pytest.mark.parametrize("ext", ["jsonl", "json", "csv"])
-@pytest.mark.parametrize(
-    "bad, message",
-    [
-        (b"\xff\xfe", r"line 3 is not UTF-8 text \(byte 0xff\); save the file as UTF-8"),
-        (b"9" * 5000, r"line 3 holds an integer longer than 4300 digits"),
-        (b"[" * 5000 + b"]" * 5000, r"line 3: JSON nested more than 100 levels deep"),
-    ],
+HOSTILE_VALUES = {  # a value on line 3 of the file -> what the error says
+    "not_utf8": (b"\xff\xfe", r"line 3 is not UTF-8 text \(byte 0xff\); save the file as UTF-8"),
+    "long_integer": (b"9" * 5000, r"line 3 holds an integer longer than 4300 digits"),
+    "deep_json": (b"[" * 5000 + b"]" * 5000, r"line 3: JSON nested more than 100 levels deep"),
+}
+
+
+@pytest.mark.parametrize(  # a CSV field is text: only its bytes can be wrong
+    "ext, case", [(e, c) for e in ("jsonl", "json") for c in HOSTILE_VALUES] + [("csv", "not_utf8")]
 )
-def test_prompt_file_errors_name_the_file_and_the_line(tmp_path, ext, bad, message):
+def test_prompt_file_errors_name_the_file_and_the_line(tmp_path, ext, case):
     """Each used to end in a bare UnicodeDecodeError / ValueError / RecursionError naming neither."""
-    if ext == "csv" and bad[:1] != b"\xff":
-        pytest.skip("a CSV field is text: a long integer or brackets are the field's text")
+    bad, message = HOSTILE_VALUES[case]
     first, second = b'{"question": "a", "answer": "1"}', b'{"question": "b", "answer": ' + bad + b"}"
     body = {
         "jsonl": b"\n".join([first, b"", second]) + b"\n",
