@@ -292,6 +292,7 @@ def test_custom_regex_redos_is_cut_at_the_timeout(verifiers):
     assert out == [Score(0.0, False, True), Score(1.0, True, False)]
 
 
+@pytest.mark.slow
 def test_math_verify_new_hostile_batch():
     v = build_verifier({"name": "math_verify", "workers": 1})
     try:
