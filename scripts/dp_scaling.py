@@ -23,7 +23,8 @@ sampled the same number of tokens (`tokens/step` row by row). Two options split 
   bandwidth) costs a rank, with no communication at all;
 - what the N ranks lose beyond bound x ceiling is the collectives and the waits for the slowest rank.
 
-A measurement script, not a test: the machine decides the figure.
+A measurement script, not a test: the machine decides the figure. What it measured on the project's 2-core host,
+and the findings of the tools it replaced (kept in git), are in docs/perf-log.md.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def overrides(size: str, prompts: int, steps: int, results: Path) -> list[str]:
 
 
 def add_run_options(p: argparse.ArgumentParser, steps: int) -> None:
-    """The options of the measured run, shared with scripts/dp_interleaved.py."""
+    """The options of the measured run."""
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--size", default="4.2M", choices=sorted(SIZES))
     p.add_argument("--prompts", type=int, default=16, help="trainer.prompts_per_step: the global batch, in groups of 8")

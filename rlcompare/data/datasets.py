@@ -11,20 +11,26 @@ Without a separate eval file/split, `round(eval_fraction * rows)` rows (at least
 rows) are held out, then `n_eval` / `n_train` cap each side (0 or null = all). Capping never moves a row across
 the split, so changing `n_eval` leaves the train set unchanged.
 
+No prompt is both trained on and held out: a prompt repeated in a file is kept once (a Countdown puzzle is its
+numbers in any order and its target), and a prompt of a separate eval file or split leaves the train set; each
+with a warning. A file's rows are read by `files.py` (errors name the file and the line); a question or answer
+must be text or a number, Countdown numbers whole numbers (3.7 and `true` are refused, not cast).
+
 `template` is a named template (`plain`, `boxed`, `r1`, `r1_chat`; see `TEMPLATES`) or a literal string holding
 `{question}` (only that placeholder is substituted; other braces are kept as they are, e.g. `\\boxed{}`).
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import random
+import re
+import warnings
 from typing import Any
 
-from rlcompare.rewards.countdown_expr import encode_countdown
+from rlcompare.data.files import FILE_TYPES, Rows, json_value, read_rows  # noqa: F401 - FILE_TYPES: re-exported
 from rlcompare.data.types import Example, PromptSplits
+from rlcompare.rewards.countdown_expr import MAX_ABS, MAX_LITERAL, encode_countdown
 from rlcompare.rewards.verifiers import after_hashes, last_boxed
 
 TEMPLATES = {
@@ -46,7 +52,6 @@ TEMPLATES = {
     ),
 }
 EXTRACTORS = ("gsm8k", "boxed", "none")
-FILE_TYPES = (".jsonl", ".json", ".csv", ".parquet")
 
 
 def _get(cfg: Any, key: str, default: Any = None) -> Any:
@@ -113,54 +118,7 @@ def _to_text(v: Any) -> str:
     return str(v)
 
 
-# ----------------------------------------------------------------------------- file loading
-def load_rows(path: str, key: str = "prompts.path") -> list[dict]:
-    """Rows of a local .jsonl / .json / .csv / .parquet file; ValueError naming the file on any problem."""
-    where = f"{key}={path!r}"
-    if not path:
-        raise ValueError(f"{key} is not set; give a .jsonl, .json, .csv or .parquet file")
-    if not os.path.isfile(path):
-        raise ValueError(f"{where}: file not found (working directory {os.getcwd()})")
-    ext = os.path.splitext(path)[1].lower()
-    if ext not in FILE_TYPES:
-        raise ValueError(f"{where}: unknown file type {ext!r}; use one of: {', '.join(FILE_TYPES)}")
-    if ext == ".jsonl":
-        rows = []
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{where}: line {n} is not valid JSON ({e.msg})") from None
-                if not isinstance(row, dict):
-                    raise ValueError(f"{where}: line {n} is not a JSON object")
-                rows.append(row)
-        return rows
-    if ext == ".json":
-        with open(path, encoding="utf-8") as f:
-            try:
-                data = json.load(f)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not valid JSON ({e.msg} at line {e.lineno})") from None
-        if isinstance(data, dict) and isinstance(data.get("data"), list):
-            data = data["data"]
-        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-            raise ValueError(f'{where}: expected a JSON list of objects (or {{"data": [...]}})')
-        return data
-    import pandas as pd
-
-    try:
-        if ext == ".csv":
-            df = pd.read_csv(path, dtype=str, keep_default_na=False)
-        else:
-            df = pd.read_parquet(path)
-    except Exception as e:
-        raise ValueError(f"{where}: could not read the file ({type(e).__name__}: {e})") from None
-    return df.to_dict("records")
-
-
+# ----------------------------------------------------------------------------- rows -> examples
 def _columns(rows: list[dict]) -> str:
     seen: dict[str, None] = {}
     for r in rows[:100]:
@@ -168,59 +126,147 @@ def _columns(rows: list[dict]) -> str:
     return ", ".join(seen) or "(none)"
 
 
-def _field(row: dict, name: str, role: str, where: str, rows: list[dict], index: int) -> Any:
+def _field(rows: Rows, i: int, name: str, role: str, where: str) -> Any:
+    row = rows.rows[i]
     if name not in row:
         raise ValueError(
             f"{where}: field {name!r} (prompts.fields.{role}) not found"
-            + (f" in row {index}" if index else "")
-            + f"; columns are: {_columns(rows)}"
+            + (f" in {rows.at(i)}" if i else "")
+            + f"; columns are: {_columns(rows.rows)}"
         )
-    v = row[name]
+    v = _plain(row[name])
     if v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip()):
-        raise ValueError(f"{where}: row {index}: field {name!r} (prompts.fields.{role}) is empty")
+        raise ValueError(f"{where}: {rows.at(i)}: field {name!r} (prompts.fields.{role}) is empty")
     return v
 
 
-def rows_to_examples(rows: list[dict], cfg: Any, where: str) -> list[Example]:
-    """question/answer rows -> Examples (template applied, answer extracted)."""
+def _plain(v: Any) -> Any:
+    """A numpy scalar (parquet) as the Python value it holds; anything else as it is."""
+    if hasattr(v, "item") and getattr(v, "ndim", None) == 0:
+        try:
+            return v.item()
+        except Exception:
+            pass
+    return v
+
+
+def _text_field(rows: Rows, i: int, name: str, role: str, where: str) -> Any:
+    """A question or answer: text or a finite number. A dict, list or true/false is refused: written as text it
+    was a reference no completion states (`{'a': 1}`)."""
+    v = _field(rows, i, name, role, where)
+    if isinstance(v, bool) or not isinstance(v, (str, int, float)) or (isinstance(v, float) and not math.isfinite(v)):
+        raise ValueError(
+            f"{where}: {rows.at(i)}: field {name!r} (prompts.fields.{role}) is {_kind(v)}; it must be text or a number"
+        )
+    return v
+
+
+def _kind(v: Any) -> str:
+    name, text = type(v).__name__, repr(v)
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name} ({text[:60] + '...' if len(text) > 60 else text})"
+
+
+def rows_to_examples(rows: Rows, cfg: Any, where: str) -> list[Example]:
+    """question/answer rows -> Examples (template applied, answer extracted); a prompt seen before is dropped."""
     fields = _fields(cfg)
     qf, af = fields.get("question", "question"), fields.get("answer", "answer")
     extractor = _get(cfg, "answer_extractor", "none")
     template = resolve_template(_get(cfg, "template"))
     out = []
-    for i, row in enumerate(rows):
-        q = _to_text(_field(row, qf, "question", where, rows, i))
-        raw = _field(row, af, "answer", where, rows, i)
+    for i in range(len(rows.rows)):
+        q = _to_text(_text_field(rows, i, qf, "question", where))
+        raw = _text_field(rows, i, af, "answer", where)
         ans = extract_answer(raw, extractor)
         if ans is None:
             raise ValueError(
-                f"{where}: row {i}: prompts.answer_extractor={extractor} found no "
+                f"{where}: {rows.at(i)}: prompts.answer_extractor={extractor} found no "
                 f"{'####' if extractor == 'gsm8k' else chr(92) + 'boxed{}'} in field {af!r}: {_to_text(raw)[:120]!r}"
             )
         out.append(Example(apply_template(template, q), ans, {"index": i}))
-    return out
+    return _drop_repeats(out, rows, where)
 
 
-def countdown_rows_to_examples(rows: list[dict], cfg: Any, where: str) -> list[Example]:
+_INTEGER_TEXT = re.compile(r"\s*[-+]?[0-9]{1,18}\s*")
+
+
+def _whole_number(v: Any) -> int | None:
+    """An integer written as an int, a whole float (3.0) or integer text ("3"); None for anything else (3.7, true,
+    "3.7", a list): casting turned 3.7 into 3 and true into 1."""
+    v = _plain(v)
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str) and _INTEGER_TEXT.fullmatch(v):
+        return int(v)
+    return None
+
+
+def _countdown_row(rows: Rows, i: int, nf: str, tf: str, where: str) -> tuple[list[int], int]:
+    nums, target = _field(rows, i, nf, "nums", where), _field(rows, i, tf, "target", where)
+    if isinstance(nums, str):  # csv: "[3, 5, 7]"
+        try:
+            nums = json_value(nums, where, 1)
+        except ValueError:
+            pass  # refused below, as text
+    items = list(nums) if isinstance(nums, (list, tuple)) or getattr(nums, "ndim", 0) == 1 else [nums]
+    ints = [_whole_number(n) for n in items]
+    bad = [n for n, k in zip(items, ints) if k is None or abs(k) > MAX_LITERAL or items == [nums]]
+    if not items or bad:
+        raise ValueError(
+            f"{where}: {rows.at(i)}: field {nf!r} (prompts.fields.nums) must be a list of whole numbers up to "
+            f"{MAX_LITERAL:,} in size; it holds {_kind(bad[0]) if bad else 'nothing'}"
+        )
+    whole = _whole_number(target)
+    if whole is None or abs(whole) > MAX_ABS:
+        raise ValueError(
+            f"{where}: {rows.at(i)}: field {tf!r} (prompts.fields.target) must be a whole number up to "
+            f"{MAX_ABS:,} in size; it is {_kind(_plain(target))}"
+        )
+    return ints, whole
+
+
+def countdown_rows_to_examples(rows: Rows, cfg: Any, where: str) -> list[Example]:
+    """nums/target rows -> Countdown Examples; a puzzle seen before (the same numbers and target) is dropped."""
     fields = _fields(cfg)
     nf, tf = fields.get("nums", "nums"), fields.get("target", "target")
     template = resolve_template(_get(cfg, "template"))
     out = []
-    for i, row in enumerate(rows):
-        nums, target = _field(row, nf, "nums", where, rows, i), _field(row, tf, "target", where, rows, i)
-        if isinstance(nums, str):  # csv: "[3, 5, 7]"
-            try:
-                nums = json.loads(nums)
-            except json.JSONDecodeError:
-                raise ValueError(f"{where}: row {i}: field {nf!r} is not a list of integers: {nums[:80]!r}") from None
-        try:
-            nums = [int(n) for n in list(nums)]
-            target = int(_to_text(target))
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"{where}: row {i}: fields {nf!r}/{tf!r} must hold a list of integers and an integer"
-            ) from None
+    for i in range(len(rows.rows)):
+        nums, target = _countdown_row(rows, i, nf, tf, where)
         out.append(countdown_example(nums, target, template, {"index": i}))
+    return _drop_repeats(out, rows, where)
+
+
+def prompt_key(e: Example) -> Any:
+    """What makes two examples the same prompt: a Countdown puzzle's numbers (in any order) and target, else the
+    prompt text."""
+    if "nums" in e.meta and "target" in e.meta:
+        return tuple(sorted(e.meta["nums"])), e.meta["target"]
+    return e.prompt
+
+
+def _drop_repeats(examples: list[Example], rows: Rows, where: str) -> list[Example]:
+    """The examples without a prompt seen earlier in the file, with a warning: a repeated prompt could land on
+    both sides of the held-out split."""
+    first: dict[Any, int] = {}
+    out, repeats = [], []
+    for e in examples:
+        k = prompt_key(e)
+        if k in first:
+            repeats.append((e.meta["index"], first[k]))
+        else:
+            first[k] = e.meta["index"]
+            out.append(e)
+    if repeats:
+        i, j = repeats[0]
+        warnings.warn(
+            f"{where}: {len(repeats)} row(s) repeat an earlier prompt ({rows.at(i)} repeats {rows.at(j)}); each "
+            "prompt is kept once, so none is both trained on and held out",
+            stacklevel=2,
+        )
     return out
 
 
@@ -245,7 +291,7 @@ def _split(
             raise ValueError(f"{where}: no eval split: set prompts.eval_fraction > 0 or prompts.n_eval > 0")
         eval_, train = items[:n_hold], items[n_hold:]
     else:
-        train, eval_ = list(train), list(eval_)
+        train, eval_ = _without_held_out(train, eval_, where, where_eval or where), list(eval_)
         rng.shuffle(train)
         rng.shuffle(eval_)
     train, eval_ = _cap(train, _get(cfg, "n_train", 0)), _cap(eval_, _get(cfg, "n_eval", 0))
@@ -256,6 +302,19 @@ def _split(
                 "check the file/split, prompts.eval_fraction and prompts.n_train / prompts.n_eval"
             )
     return train, eval_
+
+
+def _without_held_out(train: list[Example], eval_: list[Example], where: str, where_eval: str) -> list[Example]:
+    """The train examples whose prompt is not held out (a separate eval file or split may repeat one)."""
+    held = {prompt_key(e) for e in eval_}
+    kept = [e for e in train if prompt_key(e) not in held]
+    if len(kept) < len(train):
+        warnings.warn(
+            f"{where}: {len(train) - len(kept)} prompt(s) are also in the eval set ({where_eval}); they are dropped "
+            "from training, so no prompt is both trained on and held out",
+            stacklevel=3,
+        )
+    return kept
 
 
 # ----------------------------------------------------------------------------- countdown generator
@@ -354,8 +413,8 @@ def load_hf(cfg: Any, split: str) -> list[dict]:
         import datasets
     except ImportError:
         raise ValueError(
-            "prompts.kind=hf needs the Hugging Face `datasets` package: pip install datasets "
-            "(or use a local copy: prompts.kind=file prompts.path=... [prompts.eval_path=...])"
+            "prompts.kind=hf needs the Hugging Face `datasets` package: pip install datasets (rlcompare's [hub] "
+            "extra; or use a local copy: prompts.kind=file prompts.path=... [prompts.eval_path=...])"
         ) from None
     try:
         ds = datasets.load_dataset(hf_id, _get(cfg, "hf_config"), split=split)
@@ -375,16 +434,16 @@ def build(cfg: Any) -> PromptSplits:
     to_examples = countdown_rows_to_examples if countdown else rows_to_examples
     if kind == "file" or (countdown and path):
         where, where_eval = f"prompts.path={path!r}", f"prompts.eval_path={eval_path!r}"
-        train = to_examples(load_rows(path, "prompts.path"), cfg, where)
-        ev = to_examples(load_rows(eval_path, "prompts.eval_path"), cfg, where_eval) if eval_path else None
+        train = to_examples(read_rows(path, "prompts.path"), cfg, where)
+        ev = to_examples(read_rows(eval_path, "prompts.eval_path"), cfg, where_eval) if eval_path else None
         train, ev = _split(train, ev, cfg, where, where_eval if eval_path else None)
     elif countdown:
         train, ev = countdown_splits(cfg)
     elif kind == "hf":
         hf_id, tr_split, ev_split = _get(cfg, "hf_id"), _get(cfg, "train_split", "train"), _get(cfg, "eval_split")
         where, where_eval = f"prompts.hf_id={hf_id!r} split {tr_split!r}", f"prompts.hf_id={hf_id!r} split {ev_split!r}"
-        train = to_examples(load_hf(cfg, tr_split), cfg, where)
-        ev = to_examples(load_hf(cfg, ev_split), cfg, where_eval) if ev_split else None
+        train = to_examples(Rows(load_hf(cfg, tr_split)), cfg, where)
+        ev = to_examples(Rows(load_hf(cfg, ev_split)), cfg, where_eval) if ev_split else None
         train, ev = _split(train, ev, cfg, where, where_eval if ev_split else None)
     else:
         raise ValueError(f"prompts.kind={kind!r} is not accepted; use one of: arithmetic, countdown, file, hf")

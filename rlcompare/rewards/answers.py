@@ -13,7 +13,8 @@ The rule is written down in docs/verifiers.md; in short:
   Two numbers (`122 or 123`, `122, 123`, `between 122 and 123`), a false equation (`124=123`), an expression
   that is not a number (`123/0`, `2^2^2^2`, `3+4`), a relation other than `=` (`<`, `\\approx`, `\\pm`) or a
   number glued to a word or command (`1e3`, `0x10`, `5!`, `\\sqrt{4}`) state no single value: 0.
-* Sign look-alikes (`countdown_expr.MINUS_SIGNS`: `−` `–` `－` ...) read as the sign they look like.
+* Sign look-alikes (`countdown_expr.MINUS_SIGNS`: `−` `–` `－` `⁻` ...) read as the sign they look like; every other
+  dash, hyphen or minus-like character (`DASH_LIKE`: `〜`, `⸗`, a soft hyphen, `─`) makes a span state no value.
 """
 
 from __future__ import annotations
@@ -50,6 +51,23 @@ def last_tag(text: str, tag: str = "answer") -> str | None:
     return tags[-1] if tags else None
 
 
+_SPACES = re.compile(r" {0,200}")
+_SPACE_FORM_END = re.compile(r"[\n$]|\\(?:boxed|fbox|\)|\])")
+
+
+def _space_form(text: str, j: int) -> tuple[int, int] | None:
+    """(start, end) of the content of the space form `\\boxed 5` whose command ends at j: the rest of its line up to
+    `$`, `\\)`, `\\]` or the next box, at most 200 characters (None: longer, or empty). Reading one word made
+    `\\boxed 17 or 18` state 17; read whole, it is a hedge."""
+    window = text[j : j + 201]
+    stop = _SPACE_FORM_END.search(window)
+    if stop is None and len(window) > 200:
+        return None
+    content = window[: stop.start() if stop else len(window)]
+    a, b = j + len(content) - len(content.lstrip()), j + len(content.rstrip())
+    return (a, b) if b > a else None
+
+
 def _boxes(text: str) -> tuple[list[tuple[int, int]], bool]:
     """(start, end) of the content of every closed `\\boxed{...}` / `\\fbox{...}` in order of opening (the
     `\\boxed 5` form too), and whether the LAST box command is closed. One pass with a stack (linear time)."""
@@ -58,10 +76,13 @@ def _boxes(text: str) -> tuple[list[tuple[int, int]], bool]:
     last_brace, last_closed = -1, False  # the last command's opening brace (-1: it has none)
     for m in _BOX.finditer(text):
         j = m.end()
-        word = re.match(r" +([^\s$]{1,200})", text[j : j + 210]) if text.startswith(" ", j) else None
+        after_spaces = _SPACES.match(text, j).end()
+        if text.startswith("{", after_spaces):
+            j = after_spaces  # "\boxed {5}" is the brace form
+        word = _space_form(text, j) if text.startswith(" ", j) else None
         last_brace, last_closed = -1, word is not None
         if word is not None:  # "\boxed 5"
-            spans.append((m.start(), j + word.start(1), j + word.end(1)))
+            spans.append((m.start(), *word))
         elif text.startswith("{", j):
             braces[j] = m.start()
             last_brace = j
@@ -159,6 +180,25 @@ _SIGN_TABLE = str.maketrans({**{m: "-" for m in MINUS_SIGNS}, **{p: "+" for p in
 def normalize_signs(text: str) -> str:
     """Every sign look-alike (`MINUS_SIGNS`, `PLUS_SIGNS`) as the ASCII sign it looks like."""
     return text.translate(_SIGN_TABLE)
+
+
+# Every other dash, hyphen or minus in Unicode, and the lines drawn like one: they look like a tilde (`〜`), an equals
+# sign (`⸗`), a line (`─`, `¯`) or nothing (a soft hyphen), so neither `-` nor nothing is a safe reading. A span
+# holding one states no value: `〜 17` or a soft hyphen before 17 never scores as 17. (tests/rewards/test_final_answer.py
+# checks that MINUS_SIGNS and this table cover every character Unicode names a dash, hyphen or minus.)
+DASH_LIKE = frozenset(
+    "\u00ad\u00af\u00b1\u02c9\u02cd\u0320\u1400\u1680\u2027\u203e\u2053\u21e0\u21e1\u21e2\u21e3\u2213\u2216"
+    "\u2238\u2242\u2296\u229d\u229f\u23af\u23e4\u2448\u2500\u2501\u2504\u2505\u2506\u2507\u2508\u2509\u250a"
+    "\u250b\u254c\u254d\u254e\u254f\u2574\u2576\u2578\u257a\u257c\u257e\u2756\u279f\u27a0\u290c\u290d\u290e"
+    "\u290f\u2910\u293c\u296a\u296b\u296c\u296d\u2a29\u2a2a\u2a2b\u2a2c\u2a3a\u2a41\u2a5c\u2a5d\u2a6c\u2ad8"
+    "\u2ae6\u2b37\u2b6a\u2b6b\u2b6c\u2b6d\u2e17\u2e1a\u2e40\u2e43\u301c\u3030\u30a0\u30fc\ufe31\ufe32\ufe49"
+    "\ufe4d\uffe3\U0001d104\U0001f4a8\U000e002d"
+)
+
+
+def has_dash_like(text: str) -> bool:
+    """Whether `text` holds a character of DASH_LIKE (linear time)."""
+    return not DASH_LIKE.isdisjoint(text)
 
 
 # A relation other than '=' (or a plus-minus): the span does not state one value.
@@ -271,7 +311,9 @@ def _split_run(s: str, start: int, end: int):
     yield a, end
 
 
-_INTEGER = re.compile(r"\s*[-+]?[0-9]{1,100}\s*")  # the common case ("17"), read without the full rule
+_INTEGER = re.compile(
+    r"\s*[-+]?[0-9]{1,100}\s*", re.ASCII
+)  # the common case ("17"), read without the full rule (ASCII spaces: the Ogham space mark looks like a dash)
 
 
 def _side_value(chunk: str) -> tuple[Fraction | None, bool]:
@@ -290,7 +332,7 @@ def stated_value(span: str) -> Fraction | None:
     if _INTEGER.fullmatch(span):
         return Fraction(int(span))
     text = plain_text(span)
-    if OTHER_RELATION.search(text) or has_hedge_word(text):
+    if OTHER_RELATION.search(text) or has_hedge_word(text) or has_dash_like(text):
         return None
     values, numbers = [], []
     for side in text.split("="):
@@ -376,7 +418,7 @@ def math_statement(span: str) -> list[str] | None:
     """The sides (LaTeX) of the one statement a math_verify span makes, labels dropped; None when the span lists
     several values, states another relation, or holds several numbers in prose."""
     text = MARKDOWN_BOLD.sub(" ", normalize_signs(span))
-    if lists_values(text) or OTHER_RELATION.search(text) or double_superscript(text):
+    if lists_values(text) or OTHER_RELATION.search(text) or double_superscript(text) or has_dash_like(text):
         return None
     segments = split_math(text)
     if segments is not None:

@@ -47,8 +47,15 @@ MAX_ABS = 10**12
 
 # Sign look-alikes, one table for every verifier: each reads as the ASCII sign, so '−123' (U+2212), '–123' (en
 # dash), '－123' (full-width) keep their minus; read as nothing, they made -123 score correct against 123.
-MINUS_SIGNS = "\u2212\u2013\u2014\u2012\u2010\u2011\ufe63\uff0d\u02d7\u2796"  # − – — ‒ ‐ ‑ ﹣ － ˗ ➖
-PLUS_SIGNS = "\ufe62\uff0b\u2795"  # ﹢ ＋ ➕
+# Every dash drawn as one short stroke is a minus (a raised or lowered one too: '⁻ 17' is -17, not 17). Dashes that
+# look like something else ('〜' a tilde, '⸗' an equals sign) or cannot be seen (a soft hyphen) are answers.DASH_LIKE:
+# refused. tests/rewards/test_final_answer.py checks that the two tables cover every dash, hyphen and minus in Unicode.
+MINUS_SIGNS = (
+    "\u2212\u2013\u2014\u2012\u2010\u2011\ufe63\uff0d\u02d7\u2796"  # − – — ‒ ‐ ‑ ﹣ － ˗ ➖
+    "\u2015\u2043\u2052\u207b\u208b\ufe58\u2e3a\u2e3b"  # ― ⁃ ⁒ ⁻ ₋ ﹘ ⸺ ⸻
+    "\u058a\u05be\u1806\u2e5d\U00010ead"  # hyphens of other scripts: Armenian, Hebrew, Mongolian, oblique, Yezidi
+)
+PLUS_SIGNS = "\ufe62\uff0b\u2795\u207a\u208a\ufb29"  # ﹢ ＋ ➕ ⁺ ₊ ﬩
 _LATEX_ALIASES = (("\\times", "*"), ("\\cdot", "*"), ("\\div", "/"))
 _CHAR_ALIASES = str.maketrans(
     {"×": "*", "·": "*", "∗": "*", "⋅": "*", "÷": "/", **{m: "-" for m in MINUS_SIGNS}, **{p: "+" for p in PLUS_SIGNS}}

@@ -56,6 +56,7 @@ from rlcompare.rewards.answers import (  # noqa: F401 - last_tag, last_boxed, af
     MAX_CANDIDATES,
     after_hashes,
     distinct,
+    has_dash_like,
     last_boxed,
     last_tag,
     line_with,
@@ -352,7 +353,7 @@ class MathVerify(Verifier):
 
         if shape != "value":  # a set, tuple, interval or relation: math-verify compares the whole statement
             text = normalize_signs(span)
-            pred = [] if double_superscript(text) else self._parse(text, latex=boxed)
+            pred = [] if double_superscript(text) or has_dash_like(text) else self._parse(text, latex=boxed)
             return bool(pred) and self._verify(gold, pred)
         sides = math_statement(span)
         if sides is None:

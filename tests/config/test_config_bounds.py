@@ -67,6 +67,7 @@ def test_every_range_entry_names_a_numeric_key_of_the_schema():
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
+@pytest.mark.slow
 def test_every_float_key_refuses_nan_and_inf_naming_the_key(base, bad):
     floats = sorted(k for k, t in numeric_keys().items() if t is float)
     for key in floats:
@@ -98,6 +99,7 @@ def _outside(rule: Range, kind: type):
     return [kind(v) for v in out]
 
 
+@pytest.mark.slow
 def test_every_numeric_key_refuses_a_value_outside_its_range_naming_key_and_value(base):
     for key, kind in sorted(numeric_keys().items()):
         for value in _outside(RANGES.get(key, NON_NEGATIVE), kind):

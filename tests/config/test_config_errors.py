@@ -168,6 +168,7 @@ def test_a_misspelt_key_inside_a_yaml_preset_is_named(compose, tmp_path, no_heav
         train(cfg)
 
 
+@pytest.mark.slow
 def test_resume_with_a_different_config_names_the_differing_keys(compose, monkeypatch):
     train(compose("run_name=diff", "budget.max_steps=1", "trainer.checkpoint_every=1"))
     from rlcompare.train import trainer

@@ -28,6 +28,7 @@ ESCAPES = ["../outside", "../../etc", "/tmp/abs", "a/b", "a\\b", "..", ".", "", 
 
 @pytest.mark.parametrize("key", ["run_name", "experiment"])
 @pytest.mark.parametrize("value", ESCAPES, ids=[repr(v[:12]) for v in ESCAPES])
+@pytest.mark.slow
 def test_run_name_and_experiment_cannot_leave_results_dir(compose, tmp_path, no_heavy_work, key, value):
     with pytest.raises(ConfigError, match=rf"^{key}=.* must be one folder name inside results_dir"):
         train(compose(f"{key}='{value}'"))
@@ -35,6 +36,7 @@ def test_run_name_and_experiment_cannot_leave_results_dir(compose, tmp_path, no_
 
 
 @pytest.mark.parametrize("key", ["run_name", "experiment"])
+@pytest.mark.slow
 def test_plain_names_are_accepted(compose, key):
     assert validate(compose(f"{key}=lr-1e-3_v2.b")).get(key) == "lr-1e-3_v2.b"
 
@@ -51,6 +53,7 @@ def _uncreatable(tmp_path):
 
 @pytest.mark.parametrize("case", ["under a file", "under /proc", "a name too long", "empty"])
 @pytest.mark.parametrize("key", ["results_dir", "model.cache_dir"])
+@pytest.mark.slow
 def test_a_folder_that_cannot_be_created_names_its_key(compose, tmp_path, no_heavy_work, key, case):
     path, why = _uncreatable(tmp_path)[case]
     with pytest.raises(ConfigError, match=rf"^{key}=.* is not writable \(.*{why}"):
@@ -58,6 +61,7 @@ def test_a_folder_that_cannot_be_created_names_its_key(compose, tmp_path, no_hea
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
 
 
+@pytest.mark.slow
 def test_the_writability_check_leaves_nothing_behind(compose, tmp_path):
     validate(compose(f"results_dir={tmp_path / 'new' / 'results'}"))
     assert os.listdir(tmp_path) == []  # it made and removed its probe folder in tmp_path, created nothing else

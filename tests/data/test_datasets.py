@@ -129,9 +129,14 @@ def test_caps_do_not_move_rows_across_the_split():
     assert (len(no_frac.train), len(no_frac.eval)) == (17, 3)
 
 
-def test_eval_path_is_a_separate_split():
-    s = datasets.build(gsm8k(eval_path=str(DATA / "gsm8k_sample.csv"), n_eval=5))
-    assert (len(s.train), len(s.eval)) == (20, 5)
+def test_eval_path_is_a_separate_split_and_its_prompts_leave_training(tmp_path):
+    """A separate eval file that repeats train prompts: they are held out only (main trained on them too)."""
+    held = tmp_path / "held.jsonl"
+    held.write_text("".join((DATA / "gsm8k_sample.jsonl").read_text().splitlines(keepends=True)[:5]))
+    with pytest.warns(UserWarning, match=r"5 prompt\(s\) are also in the eval set \(prompts.eval_path="):
+        s = datasets.build(gsm8k(eval_path=str(held)))
+    assert (len(s.train), len(s.eval)) == (15, 5)
+    assert not {e.prompt for e in s.train} & {e.prompt for e in s.eval}
 
 
 def test_templates_named_and_literal():
@@ -178,7 +183,7 @@ def test_missing_field_names_file_field_and_columns():
 def test_missing_field_in_a_later_row(tmp_path):
     p = tmp_path / "x.jsonl"
     p.write_text('{"question": "a", "answer": "1"}\n{"question": "b"}\n')
-    with pytest.raises(ValueError, match=r"field 'answer' \(prompts.fields.answer\) not found in row 1"):
+    with pytest.raises(ValueError, match=r"field 'answer' \(prompts.fields.answer\) not found in line 2"):
         datasets.build(cfg(kind="file", path=str(p)))
 
 
@@ -198,7 +203,7 @@ def test_empty_split(tmp_path):
 def test_extractor_finds_nothing(tmp_path):
     p = tmp_path / "x.jsonl"
     p.write_text('{"question": "a", "answer": "no hashes"}\n' * 3)
-    with pytest.raises(ValueError, match=r"row 0: prompts.answer_extractor=gsm8k found no ####"):
+    with pytest.raises(ValueError, match=r"line 1: prompts.answer_extractor=gsm8k found no ####"):
         datasets.build(cfg(kind="file", path=str(p), answer_extractor="gsm8k"))
     with pytest.raises(ValueError, match="prompts.answer_extractor='regex'"):
         datasets.build(cfg(kind="file", path=str(p), answer_extractor="regex"))
@@ -324,5 +329,112 @@ def test_conf_files_fit_the_schema(name):
 def test_empty_value_names_the_row(tmp_path):
     p = tmp_path / "x.jsonl"
     p.write_text('{"question": "a", "answer": "1"}\n{"question": "", "answer": "2"}\n' * 2)
-    with pytest.raises(ValueError, match=r"row 1: field 'question' \(prompts.fields.question\) is empty"):
+    with pytest.raises(ValueError, match=r"line 2: field 'question' \(prompts.fields.question\) is empty"):
         datasets.build(cfg(kind="file", path=str(p)))
+
+
+# ---------------------------------------------------------------- hostile files (issue #41): file and line named
+def test_csv_record_with_more_or_fewer_fields_than_its_header_names_the_line(tmp_path):
+    """pandas took a first record with one field more as an index and shifted every column (the answer read
+    'q1')."""
+    p = tmp_path / "extra.csv"
+    for body, line, n in (("q1,1,x\nq2,2\n", 2, 3), ("q1,1\nq2,2,x\n", 3, 3), ("q1,1\nq2\n", 3, 1)):
+        p.write_text("question,answer\n" + body)
+        with pytest.raises(
+            ValueError, match=rf"extra.csv': line {line} has {n} fields but the header \(line 1\) has 2"
+        ):
+            datasets.build(cfg(kind="file", path=str(p)))
+    p.write_text('question,answer\n"a question\non two lines",1\n"q, with a comma",2\n\nq3,3\n')
+    rows = datasets.read_rows(str(p))
+    assert rows.rows[1] == {"question": "q, with a comma", "answer": "2"} and rows.lines == [2, 4, 6]
+    p.write_text("question,question\nq1,1\n")
+    with pytest.raises(ValueError, match=r"line 1: the header names column 'question' twice"):
+        datasets.build(cfg(kind="file", path=str(p)))
+
+
+@pytest.mark.parametrize(
+    "row, what",
+    [
+        ('{"nums": [3.7, 5, 7], "target": 22}', r"field 'nums' .* holds a float \(3.7\)"),
+        ('{"nums": [true, 5, 7], "target": 22}', r"field 'nums' .* holds a bool \(True\)"),
+        ('{"nums": ["3", "x", 7], "target": 22}', r"field 'nums' .* holds a str \('x'\)"),
+        ('{"nums": [3, 5, 7], "target": 22.5}', r"field 'target' .* is a float \(22.5\)"),
+        ('{"nums": [3, 5, 7], "target": true}', r"field 'target' .* is a bool \(True\)"),
+        ('{"nums": [3, 5, 7], "target": "22.0"}', r"field 'target' .* is a str \('22.0'\)"),
+        ('{"nums": [3, 5, 10000000], "target": 22}', r"field 'nums' .* holds an int \(10000000\)"),
+        ('{"nums": 7, "target": 22}', r"field 'nums' .* holds an int \(7\)"),
+    ],
+)
+def test_countdown_file_refuses_numbers_that_are_not_whole(tmp_path, row, what):
+    """int() turned 3.7 into 3 and true into 1: a different puzzle than the file's, silently."""
+    p = tmp_path / "cd.jsonl"
+    p.write_text('{"nums": [1, 2], "target": 3}\n' + row + "\n")
+    with pytest.raises(ValueError, match=rf"cd.jsonl': line 2: {what}"):
+        datasets.build(cfg(kind="countdown", path=str(p)))
+
+
+def test_countdown_file_reads_whole_numbers_in_any_spelling(tmp_path):
+    p = tmp_path / "cd.csv"
+    p.write_text('nums,target\n"[3.0, 5, 7]",22\n"[1, 2]", 3 \n"[2, 4]",8\n')
+    s = datasets.build(cfg(kind="countdown", path=str(p), eval_fraction=0.34))
+    assert sorted(decode_countdown(e.answer) for e in s.train + s.eval) == [([1, 2], 3), ([2, 4], 8), ([3, 5, 7], 22)]
+
+
+HOSTILE_VALUES = {  # a value on line 3 of the file -> what the error says
+    "not_utf8": (b"\xff\xfe", r"line 3 is not UTF-8 text \(byte 0xff\); save the file as UTF-8"),
+    "long_integer": (b"9" * 5000, r"line 3 holds an integer longer than 4300 digits"),
+    "deep_json": (b"[" * 5000 + b"]" * 5000, r"line 3: JSON nested more than 100 levels deep"),
+}
+
+
+@pytest.mark.parametrize(  # a CSV field is text: only its bytes can be wrong
+    "ext, case", [(e, c) for e in ("jsonl", "json") for c in HOSTILE_VALUES] + [("csv", "not_utf8")]
+)
+def test_prompt_file_errors_name_the_file_and_the_line(tmp_path, ext, case):
+    """Each used to end in a bare UnicodeDecodeError / ValueError / RecursionError naming neither."""
+    bad, message = HOSTILE_VALUES[case]
+    first, second = b'{"question": "a", "answer": "1"}', b'{"question": "b", "answer": ' + bad + b"}"
+    body = {
+        "jsonl": b"\n".join([first, b"", second]) + b"\n",
+        "json": b"[\n" + first + b",\n" + second + b"]\n",
+        "csv": b"question,answer\na,1\nb," + bad + b"\n",
+    }[ext]
+    p = tmp_path / f"f.{ext}"
+    p.write_bytes(body)
+    with pytest.raises(ValueError, match=rf"prompts.path='.*f.{ext}': {message}"):
+        datasets.build(cfg(kind="file", path=str(p)))
+
+
+@pytest.mark.parametrize(
+    "value, kind",
+    [('{"a": 1}', r"a dict \(\{'a': 1\}\)"), ("[1, 2]", r"a list \(\[1, 2\]\)"), ("true", r"a bool \(True\)")],
+)
+@pytest.mark.parametrize("field", ["answer", "question"])
+def test_wrong_typed_questions_and_answers_are_refused(tmp_path, value, kind, field):
+    """A dict answer was stringified ("{'a': 1}"): a reference no completion can state."""
+    other = "question" if field == "answer" else "answer"
+    p = tmp_path / "x.jsonl"
+    p.write_text(f'{{"question": "q", "answer": 1}}\n{{"{other}": "2", "{field}": {value}}}\n')
+    with pytest.raises(
+        ValueError, match=rf"x.jsonl': line 2: field '{field}' .* is {kind}; it must be text or a number"
+    ):
+        datasets.build(cfg(kind="file", path=str(p)))
+
+
+def test_repeated_prompts_warn_and_never_reach_both_sides_of_the_split(tmp_path):
+    """Ten prompts three times each: main held out copies of prompts it also trained on."""
+    p = tmp_path / "dup.jsonl"
+    p.write_text("".join(f'{{"question": "q{i}", "answer": "{i}"}}\n' for _ in range(3) for i in range(10)))
+    with pytest.warns(
+        UserWarning, match=r"dup.jsonl': 20 row\(s\) repeat an earlier prompt \(line 11 repeats line 1\)"
+    ):
+        s = datasets.build(cfg(kind="file", path=str(p), eval_fraction=0.3))
+    prompts = [e.prompt for e in s.train + s.eval]
+    assert sorted(prompts) == sorted(f"q{i}" for i in range(10)) and (len(s.train), len(s.eval)) == (7, 3)
+    cd = tmp_path / "cd.jsonl"  # the same puzzle with its numbers in another order is the same prompt
+    cd.write_text(
+        '{"nums": [3, 5, 7], "target": 22}\n{"nums": [7, 3, 5], "target": 22}\n{"nums": [1, 2], "target": 3}\n'
+    )
+    with pytest.warns(UserWarning, match=r"1 row\(s\) repeat an earlier prompt \(line 2 repeats line 1\)"):
+        s = datasets.build(cfg(kind="countdown", path=str(cd), eval_fraction=0.5))
+    assert (len(s.train), len(s.eval)) == (1, 1)

@@ -109,6 +109,7 @@ def test_countdown_search_gives_up_on_no_solution_and_on_many_numbers():
         (GSM8K_FILE + ["verifier=countdown"], "prompts=gsm8k verifier=countdown", r"correct answers .* scored wrong"),
     ],
 )
+@pytest.mark.slow
 def test_a_verifier_that_cannot_score_the_prompt_set_is_refused_before_the_model_loads(
     compose, tmp_path, no_heavy_work, overrides, names, why
 ):
@@ -140,6 +141,7 @@ def test_a_verifier_that_cannot_score_the_prompt_set_is_refused_before_the_model
     ],
     ids=lambda o: " ".join(x for x in o if "path" not in x and "fraction" not in x and "kind" not in x) or "default",
 )
+@pytest.mark.slow
 def test_matching_prompt_sets_and_verifiers_pass(compose, overrides):
     splits, verifier = preflight(validate(compose(*overrides)))
     verifier.close()

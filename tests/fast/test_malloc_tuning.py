@@ -55,6 +55,7 @@ def _median_faults_per_step(keep: bool, tmp_path, threads: int = 2) -> float:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc settings")
+@pytest.mark.slow
 def test_a_training_step_reuses_freed_memory_instead_of_faulting_it_in(tmp_path):
     default = _median_faults_per_step(False, tmp_path)
     kept = _median_faults_per_step(True, tmp_path)

@@ -507,6 +507,7 @@ def _preset_rows(compose, tmp_path, name, preset, *extra):
 
 
 @pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.slow
 def test_every_preset_trains_the_same_through_the_fast_path_and_plain_autograd(compose, tmp_path, preset):
     fast, fast_recorded = _preset_rows(compose, tmp_path, "fast", preset)
     plain, plain_recorded = _preset_rows(compose, tmp_path, "plain", preset, *PLAIN)

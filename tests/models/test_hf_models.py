@@ -155,6 +155,7 @@ def _weights(module) -> dict:
         ("gpt2", "countdown", ["algorithm=ppo"]),  # another architecture through the same path
     ],
 )
+@pytest.mark.slow
 def test_hf_model_trains_end_to_end(compose, models, arch, task, extra):
     s = train(compose(*_overrides(models[arch], task, *extra), f"run_name={arch}_{task}", fast=False))
     assert s["status"] == "completed" and s["steps"] == 2

@@ -195,6 +195,7 @@ def test_the_shipped_loader_refuses_tensors_of_another_shape(compose, tmp_path):
 
 
 # ----------------------------------------------------------------------------- packaging
+@pytest.mark.slow
 def test_the_wheel_ships_conf_and_the_warm_start_and_a_wheel_install_finds_them(tmp_path):
     """conf/ sits at the repo root but must ship as rlcompare/conf (cli.conf_dir's packaged copy)."""
     pytest.importorskip("setuptools")

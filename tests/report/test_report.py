@@ -262,6 +262,7 @@ def test_constant_shift_gives_zero_width_difference(tmp_path):
     assert b["final_low"] == pytest.approx(0.3) and b["final_high"] == pytest.approx(0.3)
 
 
+@pytest.mark.slow
 def test_iqm_reported_with_four_seeds(tmp_path):
     finals = [0.1, 0.2, 0.3, 0.9]
     for s, fin in enumerate(finals):
@@ -659,6 +660,7 @@ def test_report_files_and_layout(tmp_path, capsys):
     assert not (root / "report.md").exists()  # --out respected
 
 
+@pytest.mark.slow
 def test_report_written_into_results_dir_by_default_and_rerun(tmp_path):
     root = sweep_folder(tmp_path)
     assert main([str(root)]) == 0
@@ -697,6 +699,7 @@ def test_all_runs_failed_still_writes_report(tmp_path):
     assert "No completed runs to compare" in md and "boom" in md
 
 
+@pytest.mark.slow
 def test_report_never_imports_torch(tmp_path):
     """`python -m rlcompare.report` with a torch that must not be imported."""
     root = sweep_folder(tmp_path / "results")
@@ -751,6 +754,7 @@ def five_seed_family(root):
     return Path(root)
 
 
+@pytest.mark.slow
 def test_holm_column_with_five_seeds(tmp_path):
     res = build_report(five_seed_family(tmp_path), write=True)
     d = res["differences"]

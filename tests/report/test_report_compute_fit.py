@@ -101,6 +101,7 @@ def _number(cell):
     return float(re.match(r"[+\-−]?[\d.,]+", cell).group(0).replace(",", "").replace("−", "-"))
 
 
+@pytest.mark.slow
 def test_report_section_reads_the_generating_asymptote(tokens_report):
     res, folder = tokens_report
     sec = _section((folder / "report.md").read_text())
@@ -182,6 +183,7 @@ def test_fit_is_drawn_for_identifiable_arms_only(tokens_report):
     assert (folder / "accuracy.png").is_file() and not (folder / "compute_fit.png").exists()
 
 
+@pytest.mark.slow
 def test_compute_seconds_fits_against_wall_time(tmp_path, capsys):
     folder = three_arms(tmp_path / "runs")
     out = tmp_path / "out"
@@ -215,6 +217,7 @@ def test_bogus_compute_fails_before_loading_runs(tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_run_without_step0_eval_is_left_out_of_the_fit_only(tmp_path):
     rng = np.random.default_rng(7)
     _arm(tmp_path, "slow", B_SLOW, None, rng, drop_step0_of=(3,))

@@ -23,6 +23,7 @@ def cells():
     return C.all_cells(trials=2000, seed=0)
 
 
+@pytest.mark.slow
 def test_every_interval_meets_its_floor(cells):
     below = [
         f"{c.interval} | {c.shape} | n={c.seeds}: {c.coverage:.3f} < {c.floor}" for c in cells if c.coverage < c.floor

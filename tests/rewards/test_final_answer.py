@@ -5,13 +5,15 @@ test: completions built from a small grammar whose meaning is known by construct
 when the value they state equals the reference.
 """
 
+import functools
 import random
+import unicodedata
 from fractions import Fraction
 
 import pytest
 
 from rlcompare.rewards import countdown_expr as ce
-from rlcompare.rewards.answers import boxed_contents, last_boxed, numeric_chunks, stated_value
+from rlcompare.rewards.answers import DASH_LIKE, boxed_contents, last_boxed, numeric_chunks, stated_value
 from rlcompare.rewards.verifiers import build_verifier
 
 EM = build_verifier({"name": "exact_match"})
@@ -282,6 +284,71 @@ def test_boxes_are_read_in_one_pass_with_nested_and_unclosed_boxes():
     assert boxed_contents("\\boxed{\\boxed{5}}") == ["5"]
     assert last_boxed("\\boxed{1} \\boxed{2") is None and last_boxed("\\boxed{1} \\boxed{2}") == "2"
     assert boxed_contents("\\boxed{" * 50_000) == [] and last_boxed("\\boxed{" * 50_000 + "}") is not None
+
+
+# ---------------------------------------------------------------- the space-form box and every dash (issue #41)
+@pytest.mark.parametrize(
+    "completion", ["\\boxed 17 or 18", "$\\boxed 17 or 18$.", "\\boxed 17 \\boxed 18", "\\boxed 17, 18\n"]
+)
+def test_space_form_box_is_read_to_the_end_of_its_line(mv, completion):
+    """`\\boxed 17 or 18` was read as the one word after `\\boxed`: 17, correct against 17 (a hedge)."""
+    for ref in ("17", "18"):
+        assert not correct(EM, completion, ref) and not correct(mv, completion, ref)
+
+
+def test_space_form_box_still_states_its_number(mv):
+    for completion in ("\\boxed 17", "$\\boxed 17$ is my answer", "\\boxed 17.\nThen 18 more steps"):
+        assert correct(EM, completion, "17") and correct(mv, completion, "17"), completion
+    assert boxed_contents("\\boxed 17 or 18$ and 19") == ["17 or 18"]
+    assert boxed_contents("\\boxed {17} or 18") == ["17"]  # a space before the brace: the brace form
+    assert boxed_contents("\\boxed 5 \\boxed{6} \\boxed " + "7" * 300) == ["5", "6"]  # past 200 characters: not closed
+
+
+@functools.lru_cache(maxsize=1)
+def unicode_dashes() -> tuple[str, ...]:
+    """Every character Unicode calls a dash (category Pd) or names a dash, hyphen or minus, and the lines drawn like
+    a minus (macrons, overlines, box-drawing lines, the Ogham space mark, the katakana prolonged sound mark)."""
+    named = [
+        c
+        for c in map(chr, range(0x110000))
+        if unicodedata.category(c) == "Pd" or any(w in unicodedata.name(c, "") for w in ("MINUS", "HYPHEN", "DASH"))
+    ]
+    return tuple(c for c in named if c != "-") + tuple("\u00af\u02c9\u02cd\u203e\uffe3\u2500\u2501\u23af\u1680\u30fc")
+
+
+def test_every_unicode_dash_is_a_sign_or_refused():
+    missing = [
+        f"U+{ord(c):04X} {unicodedata.name(c, '')}"
+        for c in unicode_dashes()
+        if c not in ce.MINUS_SIGNS + "".join(DASH_LIKE)
+    ]
+    assert missing == []
+    assert not set(ce.MINUS_SIGNS) & DASH_LIKE
+
+
+def _forms(dash: str) -> list[str]:
+    return [f"{dash} 17", f"{dash}17", f"<answer>{dash} 17</answer>", f"\\boxed{{{dash} 17}}", f"x = {dash} 17"]
+
+
+def test_no_dash_before_a_number_reads_as_nothing():
+    """`⁻ 17`, `₋ 17`, `﹘ 17`, a soft hyphen before 17 ... scored as +17 (exact_match and math_verify)."""
+    wrong = [(f, ref) for c in unicode_dashes() for f in _forms(c) for ref in ("17",) if correct(EM, f, ref)]
+    assert wrong == []
+    minus = [f for c in ce.MINUS_SIGNS for f in _forms(c) if not correct(EM, f, "-17")]
+    assert minus == []
+    assert correct(EM, "\u207a 17", "17") and correct(EM, "\u207a17", "17")  # a raised plus is a plus
+
+
+def test_no_dash_before_a_number_reads_as_nothing_math_verify(mv):
+    wrong = [f for c in unicode_dashes() for f in _forms(c)[:2] if correct(mv, f, "17")]
+    assert wrong == []
+    assert all(correct(mv, f, "-17") for c in ce.MINUS_SIGNS for f in _forms(c)[:2])
+
+
+@pytest.mark.parametrize("dash", ["\u207b", "\u208b", "\ufe58", "\u00ad", "\u2015", "\u301c", "\u1680"])
+def test_the_reported_dashes_in_math_verify(mv, dash):
+    assert not correct(mv, f"{dash} 17", "17") and not correct(mv, f"\\boxed{{{dash} 17}}", "17")
+    assert correct(mv, f"{dash} 17", "-17") is (dash in ce.MINUS_SIGNS)
 
 
 # ---------------------------------------------------------------- property

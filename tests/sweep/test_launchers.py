@@ -195,6 +195,7 @@ def test_train_multirun_under_joblib_splits_the_cores(tmp_path):
         assert cfg["trainer"]["threads"] == max(1, pl.cpu_cores() // 2)
 
 
+@pytest.mark.slow
 def test_the_console_script_runs_a_sweep_from_outside_the_checkout(tmp_path):
     """`rlcompare sweep` as users type it: the installed console script, from a folder that is not the checkout,
     with no PYTHONPATH. Hydra lists plugins from the `hydra_plugins` folders on sys.path, and an editable install
@@ -346,6 +347,7 @@ def test_a_bad_jobs_file_is_refused_naming_the_setting(tmp_path, text, message):
         sw.read_jobs_file(str(path) if path else None)
 
 
+@pytest.mark.slow
 def test_launch_settings_are_checked_before_anything_runs(tmp_path):
     p = write_sweep(tmp_path)
     results = tmp_path / "results"

@@ -282,6 +282,7 @@ def test_every_component_names_existing_config_keys():
 
 # ----------------------------------------------------------------------------- shipped sweep files
 @pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
+@pytest.mark.slow
 def test_shipped_sweep_passes_dry_run(path, tmp_path, capsys):
     text = path.read_text()
     assert text.startswith("#"), "a shipped sweep states its question in a header comment"
@@ -322,6 +323,7 @@ def test_shipped_sweep_set_is_complete():
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
+@pytest.mark.slow
 def test_shipped_sweep_on_the_embedded_default_runs_at_least_five_seeds(path, tmp_path):
     """Issue 16: fewer than 5 seeds per arm is inconclusive; the default's runs are cheap, so ship enough."""
     members = members_of(path, tmp_path)
@@ -390,6 +392,7 @@ def test_failure_isolation_relaunches_seeds_after_a_job_exits(tmp_path, scenario
         assert res[1]["status"] == res[3]["status"] == "completed"
 
 
+@pytest.mark.slow
 def test_sweep_end_to_end_then_report(tmp_path, capsys):
     from rlcompare.report import build_report
 
@@ -447,6 +450,7 @@ def test_sweep_end_to_end_then_report(tmp_path, capsys):
         sw.run_sweep(p, extra + ["trainer.lr=3e-4"], resume=True)
 
 
+@pytest.mark.slow
 def test_failing_member_does_not_stop_the_others(tmp_path, capsys):
     from rlcompare.report import build_report
 

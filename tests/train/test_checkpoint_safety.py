@@ -110,6 +110,7 @@ def test_a_checkpoint_that_would_run_code_is_refused_and_runs_nothing(compose, t
     assert _snapshot(run) == before  # refused before anything was written or deleted
 
 
+@pytest.mark.slow
 def test_a_pickled_newest_checkpoint_is_skipped_for_the_good_one_before_it(compose, tmp_path, capsys):
     ref = train(compose(*OV, "run_name=ref"))
     want = read_jsonl(Path(ref["run_dir"]) / "metrics.jsonl")
@@ -187,6 +188,7 @@ def _rewrite(step_dir: Path, change) -> None:
         (lambda b: b["policy"].update(extra="text"), "policy weights"),
     ],
 )
+@pytest.mark.slow
 def test_a_well_formed_file_with_contents_of_the_wrong_kind_is_refused_before_the_model_loads(compose, change, what):
     run = _interrupted_run(compose, "wrongkind", after=2)
     for c in checkpoint.candidates(run):

@@ -118,6 +118,7 @@ def test_hydra_and_schema_errors_are_one_line_naming_the_override(argv, start, p
     assert not os.path.exists("/tmp/rlc-precheck-never-made")
 
 
+@pytest.mark.slow
 def test_good_command_lines_and_ones_for_hydra_itself_pass(tmp_path):
     res = f"results_dir={tmp_path}/results"
     assert check_train_args([res]) is None
@@ -130,6 +131,7 @@ def test_good_command_lines_and_ones_for_hydra_itself_pass(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 def test_a_verifier_in_worker_processes_is_probed_in_the_job_before_the_warm_start(tmp_path):
     """math-verify scores in worker processes (seconds to start): the job's preflight probes it, before the model."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "offline"}

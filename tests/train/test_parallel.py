@@ -273,6 +273,7 @@ print("ok", rank)
 """
 
 
+@pytest.mark.slow
 def test_object_collectives_carry_json_between_ranks_and_never_unpickle(tmp_path):
     """What ranks exchange besides tensors (metrics, counts, rank 0's config) travels as JSON text in a uint8
     tensor, not through torch's object collectives, which unpickle what a peer sends; `gather_many` gathers
@@ -366,6 +367,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", ["nan_on_rank1", "fsdp_nan_on_rank1"])
+@pytest.mark.slow
 def test_a_nan_loss_on_one_rank_skips_the_update_on_every_rank(two_rank_cases, case):
     """Rank 1 alone sees NaN losses in step 1 (its gradients finite): the NaN guard's decision is every rank's (the
     flag the gradient sum's barrier carries; `World.any_true` under fsdp), so both skip every optimizer step of
@@ -469,6 +471,7 @@ def two_rank_cases(tmp_path_factory):
     + [f"fsdp_{n}" for n in FSDP_CASES]
     + [f"backend_{n}" for n in BACKEND_CASES],
 )
+@pytest.mark.slow
 def test_two_ranks_give_one_process_rows_and_gradient(two_rank_cases, case):
     ref = case.removeprefix("fsdp_").removeprefix("backend_")
     got = json.loads((two_rank_cases / f"{case}.json").read_text())
@@ -533,6 +536,7 @@ def _rows(run: Path, name: str) -> list[dict]:
     return read_jsonl(run / name)
 
 
+@pytest.mark.slow
 def test_torchrun_two_ranks_equal_one_process_and_rank0_alone_writes(compose, tmp_path):
     results = tmp_path / "results"
     setting = [*SIGNAL, NO_KL, "budget.max_steps=4"]
@@ -574,6 +578,7 @@ RESUME = ["algorithm=dapo", "budget.max_steps=12", "trainer.checkpoint_every=2",
 
 
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+@pytest.mark.slow
 def test_two_ranks_sigtermed_then_resumed_equal_an_uninterrupted_two_rank_run(tmp_path, mode, compose):
     """fsdp: the checkpoint gathers the sharded AdamW moments whole from both ranks, and the resume shards them
     again (and the weights), so the resumed run is the uninterrupted one exactly. Its checkpoint is the format of
@@ -630,6 +635,7 @@ def _rank_pid(parent: int, rank: int) -> int | None:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the rank's process through /proc")
+@pytest.mark.slow
 def test_a_killed_rank_takes_the_run_down_and_is_named(tmp_path):
     results = tmp_path / "results"
     run = results / "default" / "dies"

@@ -100,6 +100,7 @@ def _wait_rows(proc: subprocess.Popen, metrics: Path, k: int, timeout: float = 2
     pytest.fail(f"no {k} rows within {timeout} s")
 
 
+@pytest.mark.slow
 def test_sigkill_at_a_random_step_then_resume_equals_an_uninterrupted_run(compose, tmp_path):
     k = random.Random(7).randint(2, 6)
     results = tmp_path / "results"
@@ -133,6 +134,7 @@ def test_sigkill_at_a_random_step_then_resume_equals_an_uninterrupted_run(compos
     assert ckpts == ["step_00000006", "step_00000008"]  # the newest trainer.keep_checkpoints=2, no temporary left
 
 
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_marks_failed_and_exits_nonzero_then_resumes_exactly(compose, tmp_path):
     results = tmp_path / "results"
     run = results / "default" / "term"
@@ -175,6 +177,7 @@ def test_sigterm_saves_a_checkpoint_marks_failed_and_exits_nonzero_then_resumes_
     _assert_same_as(run, Path(ref["run_dir"]), 8)
 
 
+@pytest.mark.slow
 def test_sigterm_without_checkpoints_stops_at_once_and_marks_failed(tmp_path):
     results = tmp_path / "results"
     run = results / "default" / "term0"
@@ -271,6 +274,7 @@ def test_resume_true_with_no_run_yet_starts_one(compose):
     assert s["status"] == "completed" and s["steps"] == 3
 
 
+@pytest.mark.slow
 def test_resume_continues_the_wandb_run(compose):
     ov = ["logger=wandb", "logger.mode=offline", "budget.max_steps=3", "trainer.checkpoint_every=1", "run_name=wbres"]
     s = train(compose(*ov))

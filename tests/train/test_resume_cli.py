@@ -94,6 +94,7 @@ def test_resume_true_with_a_changed_setting_under_a_derived_name_is_refused_nami
     assert {f: (run / f).read_bytes() for f in before} == before
 
 
+@pytest.mark.slow
 def test_resume_true_with_only_an_operational_change_continues_the_same_run(tmp_path, capsys):
     results = tmp_path / "results"
     assert _train("budget.max_steps=3", "trainer.checkpoint_every=1", f"results_dir={results}") == 0
@@ -157,6 +158,7 @@ def _env() -> dict:
 
 
 @pytest.mark.parametrize("after_rows, delay", [(1, 0.0), (2, 0.15)])
+@pytest.mark.slow
 def test_sigterm_without_checkpoints_leaves_summary_and_metrics_agreeing(tmp_path, after_rows, delay):
     results = tmp_path / "results"
     run = results / "default" / "term"

@@ -56,6 +56,7 @@ def _holder_process(folder: Path) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.slow
 def test_a_second_writer_on_a_live_run_fails_naming_its_pid_and_the_first_run_is_untouched(tmp_path):
     results = tmp_path / "results"
     run = results / "default" / "busy"
@@ -80,6 +81,7 @@ def test_a_second_writer_on_a_live_run_fails_naming_its_pid_and_the_first_run_is
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
 
 
+@pytest.mark.slow
 def test_two_writers_started_together_one_runs_the_other_is_refused(tmp_path):
     results = tmp_path / "results"
     run = results / "default" / "race"

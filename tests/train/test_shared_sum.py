@@ -63,6 +63,7 @@ print("ok", rank)
 
 
 @pytest.mark.parametrize("size", [2, 3])
+@pytest.mark.slow
 def test_ranks_sum_gradients_through_shared_memory_exactly(tmp_path, size):
     shm = tmp_path / "shm"
     shm.mkdir()

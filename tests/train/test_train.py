@@ -118,6 +118,7 @@ def test_wandb_offline_run_reads_back_with_wandb_tools(compose, tmp_path):
     assert "eval/accuracy" in flat and "reward/mean" in flat and "tokens/generated" in flat
 
 
+@pytest.mark.slow
 def test_cli_single_run_lands_in_results_and_leaves_no_stray_folders(tmp_path):
     env = {**os.environ, "RLCOMPARE_CACHE": os.environ["RLCOMPARE_CACHE"], "WANDB_MODE": "offline"}
     cmd = [

@@ -279,6 +279,7 @@ def _members(tmp_path, variants: str):
     return resolve_members(load_sweep(p), [f"results_dir={tmp_path / 'results'}"])
 
 
+@pytest.mark.slow
 def test_new_components_cover_their_knobs(tmp_path):
     check_one_change(
         _members(

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 
 from conftest import FAST
 from rlcompare.train.tracking import read_jsonl
@@ -60,6 +61,7 @@ def _history(records: list[dict]) -> list[dict]:
     return [r["history"]["item"] for r in records if r.get("type") == "history"]
 
 
+@pytest.mark.slow
 def test_a_killed_then_resumed_offline_run_has_every_step_once_in_one_wandb_run(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
