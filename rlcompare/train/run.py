@@ -67,6 +67,28 @@ SIGTERM_EXIT = 143  # 128 + SIGTERM, what a shell reports for a process killed b
 RESUME_IGNORED = operational.RESUME_IGNORED
 
 
+class ResumeRefused(ConfigError):
+    """The checkpoint to resume from does not fit this run: refused before anything of it loaded, and the run
+    folder's files are left as they were."""
+
+
+def _run_files(run_dir: Path) -> dict[str, str | None]:
+    """config.yaml and summary.json as they are now (None: absent or unreadable), for `_put_back`."""
+    out: dict[str, str | None] = {}
+    for name in ("config.yaml", "summary.json"):
+        try:
+            out[name] = (run_dir / name).read_text()
+        except (OSError, ValueError):
+            out[name] = None
+    return out
+
+
+def _put_back(run_dir: Path, files: dict[str, str | None]) -> None:
+    for name, text in files.items():
+        if text is not None:
+            atomic_write_text(run_dir / name, text)
+
+
 class Terminated(SystemExit):
     """SIGTERM (e.g. preemption): the run recorded its state (summary failed, a checkpoint when on) and exits 143.
 
@@ -243,9 +265,11 @@ def _drop_hydra_only_folder(run_dir: Path) -> None:
 def _checkpoint_to_resume(run_dir: Path) -> tuple[Path, dict] | None:
     """The newest usable checkpoint at or below the last contiguous metrics row, read (not yet loaded); None when
     the run has none. Checkpoints that are all unusable refuse the resume, so a run is never silently restarted."""
-    done = _contiguous_steps(read_jsonl(run_dir / "metrics.jsonl"))
+    rows = read_jsonl(run_dir / "metrics.jsonl")
+    done = _contiguous_steps(rows)
+    tokens_at = {r["step"]: r.get("tokens/generated") for r in rows[:done]}
     try:
-        return checkpoint.read_latest(run_dir, max_step=done)
+        return checkpoint.read_latest(run_dir, max_step=done, tokens_at=tokens_at)
     except checkpoint.NoUsableCheckpoint as e:
         raise ConfigError(
             f"resume: none of the checkpoints in {run_dir / 'checkpoints'} can be resumed from ({e}); "
@@ -556,6 +580,7 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
         if followers.world.size == 1
         else ("shared_memory" if followers.world.shared_memory else "backend"),
     }
+    before = _run_files(run_dir) if resuming else {}  # put back as they were if the checkpoint is refused
     atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     atomic_write_json(run_dir / "summary.json", summary)
 
@@ -581,6 +606,9 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
             out.pbar = _progress(cfg, tr)
             _steps(cfg, tr, followers.world, term, out)
             summary.update(status="completed")
+        except ResumeRefused:  # nothing of the run changed: its files stay as they were (summary "running" too)
+            _put_back(run_dir, before)
+            raise
         except BaseException as e:  # record the failure, keep everything written so far, re-raise
             # a SIGTERM from here on must not cut the recording short (torchrun stops every rank once one failed)
             term.quiet = True
@@ -647,7 +675,7 @@ def _restore(tr, run_dir: Path, found: tuple[Path, dict] | None, resuming: bool)
     try:
         checkpoint.load(tr, ckpt, blob)
     except (RuntimeError, KeyError, TypeError, ValueError) as e:  # read back, but not this run's
-        raise ConfigError(
+        raise ResumeRefused(
             f"resume: checkpoint {ckpt} does not fit this run ({type(e).__name__}: {str(e)[:300]}); "
             f"its rows and checkpoints are kept. Start a new run with run_name=<another name>"
         ) from None
