@@ -354,11 +354,11 @@ def _check_shape(blob: dict) -> None:
 
 def _counters_in_range(st: dict) -> bool:
     """The trainer's counters as a run can hold them: a step >= 1 (a checkpoint is saved after a step), counts
-    that are non-negative ints no larger than the steps they count, times finite, accuracies in [0, 1]."""
+    that are non-negative ints (steps skipped in a row: at most the steps), times finite, accuracies in [0, 1]."""
     ints = ("step", "tokens", "bad_in_row", "skipped_updates", "verifier_errors")
     if not all(type(st.get(k)) is int and st[k] >= 0 for k in ints) or st["step"] < 1:
         return False
-    if st["bad_in_row"] > st["step"] or st["skipped_updates"] > st["step"]:
+    if st["bad_in_row"] > st["step"]:
         return False
     elapsed = st.get("elapsed")
     if not isinstance(elapsed, (int, float)) or isinstance(elapsed, bool) or not 0 <= elapsed < math.inf:

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -48,6 +50,7 @@ from rlcompare.train.parallel import World, init_world
 from rlcompare.config.flat import flatten
 from rlcompare.config import ConfigError, check_fits_context, context_from, to_schema, validate, why_not_creatable
 from rlcompare.train.tracking import (
+    ConsoleLog,
     NullLogger,
     RunWriter,
     WandbLogger,
@@ -97,9 +100,20 @@ class Terminated(SystemExit):
     def __init__(self, checkpoint_step: int | None = None):
         super().__init__(SIGTERM_EXIT)
         self.checkpoint_step = checkpoint_step
+        self.run_dir: Path | None = None  # set by the run that stopped
 
     def __str__(self) -> str:
         return SIGTERM_ERROR
+
+    def closing_line(self) -> str:
+        """The one line the CLI prints (stdout): where the run stopped and the command that continues it."""
+        where = f"{self.run_dir.name}: " if self.run_dir is not None else ""
+        again = f"rlcompare train resume={shlex.quote(shown_path(self.run_dir))}" if self.run_dir else "resume=true"
+        if self.checkpoint_step is not None:
+            return f"[rlcompare] {where}stopped by SIGTERM after step {self.checkpoint_step} (checkpoint saved); continue with: {again}"
+        return (
+            f"[rlcompare] {where}stopped by SIGTERM; continue with: {again} (from its newest checkpoint, else step 0)"
+        )
 
 
 def fingerprint(cfg: DictConfig, tr) -> dict:
@@ -549,19 +563,22 @@ def _train_as_rank(cfg: DictConfig, world: World) -> dict:
 
 def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> dict:
     """train() once this process holds the run folder."""
-    from rlcompare.train.trainer import Trainer
-
     resuming = _resume_requested(cfg)
     cfg, done = _check_folder(cfg, run_dir, resuming)
     if done is not None:  # nothing left to do: keep the results as they are
         return done
     splits, verifier = preflight(cfg, run_dir)
-    found = _checkpoint_to_resume(run_dir) if resuming else None  # before the model loads: refuse early
-
-    t_wall = time.time()
+    found = [_checkpoint_to_resume(run_dir) if resuming else None]  # before the model loads: refuse early
     run_dir.mkdir(parents=True, exist_ok=True)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    summary: dict[str, Any] = {
+    with ConsoleLog(run_dir / "train.log") as console:
+        summary = _run(cfg, run_dir, followers, (splits, verifier), found, console)
+        console.note(closing_line(summary))
+    return summary
+
+
+def _opening_summary(cfg: DictConfig, run_dir: Path, world: World) -> dict:
+    """summary.json as a run starts: "running", what ran, where, and how many processes share each step."""
+    return {
         "status": "running",
         "error": None,
         "run_name": run_dir.name,
@@ -569,17 +586,26 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
         "algorithm": cfg.algorithm.name,
         "seed": cfg.seed,
         "run_dir": str(run_dir),
-        "sweep": resolved["sweep"],
+        "sweep": OmegaConf.to_container(cfg.sweep, resolve=True),
         "pid": os.getpid(),
         # how many processes shared each step: never changes what is computed
-        "world_size": followers.world.size,
-        "parallel": followers.world.mode,
+        "world_size": world.size,
+        "parallel": world.mode,
         # how the ranks summed the gradients of the weights each holds whole (trainer.grad_sum resolved; fsdp
         # reduce-scatters its shards itself); none on one process
-        "grad_sum": None
-        if followers.world.size == 1
-        else ("shared_memory" if followers.world.shared_memory else "backend"),
+        "grad_sum": None if world.size == 1 else ("shared_memory" if world.shared_memory else "backend"),
     }
+
+
+def _run(cfg: DictConfig, run_dir: Path, followers: "_Followers", built, found: list, console) -> dict:
+    """The run itself, once its folder is checked: summary.json "running", the trainer, the loop, the record of how
+    it ended. `found`: [the checkpoint to resume from, read], emptied once loaded (its tensors are freed)."""
+    from rlcompare.train.trainer import Trainer
+
+    resuming = _resume_requested(cfg)
+    t_wall = time.time()
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    summary: dict[str, Any] = _opening_summary(cfg, run_dir, followers.world)
     before = _run_files(run_dir) if resuming else {}  # put back as they were if the checkpoint is refused
     atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     atomic_write_json(run_dir / "summary.json", summary)
@@ -592,11 +618,11 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
 
     with _SigtermGuard(record_sigterm) as term:
         try:
+            splits, verifier = built
             tr = Trainer(
                 cfg, run_dir, splits=splits, verifier=verifier, world=followers.world
             )  # heavy: warm start, model load
-            ckpt = _restore(tr, run_dir, found, resuming)
-            del found
+            ckpt = _restore(tr, run_dir, found.pop(), resuming)
             followers.start(cfg, run_dir, ckpt, tr)  # the other ranks join with this config, checkpoint and weights
             writer = out.writer = RunWriter(run_dir)
             writer.write_json("fingerprint.json", fingerprint(cfg, tr))
@@ -613,6 +639,7 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
             # a SIGTERM from here on must not cut the recording short (torchrun stops every rank once one failed)
             term.quiet = True
             if isinstance(e, Terminated):
+                e.run_dir = run_dir
                 err = SIGTERM_ERROR + (
                     f"; checkpoint saved at step {e.checkpoint_step}, continue with resume=true"
                     if e.checkpoint_step is not None
@@ -627,9 +654,29 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
                 print(
                     f"[rlcompare] could not record the failure in {run_dir}: {type(fe).__name__}: {fe}", file=sys.stderr
                 )
+            console.note(e.closing_line() if isinstance(e, Terminated) else f"[rlcompare] failed: {err}")
             raise
     _finish(run_dir, writer, out.logger, tr, summary, t_wall, out.pbar, exit_code=0, state=out.recorded)
     return summary
+
+
+def shown_path(path: Path | str) -> str:
+    """`path` relative to the working folder when it lies below it (what a user types next), else absolute."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive
+        return str(path)
+    return str(path) if rel.startswith("..") else rel
+
+
+def closing_line(summary: dict) -> str:
+    """The line a finished run prints (stdout): held-out accuracy before and after, tokens, time, where it is."""
+    acc0, acc1 = summary.get("eval/accuracy_initial"), summary.get("eval/accuracy_final")
+    return (
+        f"[rlcompare] {summary['run_name']}: held-out accuracy {_num(acc0):.3f} -> {_num(acc1):.3f} "
+        f"({summary.get('tokens/generated')} generated tokens, {summary.get('wall_time_s', 0):.0f} s); "
+        f"results in {shown_path(summary['run_dir'])}"
+    )
 
 
 def _check_folder(cfg: DictConfig, run_dir: Path, resuming: bool) -> tuple[DictConfig, dict | None]:
@@ -704,8 +751,9 @@ class _Outputs:
             self.recorded = tr.state.as_dict()
         self.logger.log(row, step=tr.state.step)
 
-    def show_progress(self, row: dict, st) -> None:
+    def show_progress(self, row: dict, st, total: int | None) -> None:
         if self.pbar is not None:
+            self.pbar.total = total
             self.pbar.update(1)
             self.pbar.set_postfix(
                 reward=f"{_num(row.get('reward/mean')):.3f}",
@@ -733,7 +781,7 @@ def _steps(cfg, tr, world: World, term, out: _Outputs | None) -> None:
     st = tr.state
     if st.step == 0:
         _eval_step(tr, out)
-    every = cfg.trainer.checkpoint_every
+    every = checkpoint_every(cfg)
     term.defer = bool(every)
     while not _budget_spent(cfg, st.step, st.tokens):
         row = tr.step()
@@ -742,7 +790,7 @@ def _steps(cfg, tr, world: World, term, out: _Outputs | None) -> None:
         if st.step % cfg.trainer.eval_every == 0 or _budget_spent(cfg, st.step, st.tokens):
             _eval_step(tr, out)
         if out is not None:
-            out.show_progress(row, st)
+            out.show_progress(row, st, _steps_in_budget(cfg, st.step, st.tokens))
         if st.bad_in_row >= cfg.trainer.max_bad_steps:
             raise FloatingPointError(_bad_steps_message(cfg, st))
         saved = False
@@ -754,6 +802,26 @@ def _steps(cfg, tr, world: World, term, out: _Outputs | None) -> None:
                 _checkpoint(cfg, tr, world, out)
             raise Terminated(checkpoint_step=st.step)
     term.defer = False
+
+
+def checkpoint_every(cfg) -> int:
+    """Steps between checkpoints: trainer.checkpoint_every, null meaning at each eval (trainer.eval_every); 0: none."""
+    every = cfg.trainer.checkpoint_every
+    return cfg.trainer.eval_every if every is None else every
+
+
+def _steps_in_budget(cfg, step: int, tokens: int) -> int | None:
+    """The progress bar's total: the steps the run will take, by whichever budget binds first. With a token budget,
+    the steps left are estimated from the tokens per step so far; once a budget is spent, the steps taken."""
+    if _budget_spent(cfg, step, tokens):
+        return step
+    b = cfg.budget
+    estimate = None
+    if b.total_tokens is not None and step > 0 and tokens > 0:
+        estimate = step + math.ceil((b.total_tokens - tokens) * step / tokens)
+    if b.max_steps is not None:
+        estimate = b.max_steps if estimate is None else min(estimate, b.max_steps)
+    return estimate
 
 
 def _checkpoint(cfg, tr, world: World, out: _Outputs | None) -> None:
@@ -930,7 +998,7 @@ def _progress(cfg, tr):
         return None
     from tqdm.auto import tqdm
 
-    total = cfg.budget.max_steps
+    total = _steps_in_budget(cfg, tr.state.step, tr.state.tokens)
     interactive = sys.stderr.isatty()
     return tqdm(
         total=total,

@@ -160,7 +160,8 @@ def test_a_bak_copy_in_checkpoints_is_neither_read_nor_kept_over_real_checkpoint
     [
         ({"tokens": 10**40}, "counters disagree with metrics.jsonl"),
         ({"tokens": 1}, "counters disagree with metrics.jsonl"),
-        ({"skipped_updates": 7}, "trainer state is malformed"),
+        ({"bad_in_row": 7}, "trainer state is malformed"),
+        ({"skipped_updates": -1}, "trainer state is malformed"),
         ({"elapsed": -1.0}, "trainer state is malformed"),
         ({"eval_best": 3.5}, "trainer state is malformed"),
     ],
@@ -204,3 +205,202 @@ def test_a_refused_resume_leaves_summary_and_config_as_they_were(compose, interr
         train(compose(*OV, "run_name=base", "resume=true"))
     assert json.loads(before["summary.json"])["status"] == "running"
     assert {f: (interrupted / f).read_text() for f in before} == before
+
+
+# ----------------------------------------------------------------------------- item 4: seeds in range
+@pytest.mark.parametrize(
+    "override",
+    [
+        "seed=4294967296",
+        "seed=18446744073709551616",
+        "seed=-1",
+        "prompts.data_seed=4294967296",
+        "prompts.data_seed=-3",
+        "model.warm_start.seed=2147483648",
+    ],
+)
+def test_a_seed_out_of_range_is_refused_naming_the_bound(compose, override):
+    from rlcompare.config.schema import SEED_MAX
+
+    assert SEED_MAX == 2**31 - 1
+    with pytest.raises(ConfigError, match=rf"{override.split('=')[0]}=.* must be in \[0, 2147483647\]"):
+        validate(compose(override))
+
+
+def test_the_largest_seed_is_accepted(compose):
+    assert validate(compose("seed=2147483647", "prompts.data_seed=2147483647")).seed == 2**31 - 1
+
+
+def test_a_seed_out_of_range_is_refused_before_hydra_makes_the_run_folder(tmp_path):
+    res = _cli(tmp_path, "seed=4294967296")
+    assert res.returncode == 2 and "seed=4294967296 must be in [0, 2147483647]" in res.stderr
+    assert not (tmp_path / "results").exists()
+
+
+# ----------------------------------------------------------------------------- item 17: lr and KL bounds
+@pytest.mark.parametrize(
+    "override, bound",
+    [
+        ("trainer.lr=1e308", r"trainer\.lr=1e\+308 must be in \(0, 1\]"),
+        ("algorithm.critic.lr=5.0", r"algorithm\.critic\.lr=5\.0 must be in \(0, 1\]"),
+        ("algorithm.kl.coef=1e300", r"algorithm\.kl\.coef=1e\+300 must be in \[0, 1000\]"),
+    ],
+)
+def test_a_learning_rate_or_kl_coefficient_past_any_use_is_refused(compose, override, bound):
+    with pytest.raises(ConfigError, match=bound):
+        validate(compose(override))
+
+
+# ----------------------------------------------------------------------------- item 21: default checkpoints, console
+def test_checkpoints_are_on_by_default_at_each_eval_keeping_two(compose):
+    s = train(compose("budget.max_steps=7", "run_name=ckdefault"))  # FAST: eval every 2 steps
+    assert [checkpoint.step_of(c) for c in checkpoint.candidates(Path(s["run_dir"]))] == [6, 4]
+
+
+def test_default_checkpoints_leave_the_rows_unchanged(compose):
+    timing = ("time/", "perf/")
+
+    def rows(s):
+        return [
+            {k: v for k, v in r.items() if not k.startswith(timing)}
+            for r in read_jsonl(Path(s["run_dir"]) / "metrics.jsonl")
+        ]
+
+    on = train(compose("budget.max_steps=4", "run_name=on"))
+    off = train(compose("budget.max_steps=4", "trainer.checkpoint_every=0", "run_name=off"))
+    assert checkpoint.candidates(Path(on["run_dir"])) and not checkpoint.candidates(Path(off["run_dir"]))
+    assert rows(on) == rows(off)
+
+
+def test_the_closing_line_is_on_stdout_with_a_relative_path_and_in_train_log(tmp_path):
+    res = _cli(tmp_path, "run_name=close")
+    assert res.returncode == 0, res.stderr[-2000:]
+    closing = [ln for ln in res.stdout.splitlines() if "held-out accuracy" in ln]
+    assert len(closing) == 1 and closing[0].endswith("results in results/default/close"), res.stdout
+    log = (tmp_path / "results" / "default" / "close" / "train.log").read_text()
+    assert closing[0] in log.splitlines()
+
+
+def test_train_log_keeps_the_runs_console_lines(compose, capsys):
+    s = train(compose("budget.max_steps=3", "run_name=logged", "trainer.progress=true"))
+    log = (Path(s["run_dir"]) / "train.log").read_text().splitlines()
+    err = capsys.readouterr().err
+    said = [ln for ln in err.splitlines() if ln.startswith("[rlcompare]") and "\r" not in ln]
+    assert said and all(ln in log for ln in said)
+    assert not any("\r" in ln for ln in log)  # the progress bar's redraws stay on the console
+    assert log[-1].startswith("[rlcompare] logged: held-out accuracy")
+
+
+def _bar_ends(err: str) -> list[str]:
+    """The progress bar's 'n/total' as it was last drawn."""
+    import re
+
+    return re.findall(r"\| *(\d+/\d+) \[", err)
+
+
+def test_the_progress_bar_counts_to_the_budget_that_binds(compose, capsys):
+    # ~16 completions of <= 6 tokens a step: 150 tokens bind after 2-3 steps, long before 50 steps
+    s = train(compose("budget.max_steps=50", "budget.total_tokens=150", "trainer.progress=true", "run_name=bar"))
+    n = s["steps"]
+    assert n < 10
+    assert _bar_ends(capsys.readouterr().err)[-1] == f"{n}/{n}"
+
+
+def test_the_progress_bar_counts_to_max_steps_when_steps_bind(compose, capsys):
+    train(compose("budget.max_steps=3", "budget.total_tokens=100000", "trainer.progress=true", "run_name=bar2"))
+    assert _bar_ends(capsys.readouterr().err)[-1] == "3/3"
+
+
+def test_steps_in_budget_by_hand():
+    from omegaconf import OmegaConf
+
+    from rlcompare.train.run import _steps_in_budget
+
+    cfg = OmegaConf.create({"budget": {"max_steps": 1000, "total_tokens": 1000}})
+    assert _steps_in_budget(cfg, 0, 0) == 1000  # nothing known yet: the step budget
+    assert _steps_in_budget(cfg, 25, 250) == 100  # 10 tokens a step: 75 more steps for the 750 left
+    assert _steps_in_budget(cfg, 25, 240) == 105  # 760 left at 9.6 a step: 79.2, so 80 more
+    assert _steps_in_budget(cfg, 98, 1003) == 98  # spent: the steps taken
+    assert _steps_in_budget(OmegaConf.create({"budget": {"max_steps": 10, "total_tokens": 1000}}), 2, 20) == 10
+
+
+def test_sigterm_prints_one_closing_line_with_the_command_that_continues(tmp_path):
+    import signal
+    import time
+
+    from rlcompare.train.run import SIGTERM_EXIT
+
+    run = tmp_path / "results" / "default" / "term"
+    cmd = [sys.executable, "-m", "rlcompare.cli", "train", *FAST, "results_dir=results", "budget.max_steps=50"]
+    proc = subprocess.Popen(
+        [*cmd, "algorithm=dapo", "run_name=term"],
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    t0 = time.time()
+    while len(read_jsonl(run / "metrics.jsonl")) < 2:
+        assert proc.poll() is None and time.time() - t0 < 300
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == SIGTERM_EXIT, err[-2000:]
+    step = read_jsonl(run / "metrics.jsonl")[-1]["step"]
+    assert checkpoint.step_of(checkpoint.latest(run)) == step  # the default checkpoints: the step in flight saved
+    want = (
+        f"[rlcompare] term: stopped by SIGTERM after step {step} (checkpoint saved); "
+        f"continue with: rlcompare train resume=results/default/term"
+    )
+    assert out.splitlines() == [want], out
+    assert (run / "train.log").read_text().splitlines()[-1] == want
+
+
+# ----------------------------------------------------------------------------- item 10: resume after a name collision
+def test_resume_true_after_a_name_collision_continues_the_newest_unfinished_run(tmp_path):
+    first = _cli(tmp_path, "budget.max_steps=4")
+    assert first.returncode == 0, first.stderr[-2000:]
+    (done,) = (tmp_path / "results" / "default").iterdir()
+    killed = done.with_name(done.name + "-2")  # the same command run again got a suffix, then was killed
+    shutil.copytree(done, killed)
+    _cut_back(killed, after=2)
+    done_before = {p.name: p.read_bytes() for p in done.iterdir() if p.is_file()}
+    res = _cli(tmp_path, "budget.max_steps=4", "resume=true")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"continuing {killed.name}, the newest that has not completed" in res.stderr
+    assert json.loads((killed / "summary.json").read_text())["status"] == "completed"
+    assert [r["step"] for r in read_jsonl(killed / "metrics.jsonl")] == [1, 2, 3, 4]
+    assert {p.name: p.read_bytes() for p in done.iterdir() if p.is_file()} == done_before
+    assert sorted(p.name for p in (tmp_path / "results" / "default").iterdir()) == [done.name, killed.name]
+
+
+# ----------------------------------------------------------------------------- item 6: a tiny top_p keeps the top token
+def test_a_top_p_below_float32s_resolution_keeps_the_most_likely_token():
+    from rlcompare.rollout.sampler import _top_p_filter, gumbel_max
+
+    logits = torch.tensor([[0.5, 3.0, 1.0, -2.0], [2.0, -1.0, 0.0, 4.0]])
+    kept = _top_p_filter(logits, 1e-300)  # 0.0 in float32: every token used to be dropped
+    assert torch.equal(torch.isfinite(kept), torch.tensor([[False, True, False, False], [False, False, False, True]]))
+    g = torch.Generator().manual_seed(0)
+    assert all(gumbel_max(kept, g).tolist() == [1, 3] for _ in range(20))  # never token 0 (pad)
+
+
+@pytest.mark.parametrize("top_p", [1e-7, 0.3, 0.9, 0.999])
+def test_an_ordinary_top_p_keeps_the_same_tokens_as_before(top_p):
+    """The nucleus as the filter computed it before the fix (the smallest prefix of the sorted tokens whose mass
+    before each token is below top_p), by hand on random logits: the same tokens kept, the same values."""
+    from rlcompare.rollout.sampler import _top_p_filter
+
+    logits = torch.randn(64, 50, generator=torch.Generator().manual_seed(1)) * 3
+    probs = logits.softmax(-1)
+    want = logits.clone()
+    for r in range(logits.shape[0]):
+        mass = 0.0
+        for i in probs[r].argsort(descending=True).tolist():
+            if mass >= top_p and float(probs[r, i]) < float(probs[r].max()):
+                want[r, i] = float("-inf")
+            mass += float(probs[r, i])
+    got = _top_p_filter(logits, top_p)
+    assert torch.equal(torch.isfinite(got), torch.isfinite(want))
+    assert torch.equal(got[torch.isfinite(got)], logits[torch.isfinite(got)])
