@@ -412,6 +412,9 @@ def preflight(cfg: DictConfig, run_dir: Path | None = None):
     Returns (prompt splits, verifier) so that the trainer does not build them again."""
     from rlcompare.data.verifier_probe import build_prompt_set, build_run_verifier
 
+    from rlcompare.models.folder_check import check_model
+
+    check_model(cfg.model)  # no model code to run, no pickle weights, safetensors headers that read
     splits = build_prompt_set(cfg)
     verifier = build_run_verifier(cfg)
     ctx = model_context_length(cfg)

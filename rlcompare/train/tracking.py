@@ -391,7 +391,8 @@ class _Tee:
             return n
         *lines, self._partial = (self._partial + text).split("\n")
         for line in lines:
-            self._log.note(line)
+            if line:  # the blank line the progress bar leaves when it closes
+                self._log.note(line)
         return n
 
     def flush_line(self) -> None:

@@ -30,9 +30,10 @@ def _env() -> dict:
     return {**os.environ, "PYTHONPATH": path, "WANDB_MODE": "offline"}
 
 
-def _cli(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+def _cli(tmp_path: Path, *overrides: str, fast: bool = True) -> subprocess.CompletedProcess:
     """`rlcompare train` in a child process (a crash there cannot take the test process with it)."""
-    cmd = [sys.executable, "-m", "rlcompare.cli", "train", *FAST, f"results_dir={tmp_path / 'results'}", *overrides]
+    settings = FAST if fast else ["budget=tiny", "logger=none"]
+    cmd = [sys.executable, "-m", "rlcompare.cli", "train", *settings, f"results_dir={tmp_path / 'results'}", *overrides]
     return subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
 
 
@@ -404,3 +405,70 @@ def test_an_ordinary_top_p_keeps_the_same_tokens_as_before(top_p):
     got = _top_p_filter(logits, top_p)
     assert torch.equal(torch.isfinite(got), torch.isfinite(want))
     assert torch.equal(got[torch.isfinite(got)], logits[torch.isfinite(got)])
+
+
+# ----------------------------------------------------------------------------- item 14: untrusted model folders
+def _model_folder(tmp_path: Path) -> Path:
+    """A loadable local model folder (the tiny model's warm start, as save_pretrained wrote it)."""
+    from hydra import compose, initialize_config_dir
+
+    from rlcompare.cli import conf_dir, register_resolvers
+    from rlcompare.data.verifier_probe import build_prompt_set
+    from rlcompare.models.load import warm_start_tiny
+
+    register_resolvers()
+    with initialize_config_dir(config_dir=conf_dir(), version_base=None):
+        cfg = validate(compose("config", overrides=["logger=none"]))
+    folder = Path(warm_start_tiny(cfg.model, cfg.prompts, build_prompt_set(cfg), log=lambda m: None).folder)
+    return Path(shutil.copytree(folder, tmp_path / "model"))
+
+
+def _with_remote_code(m: Path) -> None:
+    conf = json.loads((m / "config.json").read_text())
+    conf.update(model_type="evilnet", auto_map={"AutoModelForCausalLM": "evil.EvilModel"})
+    (m / "config.json").write_text(json.dumps(conf))
+
+
+def _pickle_only(m: Path) -> None:
+    (m / "model.safetensors").unlink()
+    (m / "pytorch_model.bin").write_bytes(b"PK\x03\x04 not loaded")
+
+
+def _header_too_long(m: Path) -> None:
+    data = (m / "model.safetensors").read_bytes()
+    (m / "model.safetensors").write_bytes((10**12).to_bytes(8, "little") + data[8:])
+
+
+def _offsets_past_the_end(m: Path) -> None:
+    data = (m / "model.safetensors").read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + n])
+    name = next(k for k in header if k != "__metadata__")
+    header[name]["data_offsets"][1] += 4096
+    raw = json.dumps(header).encode()
+    (m / "model.safetensors").write_bytes(len(raw).to_bytes(8, "little") + raw + data[8 + n :])
+
+
+@pytest.mark.parametrize(
+    "damage, why",
+    [
+        (_with_remote_code, "model_type 'evilnet', which transformers does not know, and maps it to code"),
+        (_pickle_only, r"only as pickle files \['pytorch_model.bin'\]"),
+        (_header_too_long, r"model.safetensors is not a readable safetensors file \(its header claims"),
+        (_offsets_past_the_end, r"bytes do not fit its shape or the file"),
+    ],
+)
+def test_an_untrusted_model_folder_is_refused_in_one_line_before_the_run_folder_exists(tmp_path, damage, why):
+    import re
+
+    from rlcompare.models.folder_check import check_model_folder
+
+    m = _model_folder(tmp_path)
+    check_model_folder(str(m), False)  # the folder as written loads: nothing to refuse
+    damage(m)
+    with pytest.raises(ConfigError, match=why):
+        check_model_folder(str(m), False)
+    res = _cli(tmp_path, "model=hf", f"model.name_or_path={m}", fast=False)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert re.search(why, res.stderr.strip().splitlines()[-1])
+    assert not (tmp_path / "results").exists()
