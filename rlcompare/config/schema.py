@@ -784,6 +784,8 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
+# Weight files that unpickle on load (can run code): never loaded (rlcompare.models.load, rlcompare.train.model_folder)
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 # Seeds (seed, prompts.data_seed, model.warm_start.seed, a sweep's seeds) are 0..SEED_MAX: torch and numpy keep 32
 # bits of a seed (seed 2^32 ran as seed 0, so a sweep counted one run twice), and a run also seeds with seed + 1
 SEED_MAX = 2**31 - 1

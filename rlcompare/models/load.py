@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from rlcompare.fast import base_model_of  # moved to fast/unwrap.py (the sampler needs it below models/)
-from rlcompare.models.folder_check import PICKLE_SUFFIXES  # weight files that unpickle on load: never loaded
+from rlcompare.config import PICKLE_SUFFIXES  # weight files that unpickle on load: never loaded
 
 CHARS = list("0123456789+-*/=()., ?:<>_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ\n")
 SPECIAL = ["<pad>", "<bos>", "<eos>", "<unk>"]

@@ -108,8 +108,8 @@ def _resumes_a_folder(cfg) -> bool:
 
 def _check_model_folder(cfg) -> None:
     """A local model folder: no code to run without trust_remote_code, no pickle-only weights, safetensors headers
-    that read (rlcompare.models.folder_check), before Hydra makes the run folder."""
-    from rlcompare.models.folder_check import check_model
+    that read (rlcompare.train.model_folder), before Hydra makes the run folder."""
+    from rlcompare.train.model_folder import check_model
 
     check_model(cfg.model)
 

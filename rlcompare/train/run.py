@@ -412,7 +412,7 @@ def preflight(cfg: DictConfig, run_dir: Path | None = None):
     Returns (prompt splits, verifier) so that the trainer does not build them again."""
     from rlcompare.data.verifier_probe import build_prompt_set, build_run_verifier
 
-    from rlcompare.models.folder_check import check_model
+    from rlcompare.train.model_folder import check_model
 
     check_model(cfg.model)  # no model code to run, no pickle weights, safetensors headers that read
     splits = build_prompt_set(cfg)

@@ -461,7 +461,7 @@ def _offsets_past_the_end(m: Path) -> None:
 def test_an_untrusted_model_folder_is_refused_in_one_line_before_the_run_folder_exists(tmp_path, damage, why):
     import re
 
-    from rlcompare.models.folder_check import check_model_folder
+    from rlcompare.train.model_folder import check_model_folder
 
     m = _model_folder(tmp_path)
     check_model_folder(str(m), False)  # the folder as written loads: nothing to refuse

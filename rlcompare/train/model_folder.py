@@ -14,8 +14,8 @@ import math
 import os
 from pathlib import Path
 
-# Weight files that unpickle on load (can run code): never loaded
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+from rlcompare.config import PICKLE_SUFFIXES, ConfigError
+
 MAX_HEADER = 100_000_000  # bytes of a safetensors header (JSON); the format's own readers refuse more
 _DTYPE_BYTES = {
     "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
@@ -24,8 +24,6 @@ _DTYPE_BYTES = {
 
 
 def _error(msg: str) -> Exception:
-    from rlcompare.config import ConfigError
-
     return ConfigError(msg)
 
 
