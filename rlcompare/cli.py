@@ -54,10 +54,14 @@ def train_main(argv: list[str]) -> int:
     def _app(cfg: DictConfig) -> None:
         from rlcompare.config import ConfigError
         from rlcompare.train.placement import place_job
-        from rlcompare.train.run import train
+        from rlcompare.train.run import Terminated, closing_line, train
 
         try:
             summary = train(place_job(cfg))  # a multirun job's threads and device (docs/scaling.md)
+        except Terminated as e:  # SIGTERM: one line saying how to continue; the exit status stays 143
+            if e.run_dir is not None:
+                print(e.closing_line(), flush=True)
+            raise
         except ConfigError as e:
             print(f"rlcompare: config error: {e}", file=sys.stderr)
             if _is_multirun():
@@ -65,12 +69,7 @@ def train_main(argv: list[str]) -> int:
             raise SystemExit(2)
         if "rank" in summary:  # a data-parallel rank > 0: rank 0 prints the run's closing line
             return
-        acc0, acc1 = summary.get("eval/accuracy_initial"), summary.get("eval/accuracy_final")
-        print(
-            f"[rlcompare] {summary['run_name']}: held-out accuracy {acc0:.3f} -> {acc1:.3f} "
-            f"({summary['tokens/generated']} generated tokens, {summary['wall_time_s']:.0f} s); results in {summary['run_dir']}",
-            file=sys.stderr,
-        )
+        print(closing_line(summary), flush=True)  # stdout: the run's result, with a path to type next
 
     argv = [quote_resume_path(a) for a in argv]  # resume=<dir> whose name holds '=' (Hydra's grammar needs quotes)
     if "WORLD_SIZE" in os.environ and any(a in ("-m", "--multirun") for a in argv):

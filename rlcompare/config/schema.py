@@ -207,7 +207,7 @@ class ModelConfig:
 class PromptsConfig:
     name: str = "arithmetic"  # the prompt set's name (a label)
     kind: str = "arithmetic"  # where prompts come from: arithmetic | chain | countdown | file | hf | reasoning_gym
-    data_seed: int = 0  # seed of the data order and the train/eval split
+    data_seed: int = 0  # seed of the data order and the train/eval split, 0..SEED_MAX (2^31 - 1)
     n_train: int = 2000  # training prompts used (generated sets: built; files: at most); null: all
     n_eval: int = 200  # held-out prompts evaluated
     max_operand: int = 19  # arithmetic: operands drawn from 0..max_operand
@@ -305,7 +305,7 @@ class TrainerConfig:
     update_from_rollout: bool = (
         True  # the first update on a batch reuses the sampler's projections (rlcompare.fast.recorded_update)
     )
-    checkpoint_every: int = 0  # steps between checkpoints; 0: off
+    checkpoint_every: Optional[int] = None  # steps between checkpoints; null: at each eval (trainer.eval_every); 0: off
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     export_final: bool = False  # at the end of the run, write the policy as a Hugging Face folder in <run dir>/export
     max_bad_steps: int = 5  # non-finite steps (skipped) in a row before the run fails
@@ -346,7 +346,7 @@ class SweepTags:
 
 @dataclass
 class RunConfig:
-    seed: int = 0  # policy/sampling seed (data order is prompts.data_seed)
+    seed: int = 0  # policy/sampling seed, 0..SEED_MAX (2^31 - 1) (data order is prompts.data_seed)
     experiment: str = "default"  # results sub-folder: <results_dir>/<experiment>/<run name>/
     results_dir: str = "results"  # where run folders land
     run_name: Optional[str] = None  # the run folder's name; null: derived from preset, key overrides and seed
@@ -543,7 +543,8 @@ def _check_trainer(c: DictConfig) -> None:
     _at_least("trainer.eval_every", t.eval_every, 1)
     _at_least("trainer.max_bad_steps", t.max_bad_steps, 1)
     _at_least("trainer.keep_checkpoints", t.keep_checkpoints, 1)
-    _at_least("trainer.checkpoint_every", t.checkpoint_every, 0, "0 turns checkpoints off")
+    if t.checkpoint_every is not None:
+        _at_least("trainer.checkpoint_every", t.checkpoint_every, 0, "0 turns checkpoints off, null saves at each eval")
     _at_least("trainer.eval_batch_size", t.eval_batch_size, 1)
     _at_least("trainer.n_samples_logged", t.n_samples_logged, 0, "0 logs no sample completions")
     _at_least("trainer.sample_max_chars", t.sample_max_chars, 1)
@@ -852,6 +853,14 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
+# Weight files that unpickle on load (can run code): never loaded (rlcompare.models.load, rlcompare.train.model_folder)
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+# Seeds (seed, prompts.data_seed, model.warm_start.seed, a sweep's seeds) are 0..SEED_MAX: torch and numpy keep 32
+# bits of a seed (seed 2^32 ran as seed 0, so a sweep counted one run twice), and a run also seeds with seed + 1
+SEED_MAX = 2**31 - 1
+SEED = Range(0, SEED_MAX)
+MAX_LR = 1.0  # an AdamW step larger than the weights themselves: past it a run only diverges
+MAX_KL_COEF = 1e3  # a KL penalty that large leaves no reward signal (and overflows into skipped updates)
 NON_NEGATIVE = Range(0)  # every numeric key not in RANGES: counts, sizes, coefficients, seeds (a negative seed
 # collides with its absolute value in Python's random.Random)
 AT_LEAST_ONE = Range(1)
@@ -866,10 +875,14 @@ RANGES: dict[str, Range] = {
     "algorithm.critic.gamma": PROBABILITY,
     "algorithm.critic.lam": PROBABILITY,
     "algorithm.critic.value_clip": POSITIVE,
-    "algorithm.critic.lr": POSITIVE,
+    "algorithm.critic.lr": Range(0, MAX_LR, low_open=True),
+    "algorithm.kl.coef": Range(0, MAX_KL_COEF),
     "algorithm.off_policy.decoupled_cap": POSITIVE,
     "algorithm.off_policy.m2po_threshold": POSITIVE,
     "algorithm.off_policy.geo_delta": Range(0, 1, low_open=True, high_open=True),
+    "seed": SEED,
+    "prompts.data_seed": SEED,
+    "model.warm_start.seed": SEED,
     "model.hidden_size": AT_LEAST_ONE,
     "model.num_layers": AT_LEAST_ONE,
     "model.num_heads": AT_LEAST_ONE,
@@ -880,7 +893,7 @@ RANGES: dict[str, Range] = {
     "model.lora.dropout": FRACTION,
     "model.warm_start.steps": AT_LEAST_ONE,  # the schedule divides by it; a start from scratch solves nothing
     "model.warm_start.batch_size": AT_LEAST_ONE,
-    "model.warm_start.lr": POSITIVE,
+    "model.warm_start.lr": Range(0, MAX_LR, low_open=True),
     "model.warm_start.noisy_label_frac": PROBABILITY,
     "prompts.n_eval": AT_LEAST_ONE,
     "prompts.eval_fraction": FRACTION,
@@ -897,7 +910,7 @@ RANGES: dict[str, Range] = {
     "budget.max_steps": AT_LEAST_ONE,
     "trainer.prompts_per_step": AT_LEAST_ONE,
     "trainer.group_size": AT_LEAST_ONE,
-    "trainer.lr": POSITIVE,
+    "trainer.lr": Range(0, MAX_LR, low_open=True),
     "trainer.max_grad_norm": POSITIVE,
     "trainer.updates_per_rollout": AT_LEAST_ONE,
     "trainer.micro_batch_size": AT_LEAST_ONE,

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from rlcompare.fast import base_model_of  # moved to fast/unwrap.py (the sampler needs it below models/)
+from rlcompare.config import PICKLE_SUFFIXES  # weight files that unpickle on load: never loaded
 
 CHARS = list("0123456789+-*/=()., ?:<>_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ\n")
 SPECIAL = ["<pad>", "<bos>", "<eos>", "<unk>"]
@@ -82,8 +83,6 @@ WARM_START_VERSION = 4
 SHIPPED_WARM_STARTS = Path(__file__).resolve().parent / "warmstart"
 SHIPPED_WEIGHTS = "model.safetensors"
 SHIPPED_MANIFEST = "manifest.json"
-# Weight files that unpickle on load (can run code): a shipped folder holding one is refused
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 
 
 def warm_start_table(splits, prompts_cfg: Any = None) -> list[tuple[str, str]]:

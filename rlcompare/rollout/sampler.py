@@ -57,6 +57,9 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
     cum = sorted_logits.softmax(-1).cumsum(-1)
     drop = cum - sorted_logits.softmax(-1) >= top_p  # keep the smallest prefix reaching top_p
+    # the most likely token always stays (it already does for any top_p float32 can hold: its mass before it is 0);
+    # a top_p below that (1e-300 is 0 in float32) dropped every token, and the draw then took token 0 (pad)
+    drop[..., 0] = False
     sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 

@@ -7,8 +7,10 @@ and importing the CLI from those made the cycle cli <-> run/sweep/bench.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+import sys
 from pathlib import Path
 
 
@@ -61,8 +63,42 @@ def run_name(
         while _name_taken(Path(str(results_dir)) / str(experiment) / name):
             n += 1
             name = f"{base}-{n}"
+    elif results_dir is not None and str(resume).lower() in ("true", "1", "yes"):
+        name = _run_to_resume(Path(str(results_dir)) / str(experiment), name)
     _NAME_CACHE[key] = name
     return name
+
+
+def _run_to_resume(folder: Path, base: str) -> str:
+    """resume=true under a derived name that earlier runs took more than once (`grpo__s0`, `grpo__s0-2`, ...: a
+    second run of the same command got a suffix): the newest of them that has not completed, which is the one a
+    user means to continue; when all completed, `base` (as with one run: nothing to do)."""
+    pattern = re.compile(re.escape(base) + r"(?:-(\d{1,9}))?")
+    try:
+        found = [(m, p) for p in folder.iterdir() if (m := pattern.fullmatch(p.name)) and (p / "config.yaml").is_file()]
+    except OSError:
+        return base
+    if len(found) < 2:
+        return base
+    unfinished = sorted((int(m.group(1) or 1), p.name) for m, p in found if not _completed(p))
+    if not unfinished:
+        return base
+    chosen = unfinished[-1][1]
+    others = sorted(p.name for _, p in found if p.name != chosen)
+    print(
+        f"[rlcompare] resume=true: {len(found)} runs named {base} in {folder} ({', '.join(others)} besides); "
+        f"continuing {chosen}, the newest that has not completed (resume=<run dir> picks another)",
+        file=sys.stderr,
+    )
+    return chosen
+
+
+def _completed(run: Path) -> bool:
+    try:
+        summary = json.loads((run / "summary.json").read_text())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(summary, dict) and summary.get("status") == "completed"
 
 
 def _name_taken(folder: Path) -> bool:

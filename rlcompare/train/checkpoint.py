@@ -28,6 +28,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -227,8 +228,14 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+_STEP_DIR = re.compile(r"step_(\d{1,18})")  # what save() names a checkpoint folder; anything else is not one
+
+
 def _step_dirs(root: Path) -> list[Path]:
-    return sorted(p for p in root.iterdir() if p.name.startswith("step_") and p.is_dir())
+    """The checkpoint folders `save` wrote (step_<digits>), oldest first; other names (a `step_5.bak` copy, a
+    `step_-1`) are neither read nor deleted by rotation."""
+    found = [p for p in root.iterdir() if _STEP_DIR.fullmatch(p.name) and p.is_dir()]
+    return sorted(found, key=step_of)
 
 
 def _fsync_file(path: Path) -> None:
@@ -281,7 +288,10 @@ def latest(run_dir: Path) -> Path | None:
 
 
 def step_of(path: Path) -> int:
-    return int(Path(path).name.split("_", 1)[1])
+    m = _STEP_DIR.fullmatch(Path(path).name)
+    if m is None:
+        raise CheckpointError(f"{Path(path).name} is not a checkpoint folder name (step_<n>)")
+    return int(m.group(1))
 
 
 def read(path: Path) -> dict:
@@ -325,7 +335,7 @@ def _check_shape(blob: dict) -> None:
     need(optim(blob.get("opt")), "optimizer state")
     need(isinstance(blob.get("sched"), dict), "scheduler state")
     st = blob.get("state")
-    need(isinstance(st, dict) and st.get("step") == blob["step"] and isinstance(st.get("tokens"), int), "trainer state")
+    need(isinstance(st, dict) and st.get("step") == blob["step"] and _counters_in_range(st), "trainer state")
     need(isinstance(blob.get("stream_position"), int) and blob["stream_position"] >= 0, "data position")
     rng = blob.get("rng")
     need(
@@ -340,12 +350,113 @@ def _check_shape(blob: dict) -> None:
     )
     if "critic" in blob or "critic_opt" in blob:
         need(tensors(blob.get("critic")) and optim(blob.get("critic_opt")), "critic state")
+    for part in ("policy", "critic", "opt", "critic_opt"):
+        need(_all_finite(blob.get(part)), f"{part} tensors (not all finite)")
 
 
-def read_latest(run_dir: Path, max_step: int | None = None) -> tuple[Path, dict] | None:
+def _counters_in_range(st: dict) -> bool:
+    """The trainer's counters as a run can hold them: a step >= 1 (a checkpoint is saved after a step), counts
+    that are non-negative ints (steps skipped in a row: at most the steps), times finite, accuracies in [0, 1]."""
+    ints = ("step", "tokens", "bad_in_row", "skipped_updates", "verifier_errors")
+    if not all(type(st.get(k)) is int and st[k] >= 0 for k in ints) or st["step"] < 1:
+        return False
+    if st["bad_in_row"] > st["step"]:
+        return False
+    elapsed = st.get("elapsed")
+    if not isinstance(elapsed, (int, float)) or isinstance(elapsed, bool) or not 0 <= elapsed < math.inf:
+        return False
+    accuracies = [st.get(k) for k in ("eval_initial", "eval_best", "eval_last")]
+    return all(
+        a is None or (isinstance(a, (int, float)) and not isinstance(a, bool) and 0 <= a <= 1) for a in accuracies
+    )
+
+
+def _all_finite(tree) -> bool:
+    """Every floating-point tensor in `tree` (nested dicts and lists) is finite: a NaN or inf weight or moment
+    would train silently into NaN."""
+    if isinstance(tree, torch.Tensor):
+        return not tree.is_floating_point() or bool(torch.isfinite(tree).all())
+    if isinstance(tree, dict):
+        return all(_all_finite(v) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return all(_all_finite(v) for v in tree)
+    return True
+
+
+def check_fits(tr, blob: dict) -> None:
+    """The checkpoint's tensors fit this trainer exactly, before any of them is loaded: every weight (policy,
+    critic) has the name, shape and dtype of the model's own, and every optimizer state has one entry per
+    parameter with moments shaped and typed like it. A short moment (a crafted file) would otherwise be written
+    past its end by the fused AdamW kernel. Raises CheckpointError naming the first misfit."""
+    _fits_weights("policy", blob["policy"], _policy_weights(tr), partial=bool(blob.get("lora")))
+    _fits_optimizer("optimizer", blob["opt"], tr.opt)
+    if (tr.critic is None) != ("critic" not in blob):
+        raise CheckpointError("it was written by a run with a different critic setting")
+    if tr.critic is not None:
+        _fits_weights("critic", blob["critic"], tr.critic.state_dict())
+        _fits_optimizer("critic optimizer", blob["critic_opt"], tr.critic_opt)
+
+
+def _fits_weights(what: str, saved: dict, model: dict, partial: bool = False) -> None:
+    missing = sorted(set(model) - set(saved))
+    extra = sorted(set(saved) - set(model))
+    if extra or (missing and not partial):
+        raise CheckpointError(f"its {what} weights do not match the model's (missing {missing[:3]}, extra {extra[:3]})")
+    for name, t in saved.items():
+        if tuple(t.shape) != tuple(model[name].shape) or t.dtype != model[name].dtype:
+            raise CheckpointError(
+                f"its {what} weight {name} is {tuple(t.shape)} {t.dtype}, the model's is "
+                f"{tuple(model[name].shape)} {model[name].dtype}"
+            )
+
+
+def _fits_optimizer(what: str, saved: dict, opt: torch.optim.Optimizer) -> None:
+    """`saved` (a state_dict) against the optimizer `opt` of this run's parameters (AdamW: exp_avg, exp_avg_sq,
+    and max_exp_avg_sq with amsgrad, each the parameter's shape and dtype; `step` a finite scalar >= 0)."""
+    params = [p for g in opt.param_groups for p in g["params"]]
+    groups = [g.get("params") for g in saved["param_groups"]]
+    start, want = 0, []
+    for g in opt.param_groups:
+        want.append(list(range(start, start + len(g["params"]))))
+        start += len(g["params"])
+    if groups != want:
+        raise CheckpointError(f"its {what} has parameter groups {_short(groups)}, this run's are {_short(want)}")
+    for index, entry in saved["state"].items():
+        if type(index) is not int or not 0 <= index < len(params) or not isinstance(entry, dict):
+            raise CheckpointError(f"its {what} holds a state for parameter {index!r}, which this run does not have")
+        _fits_moments(f"{what} state of parameter {index}", entry, params[index], opt)
+
+
+def _fits_moments(what: str, entry: dict, p: torch.Tensor, opt: torch.optim.Optimizer) -> None:
+    amsgrad = any(g.get("amsgrad") for g in opt.param_groups)
+    names = {"step", "exp_avg", "exp_avg_sq"} | ({"max_exp_avg_sq"} if amsgrad else set())
+    if set(entry) != names:
+        raise CheckpointError(f"its {what} holds {sorted(entry)}, not {sorted(names)}")
+    step = entry["step"]
+    if isinstance(step, torch.Tensor):
+        ok = step.dim() == 0 and step.is_floating_point() and bool(torch.isfinite(step)) and float(step) >= 0
+    else:
+        ok = isinstance(step, (int, float)) and not isinstance(step, bool) and 0 <= step < math.inf
+    if not ok:
+        raise CheckpointError(f"its {what}: `step` is not a finite scalar >= 0")
+    for name in sorted(names - {"step"}):
+        t = entry[name]
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(p.shape) or t.dtype != p.dtype:
+            got = f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise CheckpointError(f"its {what}: {name} is {got}, the parameter is {tuple(p.shape)} {p.dtype}")
+
+
+def _short(groups: list) -> str:
+    return str([f"{len(g)} params" if isinstance(g, list) else repr(g) for g in groups])
+
+
+def read_latest(
+    run_dir: Path, max_step: int | None = None, tokens_at: dict[int, int] | None = None
+) -> tuple[Path, dict] | None:
     """The newest checkpoint at or below `max_step` that reads back, with its contents; a damaged or refused one
-    is skipped (with a message) for the one before it. None when there are no checkpoints; NoUsableCheckpoint
-    when there are some but none can be used."""
+    is skipped (with a message) for the one before it. `tokens_at` (step -> generated tokens, from the run's rows):
+    a checkpoint whose token counter differs from its step's row is refused too. None when there are no
+    checkpoints; NoUsableCheckpoint when there are some but none can be used."""
     found = candidates(run_dir)
     why = []
     for path in found:
@@ -354,7 +465,13 @@ def read_latest(run_dir: Path, max_step: int | None = None) -> tuple[Path, dict]
             print(f"[rlcompare] skipping checkpoint {path.name}: the run's rows stop before it", file=sys.stderr)
             continue
         try:
-            return path, read(path)
+            blob = read(path)
+            if tokens_at is not None and tokens_at.get(blob["step"]) != blob["state"]["tokens"]:
+                raise CheckpointError(
+                    f"its counters disagree with metrics.jsonl ({blob['state']['tokens']} generated tokens at step "
+                    f"{blob['step']}, the row says {tokens_at.get(blob['step'])})"
+                )
+            return path, blob
         except CheckpointError as e:
             why.append(f"{path.name}: {e}")
             print(f"[rlcompare] checkpoint {path} could not be used ({e}); trying an older one", file=sys.stderr)
@@ -364,7 +481,9 @@ def read_latest(run_dir: Path, max_step: int | None = None) -> tuple[Path, dict]
 
 
 def load(tr, path: Path, blob: dict) -> None:
-    """Put the trainer in the state saved at `path` (weights, optimizers, RNGs, data position, counters)."""
+    """Put the trainer in the state saved at `path` (weights, optimizers, RNGs, data position, counters), once
+    `check_fits` has found every tensor fitting (nothing is loaded otherwise)."""
+    check_fits(tr, blob)
     if blob.get("lora"):
         missing, unexpected = tr.policy.model.load_state_dict(blob["policy"], strict=False)
         if unexpected:

@@ -86,6 +86,7 @@ def check_job(overrides: list[str], multirun: bool = False, probed: set[str] | N
         return None
     try:
         checked = validate(cfg)
+        _check_model_folder(checked)
         _check_prompts_and_verifier(checked, set() if probed is None else probed)
     except ConfigError as e:
         return str(e)
@@ -103,6 +104,14 @@ def check_job(overrides: list[str], multirun: bool = False, probed: set[str] | N
 def _resumes_a_folder(cfg) -> bool:
     r = cfg.get("resume")
     return isinstance(r, str) and r.strip().lower() not in ("true", "false", "0", "1", "no", "yes", "")
+
+
+def _check_model_folder(cfg) -> None:
+    """A local model folder: no code to run without trust_remote_code, no pickle-only weights, safetensors headers
+    that read (rlcompare.train.model_folder), before Hydra makes the run folder."""
+    from rlcompare.train.model_folder import check_model
+
+    check_model(cfg.model)
 
 
 def _check_prompts_and_verifier(cfg, probed: set[str]) -> None:

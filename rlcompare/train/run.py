@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -49,6 +51,7 @@ from rlcompare.train.parallel import World, init_world
 from rlcompare.config.flat import flatten
 from rlcompare.config import ConfigError, check_fits_context, context_from, to_schema, validate, why_not_creatable
 from rlcompare.train.tracking import (
+    ConsoleLog,
     NullLogger,
     RunWriter,
     WandbLogger,
@@ -69,6 +72,28 @@ SIGTERM_EXIT = 143  # 128 + SIGTERM, what a shell reports for a process killed b
 RESUME_IGNORED = operational.RESUME_IGNORED
 
 
+class ResumeRefused(ConfigError):
+    """The checkpoint to resume from does not fit this run: refused before anything of it loaded, and the run
+    folder's files are left as they were."""
+
+
+def _run_files(run_dir: Path) -> dict[str, str | None]:
+    """config.yaml and summary.json as they are now (None: absent or unreadable), for `_put_back`."""
+    out: dict[str, str | None] = {}
+    for name in ("config.yaml", "summary.json"):
+        try:
+            out[name] = (run_dir / name).read_text()
+        except (OSError, ValueError):
+            out[name] = None
+    return out
+
+
+def _put_back(run_dir: Path, files: dict[str, str | None]) -> None:
+    for name, text in files.items():
+        if text is not None:
+            atomic_write_text(run_dir / name, text)
+
+
 class Terminated(SystemExit):
     """SIGTERM (e.g. preemption): the run recorded its state (summary failed, a checkpoint when on) and exits 143.
 
@@ -77,9 +102,20 @@ class Terminated(SystemExit):
     def __init__(self, checkpoint_step: int | None = None):
         super().__init__(SIGTERM_EXIT)
         self.checkpoint_step = checkpoint_step
+        self.run_dir: Path | None = None  # set by the run that stopped
 
     def __str__(self) -> str:
         return SIGTERM_ERROR
+
+    def closing_line(self) -> str:
+        """The one line the CLI prints (stdout): where the run stopped and the command that continues it."""
+        where = f"{self.run_dir.name}: " if self.run_dir is not None else ""
+        again = f"rlcompare train resume={shlex.quote(shown_path(self.run_dir))}" if self.run_dir else "resume=true"
+        if self.checkpoint_step is not None:
+            return f"[rlcompare] {where}stopped by SIGTERM after step {self.checkpoint_step} (checkpoint saved); continue with: {again}"
+        return (
+            f"[rlcompare] {where}stopped by SIGTERM; continue with: {again} (from its newest checkpoint, else step 0)"
+        )
 
 
 def fingerprint(cfg: DictConfig, tr) -> dict:
@@ -245,9 +281,11 @@ def _drop_hydra_only_folder(run_dir: Path) -> None:
 def _checkpoint_to_resume(run_dir: Path) -> tuple[Path, dict] | None:
     """The newest usable checkpoint at or below the last contiguous metrics row, read (not yet loaded); None when
     the run has none. Checkpoints that are all unusable refuse the resume, so a run is never silently restarted."""
-    done = _contiguous_steps(read_jsonl(run_dir / "metrics.jsonl"))
+    rows = read_jsonl(run_dir / "metrics.jsonl")
+    done = _contiguous_steps(rows)
+    tokens_at = {r["step"]: r.get("tokens/generated") for r in rows[:done]}
     try:
-        return checkpoint.read_latest(run_dir, max_step=done)
+        return checkpoint.read_latest(run_dir, max_step=done, tokens_at=tokens_at)
     except checkpoint.NoUsableCheckpoint as e:
         raise ConfigError(
             f"resume: none of the checkpoints in {run_dir / 'checkpoints'} can be resumed from ({e}); "
@@ -376,6 +414,9 @@ def preflight(cfg: DictConfig, run_dir: Path | None = None):
     Returns (prompt splits, verifier) so that the trainer does not build them again."""
     from rlcompare.data.verifier_probe import build_prompt_set, build_run_verifier
 
+    from rlcompare.train.model_folder import check_model
+
+    check_model(cfg.model)  # no model code to run, no pickle weights, safetensors headers that read
     splits = build_prompt_set(cfg)
     verifier = build_run_verifier(cfg)
     ctx = model_context_length(cfg)
@@ -527,19 +568,22 @@ def _train_as_rank(cfg: DictConfig, world: World) -> dict:
 
 def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> dict:
     """train() once this process holds the run folder."""
-    from rlcompare.train.trainer import Trainer
-
     resuming = _resume_requested(cfg)
     cfg, done = _check_folder(cfg, run_dir, resuming)
     if done is not None:  # nothing left to do: keep the results as they are
         return done
     splits, verifier = preflight(cfg, run_dir)
-    found = _checkpoint_to_resume(run_dir) if resuming else None  # before the model loads: refuse early
-
-    t_wall = time.time()
+    found = [_checkpoint_to_resume(run_dir) if resuming else None]  # before the model loads: refuse early
     run_dir.mkdir(parents=True, exist_ok=True)
-    resolved = {**OmegaConf.to_container(cfg, resolve=True), "provenance": provenance.of_this_process(cfg.device)}
-    summary: dict[str, Any] = {
+    with ConsoleLog(run_dir / "train.log") as console:
+        summary = _run(cfg, run_dir, followers, (splits, verifier), found, console)
+        console.note(closing_line(summary))
+    return summary
+
+
+def _opening_summary(cfg: DictConfig, run_dir: Path, world: World) -> dict:
+    """summary.json as a run starts: "running", what ran, where, and how many processes share each step."""
+    return {
         "status": "running",
         "error": None,
         "run_name": run_dir.name,
@@ -547,18 +591,28 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
         "algorithm": cfg.algorithm.name,
         "seed": cfg.seed,
         "run_dir": str(run_dir),
-        "sweep": resolved["sweep"],
+        "sweep": OmegaConf.to_container(cfg.sweep, resolve=True),
         "pid": os.getpid(),
-        "provenance": resolved["provenance"],  # where it is computed (W&B's config holds it too): code, libraries, ...
         # how many processes shared each step: never changes what is computed
-        "world_size": followers.world.size,
-        "parallel": followers.world.mode,
+        "world_size": world.size,
+        "parallel": world.mode,
         # how the ranks summed the gradients of the weights each holds whole (trainer.grad_sum resolved; fsdp
         # reduce-scatters its shards itself); none on one process
-        "grad_sum": None
-        if followers.world.size == 1
-        else ("shared_memory" if followers.world.shared_memory else "backend"),
+        "grad_sum": None if world.size == 1 else ("shared_memory" if world.shared_memory else "backend"),
     }
+
+
+def _run(cfg: DictConfig, run_dir: Path, followers: "_Followers", built, found: list, console) -> dict:
+    """The run itself, once its folder is checked: summary.json "running", the trainer, the loop, the record of how
+    it ended. `found`: [the checkpoint to resume from, read], emptied once loaded (its tensors are freed)."""
+    from rlcompare.train.trainer import Trainer
+
+    resuming = _resume_requested(cfg)
+    t_wall = time.time()
+    resolved = {**OmegaConf.to_container(cfg, resolve=True), "provenance": provenance.of_this_process(cfg.device)}
+    summary: dict[str, Any] = _opening_summary(cfg, run_dir, followers.world)
+    summary["provenance"] = resolved["provenance"]  # code, libraries, device, threads, launcher (W&B's config too)
+    before = _run_files(run_dir) if resuming else {}  # put back as they were if the checkpoint is refused
     atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     atomic_write_json(run_dir / "summary.json", summary)
 
@@ -570,11 +624,11 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
 
     with _SigtermGuard(record_sigterm) as term:
         try:
+            splits, verifier = built
             tr = Trainer(
                 cfg, run_dir, splits=splits, verifier=verifier, world=followers.world
             )  # heavy: warm start, model load
-            ckpt = _restore(tr, run_dir, found, resuming)
-            del found
+            ckpt = _restore(tr, run_dir, found.pop(), resuming)
             followers.start(cfg, run_dir, ckpt, tr)  # the other ranks join with this config, checkpoint and weights
             writer = out.writer = RunWriter(run_dir)
             writer.write_json("fingerprint.json", fingerprint(cfg, tr))
@@ -585,9 +639,14 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
             _steps(cfg, tr, followers.world, term, out)
             export_final(cfg, tr.policy, run_dir)  # trainer.export_final: <run dir>/export
             summary.update(status="completed")
+        except ResumeRefused:  # nothing of the run changed: its files stay as they were (summary "running" too)
+            _put_back(run_dir, before)
+            raise
         except BaseException as e:  # record the failure, keep everything written so far, re-raise
             # a SIGTERM from here on must not cut the recording short (torchrun stops every rank once one failed)
             term.quiet = True
+            if isinstance(e, Terminated):
+                e.run_dir = run_dir
             summary.update(status="failed", error=_failure(e), traceback=traceback.format_exc(limit=8))
             try:
                 _finish(run_dir, writer, out.logger, tr, summary, t_wall, out.pbar, exit_code=1, state=out.recorded)
@@ -595,6 +654,7 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
                 print(
                     f"[rlcompare] could not record the failure in {run_dir}: {type(fe).__name__}: {fe}", file=sys.stderr
                 )
+            console.note(e.closing_line() if isinstance(e, Terminated) else f"[rlcompare] failed: {summary['error']}")
             raise
     _finish(run_dir, writer, out.logger, tr, summary, t_wall, out.pbar, exit_code=0, state=out.recorded)
     return summary
@@ -607,6 +667,25 @@ def _failure(e: BaseException) -> str:
     saved = e.checkpoint_step is not None
     return SIGTERM_ERROR + (
         f"; checkpoint saved at step {e.checkpoint_step}, continue with resume=true" if saved else ""
+    )
+
+
+def shown_path(path: Path | str) -> str:
+    """`path` relative to the working folder when it lies below it (what a user types next), else absolute."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive
+        return str(path)
+    return str(path) if rel.startswith("..") else rel
+
+
+def closing_line(summary: dict) -> str:
+    """The line a finished run prints (stdout): held-out accuracy before and after, tokens, time, where it is."""
+    acc0, acc1 = summary.get("eval/accuracy_initial"), summary.get("eval/accuracy_final")
+    return (
+        f"[rlcompare] {summary['run_name']}: held-out accuracy {_num(acc0):.3f} -> {_num(acc1):.3f} "
+        f"({summary.get('tokens/generated')} generated tokens, {summary.get('wall_time_s', 0):.0f} s); "
+        f"results in {shown_path(summary['run_dir'])}"
     )
 
 
@@ -653,7 +732,7 @@ def _restore(tr, run_dir: Path, found: tuple[Path, dict] | None, resuming: bool)
     try:
         checkpoint.load(tr, ckpt, blob)
     except (RuntimeError, KeyError, TypeError, ValueError) as e:  # read back, but not this run's
-        raise ConfigError(
+        raise ResumeRefused(
             f"resume: checkpoint {ckpt} does not fit this run ({type(e).__name__}: {str(e)[:300]}); "
             f"its rows and checkpoints are kept. Start a new run with run_name=<another name>"
         ) from None
@@ -682,8 +761,9 @@ class _Outputs:
             self.recorded = tr.state.as_dict()
         self.logger.log(row, step=tr.state.step)
 
-    def show_progress(self, row: dict, st) -> None:
+    def show_progress(self, row: dict, st, total: int | None) -> None:
         if self.pbar is not None:
+            self.pbar.total = total
             self.pbar.update(1)
             self.pbar.set_postfix(
                 reward=f"{_num(row.get('reward/mean')):.3f}",
@@ -711,7 +791,7 @@ def _steps(cfg, tr, world: World, term, out: _Outputs | None) -> None:
     st = tr.state
     if st.step == 0:
         _eval_step(tr, out)
-    every = cfg.trainer.checkpoint_every
+    every = checkpoint_every(cfg)
     term.defer = bool(every)
     while not _budget_spent(cfg, st.step, st.tokens):
         row = tr.step()
@@ -720,7 +800,7 @@ def _steps(cfg, tr, world: World, term, out: _Outputs | None) -> None:
         if st.step % cfg.trainer.eval_every == 0 or _budget_spent(cfg, st.step, st.tokens):
             _eval_step(tr, out)
         if out is not None:
-            out.show_progress(row, st)
+            out.show_progress(row, st, _steps_in_budget(cfg, st.step, st.tokens))
         if st.bad_in_row >= cfg.trainer.max_bad_steps:
             raise FloatingPointError(_bad_steps_message(cfg, st))
         saved = False
@@ -732,6 +812,26 @@ def _steps(cfg, tr, world: World, term, out: _Outputs | None) -> None:
                 _checkpoint(cfg, tr, world, out)
             raise Terminated(checkpoint_step=st.step)
     term.defer = False
+
+
+def checkpoint_every(cfg) -> int:
+    """Steps between checkpoints: trainer.checkpoint_every, null meaning at each eval (trainer.eval_every); 0: none."""
+    every = cfg.trainer.checkpoint_every
+    return cfg.trainer.eval_every if every is None else every
+
+
+def _steps_in_budget(cfg, step: int, tokens: int) -> int | None:
+    """The progress bar's total: the steps the run will take, by whichever budget binds first. With a token budget,
+    the steps left are estimated from the tokens per step so far; once a budget is spent, the steps taken."""
+    if _budget_spent(cfg, step, tokens):
+        return step
+    b = cfg.budget
+    estimate = None
+    if b.total_tokens is not None and step > 0 and tokens > 0:
+        estimate = step + math.ceil((b.total_tokens - tokens) * step / tokens)
+    if b.max_steps is not None:
+        estimate = b.max_steps if estimate is None else min(estimate, b.max_steps)
+    return estimate
 
 
 def _checkpoint(cfg, tr, world: World, out: _Outputs | None) -> None:
@@ -908,7 +1008,7 @@ def _progress(cfg, tr):
         return None
     from tqdm.auto import tqdm
 
-    total = cfg.budget.max_steps
+    total = _steps_in_budget(cfg, tr.state.step, tr.state.tokens)
     interactive = sys.stderr.isatty()
     return tqdm(
         total=total,

@@ -343,3 +343,65 @@ class NullLogger:
 
     def finish(self, exit_code=0):
         pass
+
+
+class ConsoleLog:
+    """The run's console lines (what it prints on stdout and stderr: messages, warnings, the closing line) also
+    appended to `<run dir>/train.log`, so that the folder keeps what the run said. The progress bar's redraws
+    (text holding a carriage return) stay on the console only: the log keeps whole lines."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._file = None
+        self._saved: tuple = ()
+
+    def __enter__(self) -> "ConsoleLog":
+        self._file = open(self.path, "a", encoding="utf-8", errors="replace")
+        self._saved = (sys.stdout, sys.stderr)
+        sys.stdout, sys.stderr = _Tee(sys.stdout, self), _Tee(sys.stderr, self)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        for tee in (sys.stdout, sys.stderr):
+            if isinstance(tee, _Tee):
+                tee.flush_line()
+        sys.stdout, sys.stderr = self._saved
+        self._file.close()
+        return False
+
+    def note(self, line: str) -> None:
+        """One line in train.log only (e.g. the closing line the CLI prints after the run)."""
+        if self._file is not None and not self._file.closed:
+            self._file.write(line.rstrip("\n") + "\n")
+            self._file.flush()
+
+
+class _Tee:
+    """A console stream that also hands each complete line without a carriage return to its ConsoleLog."""
+
+    def __init__(self, stream, log: ConsoleLog):
+        self._stream = stream
+        self._log = log
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        n = self._stream.write(text)
+        if "\r" in text:  # the progress bar redrawn (its figures are in the rows); a line printed after it is kept
+            self._partial = ""
+            return n
+        *lines, self._partial = (self._partial + text).split("\n")
+        for line in lines:
+            if line:  # the blank line the progress bar leaves when it closes
+                self._log.note(line)
+        return n
+
+    def flush_line(self) -> None:
+        if self._partial:
+            self._log.note(self._partial)
+        self._partial = ""
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def __getattr__(self, name):  # isatty, fileno, encoding, ...: the console's own
+        return getattr(self._stream, name)

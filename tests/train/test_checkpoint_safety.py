@@ -204,7 +204,9 @@ def test_a_checkpoint_that_does_not_fit_the_model_fails_cleanly_and_keeps_the_ru
     name = next(iter(checkpoint.read_file(checkpoint.latest(run) / checkpoint.FILE)["policy"]))
     _rewrite(checkpoint.latest(run), lambda b: b["policy"].update({name: torch.zeros(3, 3)}))
     rows = read_jsonl(run / "metrics.jsonl")
-    with pytest.raises(ConfigError, match=r"checkpoint .*step_00000002 does not fit this run \(RuntimeError"):
+    with pytest.raises(
+        ConfigError, match=r"checkpoint .*step_00000002 does not fit this run \(CheckpointError: its policy weight"
+    ):
         train(compose(*OV, "run_name=misfit", "resume=true"))
     assert read_jsonl(run / "metrics.jsonl") == rows and len(checkpoint.candidates(run)) == 2
 

@@ -36,7 +36,10 @@ def _train(tmp_path, *args):
 @pytest.mark.parametrize(
     "args,line",
     [
-        (["trainer.lr=inf"], "rlcompare: config error: trainer.lr=inf is not a finite number; use a finite number > 0"),
+        (
+            ["trainer.lr=inf"],
+            "rlcompare: config error: trainer.lr=inf is not a finite number; use a finite number in (0, 1]",
+        ),
         (["model.num_heads=0"], "rlcompare: config error: model.num_heads=0 must be >= 1"),
         (
             ["run_name=../../escaped"],
@@ -65,7 +68,7 @@ def _train(tmp_path, *args):
         (
             ["-m", "seed=0,1", "trainer.lr=1e-3,nan"],
             "rlcompare: config error: trainer.lr=nan is not a finite number; use a "
-            "finite number > 0 (multirun job seed=0 trainer.lr=nan)",
+            "finite number in (0, 1] (multirun job seed=0 trainer.lr=nan)",
         ),
     ],
 )

@@ -542,7 +542,7 @@ def test_torchrun_two_ranks_equal_one_process_and_rank0_alone_writes(compose, tm
     setting = [*SIGNAL, NO_KL, "budget.max_steps=4"]
     out = _cli_run(tmp_path, 2, f"results_dir={results}", "run_name=dp2", *setting)
     assert out.returncode == 0, out.stderr[-4000:]
-    assert out.stderr.count("held-out accuracy") == 1  # one closing line, rank 0's
+    assert out.stdout.count("held-out accuracy") == 1  # one closing line (stdout), rank 0's
     one = train(compose(*GROUPS, "run_name=one", *setting))
     run, ref = results / "default" / "dp2", Path(one["run_dir"])
     for name in ("metrics.jsonl", "eval.jsonl"):

@@ -182,7 +182,13 @@ def test_sigterm_without_checkpoints_stops_at_once_and_marks_failed(tmp_path):
     results = tmp_path / "results"
     run = results / "default" / "term0"
     proc = _start(
-        tmp_path, "algorithm=dapo", "budget.max_steps=50", "run_name=term0", f"results_dir={results}", log="term0.log"
+        tmp_path,
+        "algorithm=dapo",
+        "budget.max_steps=50",
+        "trainer.checkpoint_every=0",
+        "run_name=term0",
+        f"results_dir={results}",
+        log="term0.log",
     )
     _wait_rows(proc, run / "metrics.jsonl", 1)
     proc.send_signal(signal.SIGTERM)
@@ -260,7 +266,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(compose):
 
 
 def test_resume_without_a_checkpoint_restarts_the_run_cleanly(compose):
-    ov = ["algorithm=dapo", "budget.max_steps=3", "run_name=nockpt"]
+    ov = ["algorithm=dapo", "budget.max_steps=3", "trainer.checkpoint_every=0", "run_name=nockpt"]
     ref = train(compose(*ov))
     run = Path(ref["run_dir"])
     want = _rows(run)

@@ -171,6 +171,7 @@ def test_sigterm_without_checkpoints_leaves_summary_and_metrics_agreeing(tmp_pat
             *FAST,
             "algorithm=dapo",
             "budget.max_steps=50",
+            "trainer.checkpoint_every=0",
             "run_name=term",
             f"results_dir={results}",
         ],

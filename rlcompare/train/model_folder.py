@@ -1,0 +1,117 @@
+"""A local model folder checked before anything of it is loaded, and before the run folder exists (torch-free).
+
+`rlcompare train`'s precheck and the run's preflight call `check_model_folder`: a folder that transformers would
+refuse only after the run folder existed (code it would have to run, pickle weights, a damaged safetensors
+header) is refused here in one line naming model.name_or_path and the fix. Reads config.json and the first bytes
+of each safetensors file (its header), nothing else.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+from pathlib import Path
+
+from rlcompare.config import PICKLE_SUFFIXES, ConfigError
+
+MAX_HEADER = 100_000_000  # bytes of a safetensors header (JSON); the format's own readers refuse more
+_DTYPE_BYTES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+    "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
+}  # fmt: skip
+
+
+def _error(msg: str) -> Exception:
+    return ConfigError(msg)
+
+
+def check_model(model_cfg) -> None:
+    """`check_model_folder` for the config's model when it is a Hugging Face one (model.kind=hf)."""
+    if model_cfg.kind == "hf":
+        check_model_folder(str(model_cfg.name_or_path), bool(model_cfg.trust_remote_code))
+
+
+def check_model_folder(path: str, trust_remote_code: bool) -> None:
+    """Raise ConfigError when the local folder `path` cannot be loaded safely; a hub id (not a folder) passes."""
+    folder = Path(os.path.expanduser(path))
+    if not folder.is_dir():
+        return
+    key = f"model.name_or_path={path!r}"
+    if (folder / "config.json").is_file():
+        _check_config(folder / "config.json", key, trust_remote_code)
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    safetensors = [p for p in files if p.suffix == ".safetensors"]
+    pickles = [p.name for p in files if p.suffix.lower() in PICKLE_SUFFIXES]
+    if pickles and not safetensors:
+        raise _error(
+            f"{key} holds its weights only as pickle files {pickles[:4]}, which can run code when loaded and which "
+            f"rlcompare never loads; save the model as safetensors (save_pretrained(..., safe_serialization=True))"
+        )
+    for p in safetensors:
+        why = safetensors_header_problem(p)
+        if why is not None:
+            raise _error(f"{key}: {p.name} is not a readable safetensors file ({why}); save the model again")
+
+
+def _check_config(config_file: Path, key: str, trust_remote_code: bool) -> None:
+    try:
+        conf = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        raise _error(f"{key}: config.json could not be read ({type(e).__name__}: {str(e)[:200]})") from None
+    if not isinstance(conf, dict):
+        raise _error(f"{key}: config.json is not a JSON object")
+    model_type = conf.get("model_type")
+    known = known_model_types()
+    if trust_remote_code or known is None or (isinstance(model_type, str) and model_type in known):
+        return
+    if "auto_map" in conf:
+        raise _error(
+            f"{key}: its config.json names model_type {model_type!r}, which transformers does not know, and maps "
+            f"it to code in the folder (auto_map); rlcompare runs no model code from a folder unless "
+            f"model.trust_remote_code=true (only for a folder you trust)"
+        )
+
+
+@functools.lru_cache(maxsize=1)
+def known_model_types() -> frozenset[str] | None:
+    """The model types transformers builds without code from the folder (its CONFIG_MAPPING_NAMES, from the module
+    that holds just that table: importing its config classes would import torch); None when this transformers
+    keeps it elsewhere (the check is then left to transformers)."""
+    try:
+        from transformers.models.auto.auto_mappings import CONFIG_MAPPING_NAMES
+    except ImportError:
+        return None
+    return frozenset(CONFIG_MAPPING_NAMES)
+
+
+def safetensors_header_problem(path: Path) -> str | None:
+    """What is wrong with the header of the safetensors file `path` (None: nothing): its 8-byte length, its JSON,
+    each tensor's dtype, shape and byte range within the file."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if size < 8 or n > min(size - 8, MAX_HEADER):
+                return f"its header claims {n} bytes, the file holds {max(size - 8, 0)} after the length"
+            header = json.loads(f.read(n).decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        return f"its header is not JSON: {type(e).__name__}"
+    if not isinstance(header, dict):
+        return "its header is not a JSON object"
+    data = size - 8 - n
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(t, dict) or t.get("dtype") not in _DTYPE_BYTES:
+            return f"tensor {name[:80]!r} has no known dtype"
+        shape, offsets = t.get("shape"), t.get("data_offsets")
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            return f"tensor {name[:80]!r} has a malformed shape"
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)):
+            return f"tensor {name[:80]!r} has malformed data offsets"
+        start, end = offsets
+        if not 0 <= start <= end <= data or end - start != math.prod(shape) * _DTYPE_BYTES[t["dtype"]]:
+            return f"tensor {name[:80]!r}'s bytes do not fit its shape or the file"
+    return None
