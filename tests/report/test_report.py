@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from rlcompare.report import build as R  # noqa: E402
+from rlcompare.report import load as L  # noqa: E402
 from rlcompare.report import build_report, main  # noqa: E402
 
 FP = {  # shaped like rlcompare.train.run.fingerprint()
@@ -574,7 +575,7 @@ def test_variant_from_run_name_without_sweep_info():
     assert R.strip_seed("grpo__seed=2") == "grpo"
     assert R.strip_seed("grpo__group_size=16") == "grpo__group_size=16"
     assert R.strip_seed("grpo__s0_1") == "grpo"
-    assert R._seed_from_name("grpo__lr=1e-5__s12") == 12
+    assert L._seed_from_name("grpo__lr=1e-5__s12") == 12
 
 
 def test_grouping_by_name_and_reference_option(tmp_path):

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from rlcompare.report import build as R  # noqa: E402
+from rlcompare.report import fit_section as F  # noqa: E402
 from rlcompare.report.compute_fit import scalerl_curve  # noqa: E402
 from rlcompare.report import build_report, main  # noqa: E402
 from test_report import make_run  # noqa: E402
@@ -170,7 +171,7 @@ def _csv_rows(path):
 
 def test_fit_is_drawn_for_identifiable_arms_only(tokens_report):
     res, folder = tokens_report
-    lines = R._fit_lines(res["compute_fit"], on_token_axis=True)
+    lines = F._fit_lines(res["compute_fit"], on_token_axis=True)
     assert set(lines) == {"slow", "steep"}  # stuck is not identifiable: no dashed curve
     for v in lines:
         x, y = lines[v]
@@ -197,7 +198,7 @@ def test_compute_seconds_fits_against_wall_time(tmp_path, capsys):
     # accuracy.png is against tokens: the seconds fit gets its own plot, its x in seconds from step 0
     assert "![compute_fit.png](compute_fit.png)" in (out / "report.md").read_text()
     fit_report = build_report(folder, compute="seconds", write=False)["compute_fit"]
-    x, y = R._fit_lines(fit_report, on_token_axis=False)["slow"]
+    x, y = F._fit_lines(fit_report, on_token_axis=False)["slow"]
     assert np.interp(C_MID * SECONDS_PER_TOKEN, x, y) == pytest.approx(R0 + (A - R0) / 2, abs=0.03)
 
 
@@ -228,7 +229,7 @@ def test_fit_column_warns_when_bootstrap_refits_are_often_unidentifiable(tokens_
     res, _ = tokens_report
     arm = res["compute_fit"].fit.arms["slow"]
     assert (
-        R._fit_verdict(dataclasses.replace(arm, boot_identifiable=0.5))
+        F._fit_verdict(dataclasses.replace(arm, boot_identifiable=0.5))
         == "✓ (only 50% of bootstrap refits identifiable)"
     )
 
@@ -236,7 +237,7 @@ def test_fit_column_warns_when_bootstrap_refits_are_often_unidentifiable(tokens_
 def test_unmatched_pair_is_marked_in_the_fit_differences(tokens_report):
     res, _ = tokens_report
     unmatched = res["differences"].assign(matched=False)  # as with --allow-unmatched
-    table = R._fit_differences_table(res["compute_fit"], unmatched)
+    table = F._fit_differences_table(res["compute_fit"], unmatched)
     assert _md_row(table, "steep vs slow")[3] == "⚠ unmatched (see Attention)"
 
 
@@ -277,4 +278,4 @@ def test_short_curves_are_not_identifiable(tmp_path):
     assert not arm.fit.identifiable and arm.fit.reason.startswith("too few points")
     cells = _md_row(_section((tmp_path / "exp" / "report.md").read_text()), "grpo")
     assert cells[3] == "—" and cells[6].startswith("not identifiable: too few points")
-    assert "grpo" not in R._fit_lines(res["compute_fit"], on_token_axis=True)
+    assert "grpo" not in F._fit_lines(res["compute_fit"], on_token_axis=True)

@@ -1,0 +1,489 @@
+"""The comparison: each run's variant and reference, the comparison point, per-run values there, the checks that
+runs are matched, per-variant summaries, the variant-vs-reference differences and their verdicts (Holm)."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from . import stats
+from .curves import _auc, _curve, _final_tokens, _segment, _step_mean, _wall_time, tokens_to_reach
+from .load import _SEED_PART, TOKENS, ReportError, Run, _components, strip_seed
+from .matching import fingerprint_diff
+from .text import _fmt_tokens, _isnan, _seedset
+
+
+DEFAULT_METRIC = "eval/accuracy"
+DEFAULT_REPS = 2000  # only for the old --reps option: the report's intervals are closed-form
+ALPHA = 0.05
+DEFAULT_MIN_SEEDS = 5  # seeds per arm before a comparison gets a verdict (issue 16)
+
+# the verdict of a variant-vs-reference comparison (higher metric = better, as for accuracy)
+BETTER, WORSE = "better", "worse"
+NO_DIFFERENCE = "no detectable difference"
+TOO_FEW_SEEDS = "too few seeds: inconclusive"
+
+# per-run quantities: key -> (label, kind); kind picks the number format
+QUANTITIES: list[tuple[str, str, str]] = [
+    ("final", "final", "score"),
+    ("best", "best", "score"),
+    ("auc", "AUC (mean over tokens)", "score"),
+    ("tokens_to_threshold", "tokens to threshold", "tokens"),
+    ("length_correct", "length of correct responses", "length"),
+    ("length_incorrect", "length of incorrect responses", "length"),
+    ("clip_low", "clip/frac_low", "frac"),
+    ("clip_high", "clip/frac_high", "frac"),
+    ("zero_variance_frac", "groups/zero_variance_frac", "frac"),
+    ("wall_time_s", "wall time (s)", "seconds"),
+    ("tokens_per_s", "generated tokens/s", "rate"),
+]
+STEP_MEANS = {  # quantity -> metrics.jsonl column, averaged over steps up to the comparison point
+    "length_correct": "length/correct_mean",
+    "length_incorrect": "length/incorrect_mean",
+    "clip_low": "clip/frac_low",
+    "clip_high": "clip/frac_high",
+    "zero_variance_frac": "groups/zero_variance_frac",
+}
+DIFF_QUANTITIES = ("final", "auc")
+
+
+def _summarise(values: list[float], reps: int) -> dict:
+    v = np.asarray([x for x in values if not _isnan(x)], dtype=float)
+    ci = stats.mean_ci(v, reps=reps, alpha=ALPHA, seed=0)
+    out = {
+        "n": int(v.size),
+        "mean": ci.point,
+        "low": ci.low,
+        "high": ci.high,
+        "iqm": float("nan"),
+        "iqm_low": float("nan"),
+        "iqm_high": float("nan"),
+    }
+    if v.size >= 4:
+        q = stats.iqm_ci(v, reps=reps, alpha=ALPHA, seed=0)
+        out.update(iqm=q.point, iqm_low=q.low, iqm_high=q.high)
+    return out
+
+
+def _check_min_seeds(min_seeds) -> None:
+    if isinstance(min_seeds, bool) or not isinstance(min_seeds, (int, np.integer)) or min_seeds < 2:
+        raise ReportError(
+            f"--min-seeds={min_seeds}: must be an integer >= 2 (the seeds each side of a comparison "
+            f"needs before it gets a verdict; default {DEFAULT_MIN_SEEDS})"
+        )
+
+
+def verdict(low: float, high: float, n_variant: int, n_reference: int, min_seeds: int = DEFAULT_MIN_SEEDS) -> str:
+    """The word for one comparison: too few seeds on either side first, whatever the interval says;
+    then better / worse where the interval of variant - reference excludes 0."""
+    if min(n_variant, n_reference) < min_seeds:
+        return TOO_FEW_SEEDS
+    if low > 0:
+        return BETTER
+    if high < 0:
+        return WORSE
+    return NO_DIFFERENCE
+
+
+def _holm_family_adjusted(differences: pd.DataFrame, decided: pd.Series) -> pd.Series:
+    """Holm-adjusted Welch p-values; a family = the comparisons against one reference on one quantity
+    that get a verdict (enough seeds). The others keep nan: they decide nothing, so they spend no alpha."""
+    adjusted = pd.Series(np.nan, index=differences.index)
+    for _, family in differences[decided].groupby(["reference", "quantity"], sort=False):
+        adjusted[family.index] = stats.holm_adjusted(family["p_value"].to_numpy(float))
+    return adjusted
+
+
+def _with_verdicts(differences: pd.DataFrame, min_seeds: int) -> pd.DataFrame:
+    """Add `verdict` (the 95% interval's decision), `p_holm` and `verdict_holm` (Holm-Bonferroni,
+    family-wise 5% over the variants compared with the same reference)."""
+    d = differences.copy()
+    d["verdict"] = [verdict(r.diff_low, r.diff_high, r.n_variant, r.n_reference, min_seeds) for r in d.itertuples()]
+    d["p_holm"] = _holm_family_adjusted(d, d["verdict"] != TOO_FEW_SEEDS)
+    d["verdict_holm"] = [
+        TOO_FEW_SEEDS if v == TOO_FEW_SEEDS else NO_DIFFERENCE if not ph <= ALPHA else (BETTER if diff > 0 else WORSE)
+        for v, ph, diff in zip(d["verdict"], d["p_holm"], d["diff"])
+    ]
+    return d
+
+
+def _assign_variants(runs: list[Run], reference: Optional[str]) -> None:
+    """Each run's variant (its sweep tag, else its name without the seed), reference and components."""
+    experiments = sorted({r.experiment for r in runs})
+    multi = len(experiments) > 1
+    for r in runs:
+        v = r.sweep.get("variant") if r.sweep else None
+        base = str(v) if v not in (None, "") else strip_seed(r.name)
+        if base in ("", r.name) and r.seed is not None and _SEED_PART.match(r.name):
+            base = r.algorithm or "run"
+        ref = r.sweep.get("reference") if r.sweep else None
+        r.variant = f"{r.experiment}/{base}" if multi else base
+        r.reference = (f"{r.experiment}/{ref}" if multi else str(ref)) if ref not in (None, "") else None
+        r.component = _components(r.sweep.get("component") if r.sweep else None)
+    if reference is not None:
+        known = {r.variant for r in runs}
+        if reference not in known:
+            raise ReportError(f"--reference {reference!r} is not a variant here; variants: {', '.join(sorted(known))}")
+        for r in runs:
+            if r.reference is None and r.variant != reference:
+                r.reference = reference
+
+
+def _has_values(df: pd.DataFrame, col: str) -> bool:
+    return not df.empty and col in df.columns and pd.to_numeric(df[col], errors="coerce").notna().any()
+
+
+def _metric_source(runs: list[Run], metric: str) -> str:
+    """'eval' or 'metrics': the file the metric is read from (eval.jsonl first), judged on completed runs."""
+    completed = [r for r in runs if r.status == "completed"]
+    if any(_has_values(r.evals, metric) for r in completed):
+        return "eval"
+    if any(_has_values(r.metrics, metric) for r in completed):
+        return "metrics"
+    if completed:
+        keys = sorted({c for r in completed for c in r.evals.columns if c not in ("step", TOKENS)})
+        raise ReportError(
+            f"metric {metric!r} is in neither eval.jsonl nor metrics.jsonl of any completed run"
+            + (f"; eval.jsonl keys: {', '.join(keys)}" if keys else "")
+        )
+    return "eval"
+
+
+def _source_frame(r: Run, source: str) -> pd.DataFrame:
+    return r.evals if source == "eval" else r.metrics
+
+
+def _mark_included(runs: list[Run], metric: str, source: str) -> None:
+    """Completed runs with the metric count; the others get their reason."""
+    for r in runs:
+        r.final_tokens = _final_tokens(r)
+        if r.status != "completed":
+            r.exclude_reason = r.status
+            continue
+        t, _ = _curve(_source_frame(r, source), metric)
+        if t.size == 0:
+            r.exclude_reason = f"no {metric} rows with {TOKENS} in {source}.jsonl"
+            continue
+        r.included = True
+
+
+def _comparison_point(runs: list[Run], at_tokens, metric: str, source: str):
+    """(mode, T, shortest run or None): the token count runs are compared at. --at-tokens interpolates there (runs
+    whose curve does not cover it are left out); else the shortest included run's end ('cut')."""
+    included = [r for r in runs if r.included]
+    if at_tokens is not None:
+        T = float(at_tokens)
+        for r in included:
+            t, _ = _curve(_source_frame(r, source), metric)
+            if T > t[-1] * (1 + 1e-9) or T < t[0]:
+                r.included = False
+                r.exclude_reason = (
+                    f"its {source}.jsonl covers {_fmt_tokens(t[0])}–{_fmt_tokens(t[-1])} tokens, not {_fmt_tokens(T)}"
+                )
+        return "interpolate", T, None
+    if not included:
+        return "cut", float("nan"), None
+    shortest = min(included, key=lambda r: r.final_tokens)
+    T = shortest.final_tokens
+    if all(math.isclose(r.final_tokens, T) for r in included):
+        shortest = None  # every run ends at the same token count
+    return "cut", T, shortest
+
+
+def _per_run_values(included: list[Run], metric: str, source: str, T: float, notes: list[str]) -> None:
+    """Each included run's quantities at T (r.values), noting runs that end early or are interpolated."""
+    interpolated: list[tuple[float, str, float, float]] = []  # (gap, run, before, after)
+    for r in included:
+        t, y = _curve(_source_frame(r, source), metric)
+        st, sy = _segment(t, y, T)
+        if st.size >= 2 and not np.any(np.isclose(t, T, rtol=1e-9, atol=1e-9)) and T <= t[-1]:
+            before, after = float(st[-2]), float(t[t > T][0])
+            interpolated.append((after - before, r.name, before, after))
+        if t[-1] < T * (1 - 1e-9):
+            notes.append(
+                f"`{r.name}`: its {source}.jsonl ends at {_fmt_tokens(t[-1])} tokens, before the "
+                f"comparison point; its last row is used"
+            )
+        r.values["initial"] = float(y[0])
+        r.values["final"] = float(sy[-1])
+        r.values["final_at_tokens"] = float(st[-1])
+        r.values["best"] = float(np.max(sy))
+        r.values["auc"] = _auc(st, sy)
+        r.values["_seg"] = (st, sy)
+        for key, col in STEP_MEANS.items():
+            r.values[key] = _step_mean(r.metrics, col, T)
+        r.values["wall_time_s"], r.values["tokens_per_s"] = _wall_time(r, T)
+    if interpolated:
+        gap, name, before, after = max(interpolated)
+        notes.append(
+            f"{len(interpolated)} run(s) have no {source}.jsonl row at exactly {_fmt_tokens(T)} tokens: their values "
+            f"there are interpolated linearly between the rows around it (widest gap: `{name}`, "
+            f"{_fmt_tokens(before)}–{_fmt_tokens(after)} tokens)"
+        )
+
+
+def _apply_threshold(included: list[Run], threshold: Optional[float]):
+    """(threshold, how it was chosen), and each included run's tokens_to_threshold."""
+    if threshold is None and included:
+        thr = (np.mean([r.values["initial"] for r in included]) + np.mean([r.values["best"] for r in included])) / 2
+        threshold_how = "midway between the mean initial and the mean best value over included runs"
+    else:
+        thr = threshold
+        threshold_how = "set with --threshold" if threshold is not None else ""
+    for r in included:
+        st, sy = r.values.pop("_seg")
+        r.values["tokens_to_threshold"] = tokens_to_reach(st, sy, thr) if thr is not None else float("nan")
+    return thr, threshold_how
+
+
+def _group_variants(included: list[Run]) -> dict[str, list[Run]]:
+    """variant -> its included runs, by seed."""
+    variants: dict[str, list[Run]] = {}
+    for r in included:
+        variants.setdefault(r.variant, []).append(r)
+    for v in variants.values():
+        v.sort(key=lambda r: (r.seed is None, r.seed if r.seed is not None else 0, r.name))
+    return variants
+
+
+def _check_within_variants(variants: dict[str, list[Run]], flags: list[str], notes: list[str]) -> dict[str, list[str]]:
+    """variant -> why its own runs are not matched (seeds, fingerprints); flagged."""
+    unmatched_variants: dict[str, list[str]] = {}
+    for name, vr in variants.items():
+        problems = _problems_within(name, vr, notes)
+        if problems:
+            unmatched_variants[name] = problems
+            flags.append(f"**Unmatched runs within `{name}`**: " + " | ".join(problems))
+    return unmatched_variants
+
+
+def _problems_within(name: str, vr: list[Run], notes: list[str]) -> list[str]:
+    problems: list[str] = []
+    seeds = [r.seed for r in vr]
+    if any(s is None for s in seeds):
+        problems.append("seed unknown for " + ", ".join(f"`{r.name}`" for r in vr if r.seed is None))
+    dup = sorted({s for s in seeds if s is not None and seeds.count(s) > 1})
+    if dup:
+        notes.append(f"variant `{name}` has several runs with seed(s) {dup}; all are counted")
+    missing = [r for r in vr if r.fingerprint is None]
+    if missing:
+        problems.append("fingerprint.json missing in " + ", ".join(f"`{r.name}`" for r in missing))
+    with_fp = [r for r in vr if r.fingerprint is not None]
+    if with_fp:
+        first = with_fp[0]
+        init_differs = False
+        for r in with_fp[1:]:
+            diff = fingerprint_diff(r.fingerprint, first.fingerprint, ignore=("init_weights_hash",))
+            if diff:
+                problems.append(f"`{r.name}` vs `{first.name}`: " + "; ".join(diff))
+            if first.fingerprint.get("init_weights_hash") != r.fingerprint.get("init_weights_hash"):
+                init_differs = True
+        if init_differs:
+            notes.append(
+                f"variant `{name}`: initial weights differ across seeds (seed-dependent init); "
+                "variant-vs-reference checks compare weights seed by seed"
+            )
+    return problems
+
+
+DIFFERENCE_COLUMNS = [
+    "variant",
+    "reference",
+    "quantity",
+    "metric",
+    "n_variant",
+    "n_reference",
+    "diff",
+    "diff_low",
+    "diff_high",
+    "p_value",
+    "poi",
+    "poi_low",
+    "poi_high",
+    "matched",
+]
+
+
+def _differences(runs, variants, unmatched_variants, metric, allow_unmatched, min_seeds, flags, notes):
+    """(differences frame with verdicts, (variant, reference) -> why unmatched): each variant against its
+    reference, where both are here and matched (or --allow-unmatched)."""
+    diffs_rows: list[dict] = []
+    pair_problems: dict[tuple[str, str], list[str]] = {}
+    refs = sorted({(v, vr[0].reference) for v, vr in variants.items() if vr[0].reference})
+    for v, ref in refs:
+        refs_here = {r.reference for r in variants[v]}
+        if len(refs_here) > 1:
+            notes.append(f"variant `{v}` runs name different references {sorted(map(str, refs_here))}; using `{ref}`")
+        if ref not in variants:
+            listed = {r.variant for r in runs}
+            why = "has no completed runs" if ref in listed else "is not in this folder"
+            notes.append(f"`{v}`: reference `{ref}` {why}; no difference computed")
+            continue
+        a, b = variants[v], variants[ref]
+        problems, allowed, inferred = _pair_problems(v, ref, a, b, unmatched_variants)
+        matched = not problems
+        if matched and inferred:
+            notes.append(
+                f"`{v}` vs `{ref}`: no `sweep.component`; algorithm settings in fingerprint.json "
+                "(e.g. dynamic sampling) were allowed to differ because the algorithms differ"
+            )
+        if problems:
+            pair_problems[(v, ref)] = problems
+            allowed_txt = f" (allowed to differ: {', '.join(allowed)}{inferred})" if allowed else ""
+            tail = "" if allow_unmatched else " — left out of differences (use --allow-unmatched to include)"
+            flags.append(f"**Unmatched: `{v}` vs reference `{ref}`**{allowed_txt}: " + " | ".join(problems) + tail)
+            if not allow_unmatched:
+                continue
+        diffs_rows += _difference_rows(v, ref, a, b, metric, matched)
+    differences = _with_verdicts(pd.DataFrame(diffs_rows, columns=DIFFERENCE_COLUMNS), min_seeds)
+    return differences, pair_problems
+
+
+def _pair_problems(v: str, ref: str, a: list[Run], b: list[Run], unmatched_variants: dict):
+    """(problems, components allowed to differ, ' (inferred: ...)' or ''): how variant `v`'s runs `a` fail to
+    match its reference's `b`, seed by seed, outside the components it declares."""
+    problems = []
+    sa, sb = {r.seed for r in a}, {r.seed for r in b}
+    if sa != sb:
+        problems.append(f"seeds differ: {_seedset(sa)} vs {_seedset(sb)}")
+    allowed = sorted({c for r in a for c in r.component})
+    inferred = ""
+    algos_a, algos_b = {r.algorithm for r in a}, {r.algorithm for r in b}
+    if not allowed and None not in algos_a | algos_b and algos_a.isdisjoint(algos_b):
+        # no sweep.component (e.g. --reference): different algorithms may differ in their own settings
+        allowed, inferred = ["algorithm"], " (inferred: the algorithms differ)"
+    by_seed_b = {r.seed: r for r in b}
+    found: dict[str, list[tuple[Run, Run]]] = {}
+    for r in a:
+        other = by_seed_b.get(r.seed) or b[0]
+        if r.fingerprint is None or other.fingerprint is None:
+            continue
+        ignore = () if r.seed in by_seed_b else ("init_weights_hash",)
+        diff = fingerprint_diff(r.fingerprint, other.fingerprint, allowed=allowed, ignore=ignore)
+        if diff:
+            found.setdefault("; ".join(diff), []).append((r, other))
+    for text, pairs in found.items():
+        if len(pairs) == 1:
+            problems.append(f"`{pairs[0][0].name}` vs `{pairs[0][1].name}`: {text}")
+        else:
+            problems.append(f"{len(pairs)} seed pairs ({', '.join(f'`{x.name}`' for x, _ in pairs)}): {text}")
+    for side in (v, ref):
+        if side in unmatched_variants:
+            problems.append(f"`{side}` is not matched within itself")
+    return list(dict.fromkeys(problems)), allowed, inferred
+
+
+def _difference_rows(v: str, ref: str, a: list[Run], b: list[Run], metric: str, matched: bool) -> list[dict]:
+    rows = []
+    for q in DIFF_QUANTITIES:
+        xa = np.array([r.values[q] for r in a], float)
+        xb = np.array([r.values[q] for r in b], float)
+        d = stats.difference_ci(xa, xb, alpha=ALPHA)
+        p = stats.probability_of_improvement(xa, xb, ci=True, alpha=ALPHA)
+        rows.append(
+            {
+                "variant": v,
+                "reference": ref,
+                "quantity": q,
+                "metric": metric,
+                "n_variant": len(xa),
+                "n_reference": len(xb),
+                "diff": d.point,
+                "diff_low": d.low,
+                "diff_high": d.high,
+                "p_value": stats.welch_p_value(xa, xb),
+                "poi": p.point,
+                "poi_low": p.low,
+                "poi_high": p.high,
+                "matched": matched,
+            }
+        )
+    return rows
+
+
+def _variant_tables(variants, unmatched_variants, pair_problems, reps: int):
+    """(headline: one row per variant, best final first; summary: variant x quantity, long)."""
+    long_rows: list[dict] = []
+    head_rows: list[dict] = []
+    for v, vr in variants.items():
+        algos = sorted({r.algorithm for r in vr if r.algorithm})
+        row: dict = {
+            "variant": v,
+            "algorithm": ", ".join(algos),
+            "reference": vr[0].reference or "",
+            "n_seeds": len(vr),
+            "seeds": " ".join(str(r.seed) for r in vr),
+            "matched": v not in unmatched_variants and not any(k[0] == v for k in pair_problems),
+        }
+        for key, _, _ in QUANTITIES:
+            vals = [r.values.get(key, float("nan")) for r in vr]
+            s = _summarise(vals, reps)
+            long_rows.append({"variant": v, "quantity": key, "n_total": len(vr), **s})
+            row[key] = s["mean"]
+            row[f"{key}_low"] = s["low"]
+            row[f"{key}_high"] = s["high"]
+            row[f"{key}_iqm"] = s["iqm"]
+            row[f"{key}_iqm_low"] = s["iqm_low"]
+            row[f"{key}_iqm_high"] = s["iqm_high"]
+            if key == "tokens_to_threshold":
+                row["tokens_to_threshold_reached"] = s["n"]
+        head_rows.append(row)
+    headline = pd.DataFrame(head_rows)
+    if not headline.empty:
+        headline = headline.sort_values(
+            ["final", "variant"], ascending=[False, True], na_position="last", kind="stable"
+        ).reset_index(drop=True)
+    return headline, pd.DataFrame(long_rows)
+
+
+def _runs_table(runs: list[Run]) -> pd.DataFrame:
+    """One row per run folder, included or not, with why not."""
+    runs_rows = []
+    for r in sorted(runs, key=lambda r: (r.variant, r.seed if r.seed is not None else -1, r.name)):
+        rr = {
+            "run": r.name,
+            "path": str(r.path),
+            "experiment": r.experiment,
+            "variant": r.variant,
+            "seed": r.seed,
+            "algorithm": r.algorithm,
+            "status": r.status,
+            "included": r.included,
+            "excluded_because": r.exclude_reason,
+            "error": r.error or "",
+            "final_tokens": r.final_tokens,
+            "notes": "; ".join(r.notes),
+        }
+        for key in ["initial", "final", "final_at_tokens"] + [k for k, _, _ in QUANTITIES if k != "final"]:
+            rr[key] = r.values.get(key, float("nan"))
+        runs_rows.append(rr)
+    return pd.DataFrame(runs_rows)
+
+
+def _status_flags(runs: list[Run], flags: list[str], notes: list[str]) -> None:
+    """Flags for partial, failed and left-out runs; notes for rows dropped or files unreadable."""
+    partial = [r for r in runs if r.status == "partial"]
+    failed = [r for r in runs if r.status == "failed"]
+    other_excluded = [r for r in runs if r.status == "completed" and not r.included]
+    if partial:
+        flags.append(
+            f"**{len(partial)} partial run(s)** (excluded from statistics): "
+            + ", ".join(f"`{r.name}`" for r in partial)
+        )
+    if failed:
+        flags.append(
+            f"**{len(failed)} failed run(s)** (excluded from statistics): "
+            + "; ".join(f"`{r.name}`: {r.error or 'no error recorded'}" for r in failed)
+        )
+    if other_excluded:
+        flags.append(
+            f"**{len(other_excluded)} completed run(s) left out**: "
+            + "; ".join(f"`{r.name}`: {r.exclude_reason}" for r in other_excluded)
+        )
+    for r in runs:
+        for n in r.notes:
+            if "dropped" in n or "unreadable" in n:
+                notes.append(f"`{r.name}`: {n}")
