@@ -204,8 +204,9 @@ def test_default_threshold_is_midway_between_initial_and_best(tmp_path):
 def test_step_means_wall_time_and_throughput(tmp_path):
     res = build_report(sweep_folder(tmp_path), write=False)
     g = row(res["headline"], "grpo")
-    # steps at 50,100,150,200 tokens: length/correct_mean 10,20,30,40 -> 25
-    assert g["length_correct"] == pytest.approx(25.0)
+    # steps at 50,100,150,200 tokens: length/correct_mean 10,20,30,40; the window is the last 20% of the
+    # 200 tokens (steps at >= 160 tokens): the step at 200 alone -> 40 (issue 42: per-step metrics as window means)
+    assert g["length_correct"] == pytest.approx(40.0)
     assert g["length_incorrect"] == pytest.approx(100.0)
     assert g["clip_low"] == pytest.approx(0.01) and g["clip_high"] == pytest.approx(0.03)
     assert g["zero_variance_frac"] == pytest.approx(0.5)
@@ -217,14 +218,19 @@ def test_step_means_wall_time_and_throughput(tmp_path):
 def test_differences_against_reference(tmp_path):
     res = build_report(sweep_folder(tmp_path), write=False)
     d = res["differences"].set_index("quantity")
-    assert set(d.index) == {"final", "auc"}
+    assert set(d.index) == {"window", "final", "auc"}
     f = d.loc["final"]
     assert f["variant"] == "dapo" and f["reference"] == "grpo" and bool(f["matched"])
     assert f["diff"] == pytest.approx(0.1)
-    # Welch: s^2 = 0.01 each side, se = sqrt(0.02 / 3) = 0.0816497, df = 4, t_{0.975, 4} = 2.776445
-    assert f["diff_low"] == pytest.approx(0.1 - 0.226696, abs=1e-6)
-    assert f["diff_high"] == pytest.approx(0.1 + 0.226696, abs=1e-6)
-    assert f["p_value"] == pytest.approx(0.287864, abs=1e-6)  # t = 1.224745 with 4 df
+    # seeds 0, 1, 2 on both sides: paired; every seed's difference is +0.1, so the paired interval has zero width
+    assert f["method"] == "paired" and f["diff_low"] == pytest.approx(0.1) and f["diff_high"] == pytest.approx(0.1)
+    assert f["p_value"] == 0.0
+    # Welch beside it: s^2 = 0.01 each side, se = sqrt(0.02 / 3) = 0.0816497, df = 4, t_{0.975, 4} = 2.776445
+    assert f["welch_low"] == pytest.approx(0.1 - 0.226696, abs=1e-6)
+    assert f["welch_high"] == pytest.approx(0.1 + 0.226696, abs=1e-6)
+    assert f["welch_p"] == pytest.approx(0.287864, abs=1e-6)  # t = 1.224745 with 4 df
+    # window = mean of the last 3 evals, here all three: grpo 0.15, 0.2, 0.25 and dapo 0.25, 0.3, 0.35
+    assert d.loc["window", "diff"] == pytest.approx(0.1) and d.loc["window", "mde"] == 0.0
     assert f["verdict"] == "too few seeds: inconclusive" and f["verdict_holm"] == "too few seeds: inconclusive"
     # PoI: a=[.3,.4,.5] vs b=[.2,.3,.4]: wins 1+.5+0 + 1+1+.5 + 3 = 7 of 9 pairs
     assert f["poi"] == pytest.approx(7 / 9)
