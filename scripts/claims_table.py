@@ -179,7 +179,7 @@ def fmt(x: float) -> str:
 
 
 HEADER = (
-    "| claim | variant vs base | metric | predicted | Δ, mean of last 3 evals [95% CI] | interval | p (Holm, family) "
+    "| claim | variant vs base | metric | predicted | Δ, window mean [95% CI] | interval | p (Holm, family) "
     "| MDE (80% power) | P(variant > base) | seeds | verdict (Holm) | Δ at the single final point [95% CI] |\n"
     "|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
@@ -211,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--source", default=None, help="what --collect writes in the CSV's source column (default: HEAD)")
     p.add_argument("--min-seeds", type=int, default=5)
     p.add_argument("--out", default=None, help="write the table here (markdown); default: print it")
+    p.add_argument("--rerun-only", action="store_true", help="only the rows with per-seed values (docs/claims.md)")
     args = p.parse_args(argv)
     claims, csv_path = _claims(Path(args.claims)), Path(args.seeds_csv)
     seeds = read_seeds(csv_path)
@@ -222,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
                 seeds = [r for r in seeds if r["claim"] != data["name"]] + new
         write_seeds(csv_path, seeds)
     rows = [r for data in claims for r in claim_rows(data, seeds, args.min_seeds)]
+    if args.rerun_only:
+        rows = [r for r in rows if "p" in r]
     text = markdown(rows)
     if args.out:
         Path(args.out).write_text(text)

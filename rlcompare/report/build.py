@@ -124,15 +124,7 @@ def build_report(
     variants = _group_variants(included, notes)
     unmatched_variants = _check_within_variants(variants, flags, notes)
     differences, pair_problems = _differences(
-        runs,
-        variants,
-        unmatched_variants,
-        metric,
-        allow_unmatched,
-        min_seeds,
-        flags,
-        notes,
-        fixed_T=T if mode == "interpolate" else None,
+        runs, variants, unmatched_variants, metric, allow_unmatched, min_seeds, flags, notes, (mode, T)
     )
     headline, summary = _variant_tables(variants, unmatched_variants, pair_problems, reps, metric)
     runs_df = _runs_table(runs)

@@ -351,7 +351,9 @@ DIFFERENCE_COLUMNS = [
 ]
 
 
-def _differences(runs, variants, unmatched_variants, metric, allow_unmatched, min_seeds, flags, notes, fixed_T=None):
+def _differences(
+    runs, variants, unmatched_variants, metric, allow_unmatched, min_seeds, flags, notes, point=("cut", 0)
+):
     """(differences frame with verdicts, (variant, reference) -> why unmatched): each variant against its
     reference, where both are here and matched (or --allow-unmatched)."""
     diffs_rows: list[dict] = []
@@ -381,6 +383,7 @@ def _differences(runs, variants, unmatched_variants, metric, allow_unmatched, mi
             flags.append(f"**Unmatched: `{v}` vs reference `{ref}`**{allowed_txt}: " + " | ".join(problems) + tail)
             if not allow_unmatched:
                 continue
+        fixed_T = point[1] if point[0] == "interpolate" else None  # --at-tokens: every pair there
         diffs_rows += _difference_rows(v, ref, a, b, metric, matched, fixed_T)
     differences = _with_verdicts(pd.DataFrame(diffs_rows, columns=DIFFERENCE_COLUMNS), min_seeds)
     return differences, pair_problems

@@ -44,12 +44,16 @@ def window_mean(st: np.ndarray, sy: np.ndarray, per_step: bool) -> float:
 
 
 def window_step_mean(df: pd.DataFrame, col: str, T: float) -> float:
-    """A metrics.jsonl column's mean over the steps in the last WINDOW_TOKEN_SHARE of the tokens up to T."""
+    """A metrics.jsonl column's mean over the steps in the last WINDOW_TOKEN_SHARE of the tokens up to T (the last
+    step up to T when none falls inside)."""
     t, y = _curve(df, col)
     if t.size == 0:
         return float("nan")
-    keep = _le(t, T) & (t >= T * (1.0 - WINDOW_TOKEN_SHARE))
-    return float(np.mean(y[keep])) if keep.any() else float("nan")
+    upto = _le(t, T)
+    keep = upto & (t >= T * (1.0 - WINDOW_TOKEN_SHARE))
+    if not keep.any():  # no step inside the window (a run that logs rarely, or ends early): its last step
+        return float(y[upto][-1]) if upto.any() else float("nan")
+    return float(np.mean(y[keep]))
 
 
 def values_at(t: np.ndarray, y: np.ndarray, T: float, per_step: bool) -> dict[str, float]:
