@@ -285,6 +285,8 @@ SHORTFALLS: dict[tuple[str, str], object] = {  # a number for every seed count, 
     ("mean (Student t)", "accuracy k/200 near 0.05"): 0.01,
     ("IQM (Tukey-McLaughlin)", "accuracy k/200 near 0.05"): 0.01,
     ("mean (Student t)", "beta near 0.85, 1 seed in 10 lower by 4 sd"): 0.04,
+    # 0.935 at 4 seeds over 2,000 trials (the test's draw), 0.944 or more over 10,000
+    ("IQM (Tukey-McLaughlin)", "beta near 0.85, 1 seed in 10 lower by 4 sd"): {4: 0.01},
     ("mean (Student t)", "three outcomes 0.40 / 0.45 / 0.50 (20 / 50 / 30%)"): {3: 0.11, 5: 0.04, 10: 0.02},
     ("IQM (Tukey-McLaughlin)", "three outcomes 0.40 / 0.45 / 0.50 (20 / 50 / 30%)"): 0.03,
     ("IQM (Tukey-McLaughlin)", "heavy tails: Student t, 3 df"): 0.01,

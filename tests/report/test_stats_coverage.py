@@ -16,8 +16,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from rlcompare.report import coverage as C  # noqa: E402
 from rlcompare.report import stats  # noqa: E402
 
-pytestmark = pytest.mark.slow  # about a minute on an idle core (60 shapes x 3 seed counts x 2,000 trials)
-
 KINDS = {
     "mean (Student t)",
     "IQM (Tukey-McLaughlin)",
