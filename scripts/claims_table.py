@@ -1,143 +1,204 @@
-"""The claims table of docs/claims.md, from the claim sweeps' results (rlcompare report, one metric at a time).
+"""The claims table of docs/claims.md, generated from the per-seed values in docs/claims_seeds.csv.
 
-    python scripts/claims_table.py [--results results] [--out docs/claims_table.md]
+    python scripts/claims_table.py --collect [--results results]   # add reruns' per-seed values to the CSV
+    python scripts/claims_table.py [--out docs/claims_table.md]       # the table, from the CSV alone
 
-For every sweeps/claims/*.yaml and every row of its `claim.expect`, it runs `rlcompare report` on
-results/<claim name> with that metric (written to results/<claim>/by_metric/<metric>/: report.md, CSVs, plots) and
-reads the variant's difference from the base at equal generated tokens (the `final` quantity): the Welch 95%
-interval, the probability of improvement and the seeds. The verdict follows from the interval and the claim's
-predicted direction, fixed in the sweep file before it was run:
+--collect runs `rlcompare report` on results/<claim> for every sweeps/claims/*.yaml with results, one metric of
+its `claim.expect` at a time (written to results/<claim>/by_metric/<metric>/), and replaces that claim's rows of
+the CSV with the per-seed values behind each comparison: every estimand (window: the mean of the last 3 evals
+up to the pair's comparison point, the verdict's; final: the value there; auc), each arm, each seed. A rerun can
+then be compared with the committed values seed by seed.
 
-* higher / lower: "reproduced" when the interval excludes 0 on the predicted side, "opposite" when it excludes 0 on
-  the other side, "inconclusive" when it holds 0;
-* same: "consistent" when the interval holds 0 (no difference detected, which is not proof of none), "not
-  reproduced" when it excludes 0;
+The table reads only the CSV. Per row: the difference variant - base, with the paired 95% t interval of the
+per-seed differences where both arms hold the same seeds (the claim sweeps share warm start, data order and
+sampling streams per seed), else Welch's; its p-value Holm-adjusted over the family the report uses (every
+variant compared with the same base on the same metric within one claim); the minimum detectable effect at 80%
+power; the probability of improvement. The verdict follows from the Holm-adjusted test and the direction fixed
+in the sweep file before it was run:
+
+* higher / lower: "reproduced" when the adjusted test rejects on the predicted side, "opposite" on the other
+  side, "inconclusive" otherwise (with the MDE: no effect larger than it was missed);
+* same: "consistent (none larger than MDE)" when it does not reject, "not reproduced" when it does;
 * report: the numbers only;
-* fewer than --min-seeds seeds per arm: "too few seeds: inconclusive".
+* a claim whose `claim.kind` is "mechanism identity" (c4) is labelled so: its test is claim_same_rows.py, the
+  row is not a statistical result;
+* fewer than --min-seeds seeds per arm: "too few seeds: inconclusive"; no rows in the CSV: "not in the CSV".
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rlcompare.report import ReportError, build_report  # noqa: E402
-from rlcompare.results import read_jsonl  # noqa: E402
+from rlcompare.report import ReportError, build_report, stats  # noqa: E402
 
-
-def verdict(direction: str, low: float, high: float, n_var: int, n_ref: int, min_seeds: int) -> str:
-    if min(n_var, n_ref) < min_seeds:
-        return "too few seeds: inconclusive"
-    if direction == "report":
-        return "(reported)"
-    above, below = low > 0, high < 0
-    if direction == "same":
-        return "not reproduced" if (above or below) else "consistent"
-    want_above = direction == "higher"
-    if (above and want_above) or (below and not want_above):
-        return "reproduced"
-    if above or below:
-        return "opposite"
-    return "inconclusive"
+SEEDS_CSV = REPO / "docs" / "claims_seeds.csv"
+FIELDS = ["claim", "variant", "reference", "metric", "quantity", "arm", "seed", "value", "comparison_tokens", "source"]
+ESTIMAND = "window"
+ALPHA = 0.05
+IDENTITY = "mechanism identity"
 
 
 def slug(metric: str) -> str:
     return metric.replace("/", "_")
 
 
-def claim_rows(sweep_file: Path, results: Path, min_seeds: int) -> list[dict]:
-    data = yaml.safe_load(sweep_file.read_text())
-    claim, name, base = data["claim"], data["name"], data["base"]["label"]
-    root = results / name
+def _claims(claims_dir: Path) -> list[dict]:
+    return [yaml.safe_load(f.read_text()) for f in sorted(Path(claims_dir).glob("*.yaml"))]
+
+
+def _source() -> str:
+    try:
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        return f"rerun at {head.stdout.strip() or 'unknown commit'}"
+    except OSError:
+        return "rerun"
+
+
+def collect(data: dict, results: Path, min_seeds: int, source: str) -> list[dict]:
+    """One claim's per-seed rows from its results folder ([] when it has none)."""
+    name, base, root = data["name"], data["base"]["label"], results / data["name"]
+    if not root.is_dir():
+        return []
+    rows = []
+    for metric in dict.fromkeys(e["metric"] for e in data["claim"]["expect"]):
+        try:
+            res = build_report(
+                root, metric=metric, out_dir=root / "by_metric" / slug(metric), min_seeds=min_seeds, reference=base
+            )
+        except ReportError as err:
+            print(f"{name} / {metric}: not collected ({err})", file=sys.stderr)
+            continue
+        for r in res["differences"].itertuples():
+            for arm, seeds, values in (
+                ("variant", r.seeds_variant, r.values_variant),
+                ("reference", r.seeds_reference, r.values_reference),
+            ):
+                for seed, value in zip(seeds.split(), values.split()):
+                    rows.append(
+                        dict(claim=name, variant=r.variant, reference=base, metric=metric, quantity=r.quantity, arm=arm,
+                             seed=int(seed), value=float(value), comparison_tokens=r.comparison_tokens, source=source)
+                    )  # fmt: skip
+    return rows
+
+
+def read_seeds(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    with path.open(newline="") as f:
+        return [dict(r, seed=int(r["seed"]), value=float(r["value"])) for r in csv.DictReader(f)]
+
+
+def write_seeds(path: Path, rows: list[dict]) -> None:
+    rows = sorted(rows, key=lambda r: (r["claim"], r["metric"], r["variant"], r["quantity"], r["arm"], r["seed"]))
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS, lineterminator="\n")
+        w.writeheader()
+        w.writerows({k: r[k] for k in FIELDS} for r in rows)
+
+
+def compare(rows: list[dict], claim: str, variant: str, metric: str, quantity: str = ESTIMAND) -> dict | None:
+    """The statistics of one (claim, variant, metric) from its per-seed rows; None without rows."""
+    mine = [
+        r for r in rows if (r["claim"], r["variant"], r["metric"], r["quantity"]) == (claim, variant, metric, quantity)
+    ]
+    if not mine:
+        return None
+    va = {r["seed"]: r["value"] for r in mine if r["arm"] == "variant"}
+    vb = {r["seed"]: r["value"] for r in mine if r["arm"] == "reference"}
+    paired = set(va) == set(vb)
+    xa = np.array([va[s] for s in sorted(va)])
+    xb = np.array([vb[s] for s in (sorted(va) if paired else sorted(vb))])
+    if paired:
+        d, p, mde = stats.paired_difference_ci(xa, xb), stats.paired_p_value(xa, xb), stats.paired_mde(xa, xb)
+    else:
+        d, p, mde = stats.difference_ci(xa, xb), stats.welch_p_value(xa, xb), stats.welch_mde(xa, xb)
+    return {
+        "diff": d.point, "low": d.low, "high": d.high, "p": p, "mde": mde, "method": "paired" if paired else "Welch",
+        "poi": stats.probability_of_improvement(xa, xb), "n_var": xa.size, "n_ref": xb.size,
+        "tokens": float(mine[0]["comparison_tokens"]), "source": mine[0]["source"],
+        "bimodal": ", ".join(lb for lb, x in ((variant, xa), ("base", xb)) if stats.looks_bimodal(x)),
+    }  # fmt: skip
+
+
+def verdict(direction: str, diff: float, p_holm: float, mde: float, n_var: int, n_ref: int, min_seeds: int) -> str:
+    if min(n_var, n_ref) < min_seeds:
+        return "too few seeds: inconclusive"
+    if direction == "report":
+        return "(reported)"
+    rejected = p_holm <= ALPHA
+    if direction == "same":
+        return "not reproduced" if rejected else f"consistent (none larger than {fmt(mde)})"
+    if not rejected:
+        return f"inconclusive (none larger than {fmt(mde)})"
+    return "reproduced" if (diff > 0) == (direction == "higher") else "opposite"
+
+
+def claim_rows(data: dict, seeds: list[dict], min_seeds: int) -> list[dict]:
+    name, base, claim = data["name"], data["base"]["label"], data["claim"]
     rows = []
     for e in claim["expect"]:
         row = {
             "claim": name,
-            "paper": claim["paper"],
             "variant": e["variant"],
             "reference": base,
             "metric": e["metric"],
             "direction": e["direction"],
         }
-        try:
-            res = build_report(
-                root,
-                metric=e["metric"],
-                out_dir=root / "by_metric" / slug(e["metric"]),
-                min_seeds=min_seeds,
-                reference=base,
-            )
-        except ReportError as err:
-            rows.append({**row, "verdict": f"not run ({err})"})
+        got = compare(seeds, name, e["variant"], e["metric"])
+        final = compare(seeds, name, e["variant"], e["metric"], "final")
+        rows.append({**row, **(got or {}), "final": final, "kind": claim.get("kind", "")})
+    # Holm over the report's family: the variants compared with the base on one metric, within this claim
+    for metric in {r["metric"] for r in rows}:
+        family = [r for r in rows if r["metric"] == metric and "p" in r]
+        for r, ph in zip(family, stats.holm_adjusted([r["p"] for r in family])):
+            r["p_holm"], r["family"] = float(ph), len(family)
+    for r in rows:
+        if "p" not in r:
+            r["verdict"] = "not in the CSV: rerun the sweep and --collect"
             continue
-        d = res["differences"]
-        d = d[(d["variant"] == e["variant"]) & (d["reference"] == base) & (d["quantity"] == "final")]
-        if d.empty:
-            rows.append({**row, "verdict": "no runs of this arm"})
-            continue
-        r = d.iloc[0]
-        row["trend"] = "; ".join(f"{lb} {t}" for lb in (base, e["variant"]) if (t := trend(root, lb, e["metric"])))
-        rows.append(
-            {
-                **row,
-                "diff": r["diff"],
-                "low": r["diff_low"],
-                "high": r["diff_high"],
-                "poi": r["poi"],
-                "n": f"{int(r['n_variant'])}/{int(r['n_reference'])}",
-                "verdict": verdict(
-                    e["direction"], r["diff_low"], r["diff_high"], int(r["n_variant"]), int(r["n_reference"]), min_seeds
-                ),
-            }
-        )
+        r["verdict"] = verdict(r["direction"], r["diff"], r["p_holm"], r["mde"], r["n_var"], r["n_ref"], min_seeds)
+        if r["kind"] == IDENTITY:
+            r["verdict"] = f"{IDENTITY} (claim_same_rows.py), not a statistical result; {r['verdict']}"
+        if r["bimodal"]:
+            r["verdict"] += f"; bimodal seeds ({r['bimodal']}): more seeds needed"
     return rows
-
-
-def trend(root: Path, label: str, metric: str, k: int = 5) -> str:
-    """'start -> end' of a metrics.jsonl column for one arm: the mean of its first and of its last k steps, averaged
-    over seeds ('' for eval.jsonl columns or no runs)."""
-    starts, ends = [], []
-    for run in sorted(root.glob(f"{label}__s*")):
-        f = run / "metrics.jsonl"
-        if not f.is_file():
-            continue
-        vals = [r[metric] for r in read_jsonl(f) if isinstance(r.get(metric), (int, float))]
-        if len(vals) >= 2 * k:
-            starts.append(sum(vals[:k]) / k)
-            ends.append(sum(vals[-k:]) / k)
-    if not starts:
-        return ""
-    return f"{sum(starts) / len(starts):.3g} -> {sum(ends) / len(ends):.3g}"
 
 
 def fmt(x: float) -> str:
     return f"{x:+.3g}" if abs(x) >= 1e-3 or x == 0 else f"{x:+.2e}"
 
 
+HEADER = (
+    "| claim | variant vs base | metric | predicted | Δ, window mean [95% CI] | interval | p (Holm, family) "
+    "| MDE (80% power) | P(variant > base) | seeds | verdict (Holm) | Δ at the single final point [95% CI] |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
 def markdown(rows: list[dict]) -> str:
-    out = [
-        "| claim | variant vs base | metric (at equal tokens) | predicted | difference [95% CI] | P(variant > base) | "
-        "seeds | verdict | first 5 -> last 5 steps (mean over seeds) |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    out = [HEADER]
     for r in rows:
-        if "diff" in r:
-            cell = f"{fmt(r['diff'])} [{fmt(r['low'])}, {fmt(r['high'])}]"
-            out.append(
-                f"| {r['claim']} | {r['variant']} vs {r['reference']} | `{r['metric']}` | {r['direction']} | "
-                f"{cell} | {r['poi']:.2f} | {r['n']} | {r['verdict']} | {r.get('trend', '')} |"
-            )
-        else:
-            out.append(
-                f"| {r['claim']} | {r['variant']} vs {r['reference']} | `{r['metric']}` | {r['direction']} | "
-                f"– | – | – | {r['verdict']} | |"
-            )
+        lead = f"| {r['claim']} | {r['variant']} vs {r['reference']} | `{r['metric']}` | {r['direction']} |"
+        if "p" not in r:
+            out.append(f"{lead} – | – | – | – | – | – | {r['verdict']} | – |")
+            continue
+        f = r["final"]
+        final = f"{fmt(f['diff'])} [{fmt(f['low'])}, {fmt(f['high'])}]" if f else "–"
+        out.append(
+            f"{lead} {fmt(r['diff'])} [{fmt(r['low'])}, {fmt(r['high'])}] | {r['method']} | "
+            f"{r['p']:.3f} ({r['p_holm']:.3f}, {r['family']}) | {abs(r['mde']):.3g} | {r['poi']:.2f} | "
+            f"{r['n_var']}/{r['n_ref']} | {r['verdict']} | {final} |"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -145,12 +206,25 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--results", default="results")
     p.add_argument("--claims", default=str(REPO / "sweeps" / "claims"))
+    p.add_argument("--seeds-csv", default=str(SEEDS_CSV), help="the per-seed values (default docs/claims_seeds.csv)")
+    p.add_argument("--collect", action="store_true", help="replace the CSV rows of every claim with results here")
+    p.add_argument("--source", default=None, help="what --collect writes in the CSV's source column (default: HEAD)")
     p.add_argument("--min-seeds", type=int, default=5)
     p.add_argument("--out", default=None, help="write the table here (markdown); default: print it")
+    p.add_argument("--rerun-only", action="store_true", help="only the rows with per-seed values (docs/claims.md)")
     args = p.parse_args(argv)
-    rows = []
-    for f in sorted(Path(args.claims).glob("*.yaml")):
-        rows += claim_rows(f, Path(args.results), args.min_seeds)
+    claims, csv_path = _claims(Path(args.claims)), Path(args.seeds_csv)
+    seeds = read_seeds(csv_path)
+    if args.collect:
+        source = args.source or _source()
+        for data in claims:
+            new = collect(data, Path(args.results), args.min_seeds, source)
+            if new:
+                seeds = [r for r in seeds if r["claim"] != data["name"]] + new
+        write_seeds(csv_path, seeds)
+    rows = [r for data in claims for r in claim_rows(data, seeds, args.min_seeds)]
+    if args.rerun_only:
+        rows = [r for r in rows if "p" in r]
     text = markdown(rows)
     if args.out:
         Path(args.out).write_text(text)

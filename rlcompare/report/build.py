@@ -121,12 +121,12 @@ def build_report(
     _per_run_values(included, metric, source, T, notes)
     thr, threshold_how = _apply_threshold(included, threshold)
 
-    variants = _group_variants(included)
+    variants = _group_variants(included, notes)
     unmatched_variants = _check_within_variants(variants, flags, notes)
     differences, pair_problems = _differences(
-        runs, variants, unmatched_variants, metric, allow_unmatched, min_seeds, flags, notes
+        runs, variants, unmatched_variants, metric, allow_unmatched, min_seeds, flags, notes, (mode, T)
     )
-    headline, summary = _variant_tables(variants, unmatched_variants, pair_problems, reps)
+    headline, summary = _variant_tables(variants, unmatched_variants, pair_problems, reps, metric)
     runs_df = _runs_table(runs)
     fit_report = _compute_fit(variants, list(headline["variant"]) if not headline.empty else [], differences, compute)
     _status_flags(runs, flags, notes)

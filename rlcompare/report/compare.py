@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from . import stats
-from .curves import _auc, _curve, _final_tokens, _segment, _step_mean, _wall_time, tokens_to_reach
+from .curves import _auc, _curve, _final_tokens, _segment, _wall_time, tokens_to_reach
+from .estimands import ESTIMANDS, WINDOW_EVALS, pair_point, paired_seeds, values_at, window_mean, window_step_mean
 from .load import _SEED_PART, TOKENS, ReportError, Run, _components, strip_seed
 from .matching import config_diff, fingerprint_diff
 from .text import _fmt_tokens, _isnan, _seedset
@@ -29,6 +30,7 @@ TOO_FEW_SEEDS = "too few seeds: inconclusive"
 # per-run quantities: key -> (label, kind); kind picks the number format
 QUANTITIES: list[tuple[str, str, str]] = [
     ("final", "final", "score"),
+    ("window", f"mean of the last {WINDOW_EVALS} evals", "score"),
     ("best", "best", "score"),
     ("auc", "AUC (mean over tokens)", "score"),
     ("tokens_to_threshold", "tokens to threshold", "tokens"),
@@ -40,31 +42,52 @@ QUANTITIES: list[tuple[str, str, str]] = [
     ("wall_time_s", "wall time (s)", "seconds"),
     ("tokens_per_s", "generated tokens/s", "rate"),
 ]
-STEP_MEANS = {  # quantity -> metrics.jsonl column, averaged over steps up to the comparison point
+STEP_MEANS = {  # quantity -> metrics.jsonl column, averaged over the steps of the window ending at the point
     "length_correct": "length/correct_mean",
     "length_incorrect": "length/incorrect_mean",
     "clip_low": "clip/frac_low",
     "clip_high": "clip/frac_high",
     "zero_variance_frac": "groups/zero_variance_frac",
 }
-DIFF_QUANTITIES = ("final", "auc")
+DIFF_QUANTITIES = ESTIMANDS  # window (the verdict's default), final, auc
+# physical range of each kind of quantity: a summary interval is cut there and marked (issue 41, item 10)
+KIND_BOUNDS = {
+    "frac": (0.0, 1.0),
+    "length": (0.0, math.inf),
+    "tokens": (0.0, math.inf),
+    "seconds": (0.0, math.inf),
+    "rate": (0.0, math.inf),
+}
+BOUNDED_METRIC_WORDS = ("accuracy", "frac", "correct")  # a metric named so is a share in [0, 1]
 
 
-def _summarise(values: list[float], reps: int) -> dict:
+def metric_bounds(metric: str) -> tuple[float, float]:
+    """The range of a --metric: [0, 1] for accuracies and fractions, lengths and tokens >= 0, else unbounded."""
+    if any(w in metric for w in BOUNDED_METRIC_WORDS) and not metric.startswith("length/"):
+        return 0.0, 1.0
+    if metric.startswith(("length/", "tokens/", "time/")):
+        return 0.0, math.inf
+    return -math.inf, math.inf
+
+
+def _summarise(values: list[float], reps: int, bounds: tuple[float, float] = (-math.inf, math.inf)) -> dict:
+    """Mean (t interval) and IQM (Tukey-McLaughlin) of one quantity over seeds, the intervals cut to ``bounds``
+    (``clipped`` says one was)."""
     v = np.asarray([x for x in values if not _isnan(x)], dtype=float)
-    ci = stats.mean_ci(v, reps=reps, alpha=ALPHA, seed=0)
+    ci, clipped = stats.clip_interval(stats.mean_ci(v, reps=reps, alpha=ALPHA, seed=0), *bounds)
     out = {
         "n": int(v.size),
         "mean": ci.point,
         "low": ci.low,
         "high": ci.high,
+        "clipped": clipped,
         "iqm": float("nan"),
         "iqm_low": float("nan"),
         "iqm_high": float("nan"),
     }
     if v.size >= 4:
-        q = stats.iqm_ci(v, reps=reps, alpha=ALPHA, seed=0)
-        out.update(iqm=q.point, iqm_low=q.low, iqm_high=q.high)
+        q, cut = stats.clip_interval(stats.iqm_ci(v, reps=reps, alpha=ALPHA, seed=0), *bounds)
+        out.update(iqm=q.point, iqm_low=q.low, iqm_high=q.high, clipped=clipped or cut)
     return out
 
 
@@ -216,9 +239,11 @@ def _per_run_values(included: list[Run], metric: str, source: str, T: float, not
         r.values["final_at_tokens"] = float(st[-1])
         r.values["best"] = float(np.max(sy))
         r.values["auc"] = _auc(st, sy)
+        r.values["window"] = window_mean(st, sy, per_step=source == "metrics")
         r.values["_seg"] = (st, sy)
+        r.values["_curve"] = (t, y, source == "metrics")  # for each pair's own comparison point
         for key, col in STEP_MEANS.items():
-            r.values[key] = _step_mean(r.metrics, col, T)
+            r.values[key] = window_step_mean(r.metrics, col, T)
         r.values["wall_time_s"], r.values["tokens_per_s"] = _wall_time(r, T)
     if interpolated:
         gap, name, before, after = max(interpolated)
@@ -243,13 +268,24 @@ def _apply_threshold(included: list[Run], threshold: Optional[float]):
     return thr, threshold_how
 
 
-def _group_variants(included: list[Run]) -> dict[str, list[Run]]:
-    """variant -> its included runs, by seed."""
+def _group_variants(included: list[Run], notes: Optional[list[str]] = None) -> dict[str, list[Run]]:
+    """variant -> its included runs, by seed, one run per seed: a second run of a seed (a rerun after a name
+    collision, `..._s0-2`) is the same seed, not another one, and counting it would shrink the interval. The
+    first by folder name is kept; the others are left out, named in the runs table and in ``notes``."""
     variants: dict[str, list[Run]] = {}
     for r in included:
         variants.setdefault(r.variant, []).append(r)
-    for v in variants.values():
+    for name, v in variants.items():
         v.sort(key=lambda r: (r.seed is None, r.seed if r.seed is not None else 0, r.name))
+        kept: dict[int, Run] = {}
+        for r in list(v):
+            if r.seed is None or kept.setdefault(r.seed, r) is r:
+                continue
+            v.remove(r)
+            r.included = False
+            r.exclude_reason = f"seed {r.seed} again: `{kept[r.seed].name}` is used (one run per seed)"
+            if notes is not None:
+                notes.append(f"variant `{name}`: `{r.name}` repeats seed {r.seed} of `{kept[r.seed].name}`; left out")
     return variants
 
 
@@ -269,9 +305,6 @@ def _problems_within(name: str, vr: list[Run], notes: list[str]) -> list[str]:
     seeds = [r.seed for r in vr]
     if any(s is None for s in seeds):
         problems.append("seed unknown for " + ", ".join(f"`{r.name}`" for r in vr if r.seed is None))
-    dup = sorted({s for s in seeds if s is not None and seeds.count(s) > 1})
-    if dup:
-        notes.append(f"variant `{name}` has several runs with seed(s) {dup}; all are counted")
     for r in vr[1:]:
         diff = config_diff(r, vr[0])
         if diff:
@@ -312,10 +345,23 @@ DIFFERENCE_COLUMNS = [
     "poi_low",
     "poi_high",
     "matched",
+    "comparison_tokens",
+    "method",
+    "welch_low",
+    "welch_high",
+    "welch_p",
+    "mde",
+    "bimodal",
+    "seeds_variant",  # the per-seed values behind the row, space-separated, in seed order
+    "values_variant",
+    "seeds_reference",
+    "values_reference",
 ]
 
 
-def _differences(runs, variants, unmatched_variants, metric, allow_unmatched, min_seeds, flags, notes):
+def _differences(
+    runs, variants, unmatched_variants, metric, allow_unmatched, min_seeds, flags, notes, point=("cut", 0)
+):
     """(differences frame with verdicts, (variant, reference) -> why unmatched): each variant against its
     reference, where both are here and matched (or --allow-unmatched)."""
     diffs_rows: list[dict] = []
@@ -345,7 +391,8 @@ def _differences(runs, variants, unmatched_variants, metric, allow_unmatched, mi
             flags.append(f"**Unmatched: `{v}` vs reference `{ref}`**{allowed_txt}: " + " | ".join(problems) + tail)
             if not allow_unmatched:
                 continue
-        diffs_rows += _difference_rows(v, ref, a, b, metric, matched)
+        fixed_T = point[1] if point[0] == "interpolate" else None  # --at-tokens: every pair there
+        diffs_rows += _difference_rows(v, ref, a, b, metric, matched, fixed_T)
     differences = _with_verdicts(pd.DataFrame(diffs_rows, columns=DIFFERENCE_COLUMNS), min_seeds)
     return differences, pair_problems
 
@@ -384,13 +431,41 @@ def _pair_problems(v: str, ref: str, a: list[Run], b: list[Run], unmatched_varia
     return list(dict.fromkeys(problems)), allowed, inferred
 
 
-def _difference_rows(v: str, ref: str, a: list[Run], b: list[Run], metric: str, matched: bool) -> list[dict]:
+def _pair_values(a: list[Run], b: list[Run], fixed_T) -> tuple[float, dict, dict]:
+    """(the pair's comparison point, quantity -> values of a, of b): each run's estimands at the smaller of the
+    two arms' final token counts (or --at-tokens), so no other arm in the folder moves them."""
+    T = pair_point([r.final_tokens for r in a + b], fixed_T)
+    va = [values_at(*r.values["_curve"][:2], T, r.values["_curve"][2]) for r in a]
+    vb = [values_at(*r.values["_curve"][:2], T, r.values["_curve"][2]) for r in b]
+    return (
+        T,
+        {q: np.array([x[q] for x in va]) for q in DIFF_QUANTITIES},
+        {q: np.array([x[q] for x in vb]) for q in DIFF_QUANTITIES},
+    )
+
+
+def _bimodal_arms(pairs: list[tuple[str, np.ndarray]]) -> str:
+    return ", ".join(name for name, x in pairs if stats.looks_bimodal(x))
+
+
+def _difference_rows(v: str, ref: str, a: list[Run], b: list[Run], metric: str, matched: bool, fixed_T=None):
+    """One row per estimand: Welch's interval always; where the arms hold the same seeds (one run each) the paired
+    interval of the per-seed differences, which the verdict then uses (common random numbers, see estimands)."""
+    T, va, vb = _pair_values(a, b, fixed_T)
+    paired = paired_seeds([r.seed for r in a], [r.seed for r in b])
+    order_b = {r.seed: i for i, r in enumerate(b)}
     rows = []
     for q in DIFF_QUANTITIES:
-        xa = np.array([r.values[q] for r in a], float)
-        xb = np.array([r.values[q] for r in b], float)
-        d = stats.difference_ci(xa, xb, alpha=ALPHA)
-        p = stats.probability_of_improvement(xa, xb, ci=True, alpha=ALPHA)
+        xa, xb = va[q], vb[q]
+        welch = stats.difference_ci(xa, xb, alpha=ALPHA)
+        welch_p = stats.welch_p_value(xa, xb)
+        if paired:
+            xb_by_seed = xb[[order_b[r.seed] for r in a]]
+            d = stats.paired_difference_ci(xa, xb_by_seed, alpha=ALPHA)
+            p_value, mde = stats.paired_p_value(xa, xb_by_seed), stats.paired_mde(xa, xb_by_seed, alpha=ALPHA)
+        else:
+            d, p_value, mde = welch, welch_p, stats.welch_mde(xa, xb, alpha=ALPHA)
+        poi = stats.probability_of_improvement(xa, xb, ci=True, alpha=ALPHA)
         rows.append(
             {
                 "variant": v,
@@ -402,17 +477,28 @@ def _difference_rows(v: str, ref: str, a: list[Run], b: list[Run], metric: str, 
                 "diff": d.point,
                 "diff_low": d.low,
                 "diff_high": d.high,
-                "p_value": stats.welch_p_value(xa, xb),
-                "poi": p.point,
-                "poi_low": p.low,
-                "poi_high": p.high,
+                "p_value": p_value,
+                "poi": poi.point,
+                "poi_low": poi.low,
+                "poi_high": poi.high,
                 "matched": matched,
+                "comparison_tokens": T,
+                "method": "paired" if paired else "welch",
+                "welch_low": welch.low,
+                "welch_high": welch.high,
+                "welch_p": welch_p,
+                "mde": mde,
+                "bimodal": _bimodal_arms([(v, xa), (ref, xb)]),
+                "seeds_variant": " ".join(str(r.seed) for r in a),
+                "values_variant": " ".join(repr(float(x)) for x in xa),
+                "seeds_reference": " ".join(str(r.seed) for r in b),
+                "values_reference": " ".join(repr(float(x)) for x in xb),
             }
         )
     return rows
 
 
-def _variant_tables(variants, unmatched_variants, pair_problems, reps: int):
+def _variant_tables(variants, unmatched_variants, pair_problems, reps: int, metric: str = DEFAULT_METRIC):
     """(headline: one row per variant, best final first; summary: variant x quantity, long)."""
     long_rows: list[dict] = []
     head_rows: list[dict] = []
@@ -426,9 +512,9 @@ def _variant_tables(variants, unmatched_variants, pair_problems, reps: int):
             "seeds": " ".join(str(r.seed) for r in vr),
             "matched": v not in unmatched_variants and not any(k[0] == v for k in pair_problems),
         }
-        for key, _, _ in QUANTITIES:
+        for key, _, kind in QUANTITIES:
             vals = [r.values.get(key, float("nan")) for r in vr]
-            s = _summarise(vals, reps)
+            s = _summarise(vals, reps, metric_bounds(metric) if kind == "score" else KIND_BOUNDS[kind])
             long_rows.append({"variant": v, "quantity": key, "n_total": len(vr), **s})
             row[key] = s["mean"]
             row[f"{key}_low"] = s["low"]
@@ -436,6 +522,7 @@ def _variant_tables(variants, unmatched_variants, pair_problems, reps: int):
             row[f"{key}_iqm"] = s["iqm"]
             row[f"{key}_iqm_low"] = s["iqm_low"]
             row[f"{key}_iqm_high"] = s["iqm_high"]
+            row[f"{key}_clipped"] = s["clipped"]
             if key == "tokens_to_threshold":
                 row["tokens_to_threshold_reached"] = s["n"]
         head_rows.append(row)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from .compare import BETTER, DIFF_QUANTITIES, NO_DIFFERENCE, TOO_FEW_SEEDS, WORSE
+from .estimands import DEFAULT_ESTIMAND, WINDOW_EVALS
 from .fit_section import _compute_fit_section, _write_compute_fit_csvs
 from .load import ReportError, Run
 from .plots import _plots
@@ -55,6 +56,8 @@ def _cell(row: pd.Series, key: str, kind: str) -> str:
     s = _fmt(m, kind)
     if lo is not None and not _isnan(lo):
         s += f" [{_fmt(lo, kind)}, {_fmt(hi, kind)}]"
+    if row.get(f"{key}_clipped") is True:
+        s += " ✂"  # an interval cut at the quantity's physical range
     return s
 
 
@@ -70,19 +73,35 @@ def _statistics_method(res: dict) -> list[str]:
         "for variants with at least 4 seeds, final value in the headline, every quantity in report.csv: "
         "Tukey–McLaughlin interval, IQM ± t(0.975, h−1)·√((n−1)·s_w²/(h(h−1))), s_w² the variance of the "
         "winsorized seeds, h the number of seeds kept (s²/n instead when the kept values tie).",
-        "- Differences: mean(variant) − mean(reference) with Welch's 95% interval (Welch–Satterthwaite degrees "
-        "of freedom); its p-value is the matching two-sided Welch t-test (p < 0.05 exactly when the interval "
-        "excludes 0).",
+        f"- What is compared (`rlcompare.report.estimands`): by default the mean of each run's last {WINDOW_EVALS} "
+        "evals up to the comparison point (per-step columns: the steps in the last 20% of its tokens), also the "
+        "single value there (final) and the mean over tokens (AUC). Each pair is compared at the smaller of its "
+        "two arms' final token counts, not at the folder's shortest run.",
+        "- Differences: mean(variant) − mean(reference). Where both arms hold the same seeds (one run each), the "
+        "paired 95% t interval of the per-seed differences, mean(d) ± t(0.975, n−1)·s_d/√n, and its paired "
+        "t-test: seed s of every arm shares its warm start, data order and sampling streams (common random "
+        "numbers), so the differences remove what the seeds share. Otherwise Welch's 95% interval "
+        "(Welch–Satterthwaite degrees of freedom) and its t-test; Welch's interval is printed beside the paired "
+        "one. p < 0.05 exactly when the interval excludes 0.",
+        "- MDE: the smallest true difference the test detects with 80% power at these seeds and this spread, "
+        '(t(0.975, df) + t(0.80, df))·SE (Bloom 1995): *no detectable difference* reads "none larger than '
+        'the MDE".',
+        "- Bimodal: an arm whose seeds split at one gap much wider than their spread inside the two groups (the "
+        "gap rule, `stats.looks_bimodal`: 5% false alarms on normal seeds) — runs that learned and runs that "
+        "collapsed. The t interval of a mean covers far less than 95% there: run more seeds.",
         "- Probability of improvement (rliable): P(variant seed > reference seed) + ½ P(tie) over all seed "
         "pairs, with Newcombe's (2006) Method 5 score interval and a continuity correction of 1/(2nm).",
         f"- Verdict: *{BETTER}* / *{WORSE}* where the difference's interval excludes 0, else *{NO_DIFFERENCE}*; "
         f"a comparison with fewer than {n_min} seeds on either side reads *{TOO_FEW_SEEDS}* whatever its "
         "interval says (`--min-seeds N`). Higher values count as better.",
-        "- Holm: the same decision with Holm–Bonferroni adjusted p-values over the comparisons against the "
-        "same reference on the same quantity that get a verdict (family-wise error 5% across the k variants).",
+        "- Holm: the same decision with Holm–Bonferroni adjusted p-values; the family is every comparison "
+        "against the same reference on the same quantity that gets a verdict (family-wise error 5% across "
+        "those k variants).",
         "- Coverage of these intervals is measured by simulation (`scripts/coverage.py`, "
-        "`tests/report/test_stats_coverage.py`): at least 93% on normal seed scores and 90% on skewed, bounded ones "
-        "like accuracies near 0 or 1, at 3, 5 and 10 seeds. They hold less where a third or more of the seeds "
+        "`tests/report/test_stats_coverage.py`): at least 93.5% on normal seed scores at 3, 5 and 10 seeds, "
+        "less by a documented shortfall on skewed, discrete, heavy-tailed and bimodal ones "
+        "(`rlcompare.report.coverage.SHORTFALLS`). Per-variant intervals are cut to the quantity's physical "
+        "range (accuracy in [0, 1], times and rates ≥ 0) and marked ✂. They hold less where a third or more of the seeds "
         "sit on a bound (all-equal seeds give zero width) or a rare gross outlier moves the mean more than a "
         "few seeds can show (read the IQM then). No bootstrap is used (`--reps` is ignored); rliable's "
         "stratified bootstrap stays in `rlcompare.report.stats` for many runs × tasks.",
@@ -101,6 +120,12 @@ def _poi_cell(x: pd.Series) -> str:
     return f"{x['poi']:.2f} [{x['poi_low']:.2f}, {x['poi_high']:.2f}]"
 
 
+def _mde_cell(x: pd.Series) -> str:
+    if _isnan(x["mde"]):
+        return "—"
+    return f"none larger than {x['mde']:.3g}" if x["verdict"] == NO_DIFFERENCE else f"{x['mde']:.3g}"
+
+
 def _differences_row(v: str, ref: str, g: pd.DataFrame) -> list[str]:
     g = g.set_index("quantity")
     first = g.iloc[0]
@@ -108,13 +133,15 @@ def _differences_row(v: str, ref: str, g: pd.DataFrame) -> list[str]:
         v + ("" if bool(first["matched"]) else " ⚠ unmatched"),
         ref,
         f"{int(first['n_variant'])} vs {int(first['n_reference'])}",
+        _fmt_tokens(first["comparison_tokens"]),
     ]
-    for q in DIFF_QUANTITIES:
-        if q not in g.index:
-            row += ["—"] * 4
-            continue
-        x = g.loc[q]
-        row += [_difference_cell(x), x["verdict"], x["verdict_holm"], _poi_cell(x)]
+    x = g.loc[DEFAULT_ESTIMAND]
+    welch = "" if x["method"] == "welch" else f"{x['welch_low']:+.3f}, {x['welch_high']:+.3f}"
+    bimodal = f"⚠ bimodal seeds ({x['bimodal']}): run more seeds" if x["bimodal"] else ""
+    row += [_difference_cell(x), x["method"], welch, x["verdict"], x["verdict_holm"], _mde_cell(x), bimodal]
+    row += [_poi_cell(x)]
+    for q in (q for q in DIFF_QUANTITIES if q != DEFAULT_ESTIMAND):
+        row += [f"{_difference_cell(g.loc[q])} {g.loc[q]['verdict_holm']}" if q in g.index else "—"]
     return row
 
 
@@ -129,15 +156,16 @@ def _differences_section(res: dict) -> list[str]:
         )
         return L + [""]
     rows = [_differences_row(v, ref, g) for (v, ref), g in d.groupby(["variant", "reference"], sort=False)]
-    header = ["variant", "reference", "seeds"]
-    for q, short, label in (("final", "final", f"final {res['metric']}"), ("auc", "AUC", "AUC")):
-        header += [f"Δ {label}", f"verdict ({short})", f"Holm ({short})", f"P(improvement) {short}"]
+    header = ["variant", "reference", "seeds", "at tokens", f"Δ {res['metric']} (mean of last {WINDOW_EVALS} evals)"]
+    header += ["interval", "Welch's interval", "verdict", "Holm", "MDE (80% power)", "seeds look", "P(improvement)"]
+    header += ["Δ final (Holm)", "Δ AUC (Holm)"]
     L.append(_md_table(header, rows))
     L.append("")
     L.append(
-        "Δ = variant − reference, mean over seeds [95% Welch interval]. Verdict: the interval's decision; "
-        "Holm: the decision adjusted for comparing several variants with one reference (see Statistics "
-        "method)."
+        "Δ = variant − reference, mean over seeds [95% interval: paired where the arms share their seeds, else "
+        "Welch]. Verdict: the interval's decision; Holm: the decision adjusted over the family of every "
+        "comparison against the same reference on the same quantity (see Statistics method). MDE: the smallest "
+        "difference these seeds could have found."
     )
     few = d[d["verdict"] == TOO_FEW_SEEDS].drop_duplicates(["variant", "reference"])
     if not few.empty:
@@ -231,14 +259,18 @@ def _md_headline(res: dict) -> list[str]:
     L.append(_md_table(header, [_md_headline_row(r, any_iqm) for _, r in h.iterrows()]))
     L.append("")
     L.append(
-        "Cells: mean over seeds [95% Student t interval]; IQM [95% Tukey–McLaughlin interval]; "
+        "Cells: mean over seeds [95% Student t interval, ✂ = cut at the quantity's physical range]; "
+        "IQM [95% Tukey–McLaughlin interval]; "
         "— = not available (one seed gives no interval). "
         "AUC = area under the metric-vs-generated-tokens curve divided by the token span (a mean value). "
         "Tokens/s = generated tokens / wall time at the comparison point."
         + (" ⚠ = unmatched (see Attention)." if not h["matched"].all() else "")
     )
     L.append("")
-    L += ["### Training diagnostics (means over steps up to the comparison point)", ""]
+    L += [
+        "### Training diagnostics (means over the steps in the last 20% of the tokens up to the comparison point)",
+        "",
+    ]
     rows = []
     for _, r in h.iterrows():
         rows.append(

@@ -204,8 +204,9 @@ def test_default_threshold_is_midway_between_initial_and_best(tmp_path):
 def test_step_means_wall_time_and_throughput(tmp_path):
     res = build_report(sweep_folder(tmp_path), write=False)
     g = row(res["headline"], "grpo")
-    # steps at 50,100,150,200 tokens: length/correct_mean 10,20,30,40 -> 25
-    assert g["length_correct"] == pytest.approx(25.0)
+    # steps at 50,100,150,200 tokens: length/correct_mean 10,20,30,40; the window is the last 20% of the
+    # 200 tokens (steps at >= 160 tokens): the step at 200 alone -> 40 (issue 42: per-step metrics as window means)
+    assert g["length_correct"] == pytest.approx(40.0)
     assert g["length_incorrect"] == pytest.approx(100.0)
     assert g["clip_low"] == pytest.approx(0.01) and g["clip_high"] == pytest.approx(0.03)
     assert g["zero_variance_frac"] == pytest.approx(0.5)
@@ -217,14 +218,19 @@ def test_step_means_wall_time_and_throughput(tmp_path):
 def test_differences_against_reference(tmp_path):
     res = build_report(sweep_folder(tmp_path), write=False)
     d = res["differences"].set_index("quantity")
-    assert set(d.index) == {"final", "auc"}
+    assert set(d.index) == {"window", "final", "auc"}
     f = d.loc["final"]
     assert f["variant"] == "dapo" and f["reference"] == "grpo" and bool(f["matched"])
     assert f["diff"] == pytest.approx(0.1)
-    # Welch: s^2 = 0.01 each side, se = sqrt(0.02 / 3) = 0.0816497, df = 4, t_{0.975, 4} = 2.776445
-    assert f["diff_low"] == pytest.approx(0.1 - 0.226696, abs=1e-6)
-    assert f["diff_high"] == pytest.approx(0.1 + 0.226696, abs=1e-6)
-    assert f["p_value"] == pytest.approx(0.287864, abs=1e-6)  # t = 1.224745 with 4 df
+    # seeds 0, 1, 2 on both sides: paired; every seed's difference is +0.1, so the paired interval has zero width
+    assert f["method"] == "paired" and f["diff_low"] == pytest.approx(0.1) and f["diff_high"] == pytest.approx(0.1)
+    assert f["p_value"] < 1e-12  # t is huge: the differences agree to rounding
+    # Welch beside it: s^2 = 0.01 each side, se = sqrt(0.02 / 3) = 0.0816497, df = 4, t_{0.975, 4} = 2.776445
+    assert f["welch_low"] == pytest.approx(0.1 - 0.226696, abs=1e-6)
+    assert f["welch_high"] == pytest.approx(0.1 + 0.226696, abs=1e-6)
+    assert f["welch_p"] == pytest.approx(0.287864, abs=1e-6)  # t = 1.224745 with 4 df
+    # window = mean of the last 3 evals, here all three: grpo 0.15, 0.2, 0.25 and dapo 0.25, 0.3, 0.35
+    assert d.loc["window", "diff"] == pytest.approx(0.1) and d.loc["window", "mde"] == pytest.approx(0.0, abs=1e-12)
     assert f["verdict"] == "too few seeds: inconclusive" and f["verdict_holm"] == "too few seeds: inconclusive"
     # PoI: a=[.3,.4,.5] vs b=[.2,.3,.4]: wins 1+.5+0 + 1+1+.5 + 3 = 7 of 9 pairs
     assert f["poi"] == pytest.approx(7 / 9)
@@ -298,7 +304,9 @@ def test_cut_to_smallest_common_final_tokens(tmp_path):
     assert res["mode"] == "cut" and res["at_tokens"] == 200 and res["shortest_run"] == "short__s0"
     lng = row(res["headline"], "long")
     assert lng["final"] == pytest.approx(0.5) and lng["best"] == pytest.approx(0.5)  # the 0.9 at 300 is cut
-    assert lng["length_correct"] == pytest.approx(25.0)  # steps after 200 tokens ignored
+    # steps at 50..300 tokens log 10..60; the window is the last 20% of the 200 tokens: the step at 200 alone (40);
+    # the steps after 200 tokens are ignored
+    assert lng["length_correct"] == pytest.approx(40.0)
     assert lng["wall_time_s"] == pytest.approx(40.0)
     assert res["runs"].set_index("run").loc["long__s0", "final_tokens"] == 300
     md = Path(res["report_path"]).read_text()
@@ -379,7 +387,9 @@ def test_torn_last_lines_are_dropped(tmp_path):
     make_run(tmp_path, "grpo__s1", 1, [0.1, 0.2, 0.5], torn="metrics")
     res = build_report(tmp_path, write=False)
     g = row(res["headline"], "grpo")
-    assert g["final"] == pytest.approx(0.4) and g["length_correct"] == pytest.approx(25.0)
+    # length/correct_mean 10, 20, 30, 40 at 50..200 tokens; the torn line is an extra partial one, dropped, so both
+    # seeds' windows (the last 20% of the 200 tokens) hold the step at 200 alone
+    assert g["final"] == pytest.approx(0.4) and g["length_correct"] == pytest.approx(40.0)
     assert any("torn last line" in n for n in res["notes"])
     df, bad, only_last = R.read_jsonl(tmp_path / "exp" / "grpo__s0" / "eval.jsonl")
     assert len(df) == 3 and bad == 1 and only_last
@@ -509,7 +519,7 @@ def test_unmatched_fingerprint_is_flagged_and_left_out(tmp_path):
 
     res2 = build_report(tmp_path, allow_unmatched=True, write=False)
     d = res2["differences"]
-    assert len(d) == 2 and not d["matched"].any()
+    assert len(d) == 3 and not d["matched"].any()  # window, final, auc
     assert d.set_index("quantity").loc["final", "diff"] == pytest.approx(0.1)
 
 
@@ -646,9 +656,11 @@ def test_report_files_and_layout(tmp_path, capsys):
         assert name in method, name
     assert "No bootstrap is used" in method
     assert "](accuracy.png)" in md
+    # window: every seed's last-3-evals mean is 0.1 higher -> paired, zero width; Welch beside it: windows
+    # 0.15, 0.2, 0.25 vs 0.25, 0.3, 0.35, se = sqrt(2 x 0.0025 / 3) = 0.040825, 4 df: +-0.113348
     assert (
-        "| dapo | grpo | 3 vs 3 | +0.100 [-0.127, +0.327] | too few seeds: inconclusive | too few seeds: "
-        "inconclusive | 0.78 [" in md
+        "| dapo | grpo | 3 vs 3 | 200 | +0.100 [+0.100, +0.100] | paired | -0.013, +0.213 | too few seeds: "
+        "inconclusive | too few seeds: inconclusive |" in md
     )
     assert "fewer than 5 seeds on a side" in md
     import pandas as pd
@@ -656,7 +668,7 @@ def test_report_files_and_layout(tmp_path, capsys):
     csv = pd.read_csv(out / "report.csv")
     assert list(csv["variant"]) == ["dapo", "grpo"]
     assert csv.loc[1, "final"] == pytest.approx(0.3)
-    assert len(pd.read_csv(out / "differences.csv")) == 2
+    assert len(pd.read_csv(out / "differences.csv")) == 3  # window, final, auc
     assert not (root / "report.md").exists()  # --out respected
 
 
@@ -741,15 +753,22 @@ def test_verdict_words_by_hand():
 
 
 def five_seed_family(root):
-    """grpo and four variants, 5 seeds each, every variant a shifted copy of grpo's finals: Welch
-    p-values (final) 0.0011 (up), 0.017 (up2), 0.037 (down), 0.63 (same); Holm rejects only `up`."""
+    """grpo and four variants, 5 seeds each, every variant a shifted copy of grpo's finals in reverse seed order:
+    Welch p-values (final) 0.0011 (up), 0.017 (up2), 0.037 (down), 0.63 (same); the seeds are paired, and paired
+    the differences spread (0.08, 0.04, 0, -0.04, -0.08) + shift: p 0.024, 0.10, 0.15, 0.74."""
     base = [0.70, 0.72, 0.74, 0.76, 0.78]  # mean 0.74, s = 0.0316
     shifts = {"up": 0.10, "up2": 0.06, "down": -0.05, "same": 0.01}
     for s, fin in enumerate(base):
         make_run(root, f"grpo__s{s}", s, [0.1, 0.4, fin], variant="grpo")
         for name, shift in shifts.items():
             make_run(
-                root, f"{name}__s{s}", s, [0.1, 0.4, fin + shift], variant=name, reference="grpo", component="algorithm"
+                root,
+                f"{name}__s{s}",
+                s,
+                [0.1, 0.4, base[4 - s] + shift],
+                variant=name,
+                reference="grpo",
+                component="algorithm",
             )
     return Path(root)
 
@@ -760,7 +779,9 @@ def test_holm_column_with_five_seeds(tmp_path):
     d = res["differences"]
     f = d[d["quantity"] == "final"].set_index("variant")
     # same spread each side: se = sqrt(2 * 0.001 / 5) = 0.02, df = 8; t = shift / 0.02
-    assert f.loc["up", "diff_low"] == pytest.approx(0.10 - 2.306004 * 0.02, abs=1e-6)  # t_{0.975, 8}
+    assert f.loc["up", "welch_low"] == pytest.approx(0.10 - 2.306004 * 0.02, abs=1e-6)  # t_{0.975, 8}
+    # paired: SE = 0.028284 (below), 4 df: 0.10 - 2.776445 x 0.028284 = 0.021471
+    assert f.loc["up", "diff_low"] == pytest.approx(0.10 - 2.776445 * 0.028284271, abs=1e-6)
 
     # t = 5, 3, -2.5, 0.5 with 8 df; for even df, P(|T| <= t) = sin q (1 + c/2 + 1*3 c^2/(2*4) + 1*3*5 c^3/(2*4*6)),
     # q = arctan(t / sqrt(8)), c = cos^2 q (Abramowitz & Stegun 26.7.3)
@@ -770,27 +791,35 @@ def test_holm_column_with_five_seeds(tmp_path):
         return 1 - math.sin(q) * (1 + c / 2 + 3 * c * c / 8 + 15 * c**3 / 48)
 
     expected = {"up": p8(5), "up2": p8(3), "down": p8(-2.5), "same": p8(0.5)}
-    assert f["p_value"].to_dict() == pytest.approx(expected, rel=1e-6)
+    assert f["welch_p"].to_dict() == pytest.approx(expected, rel=1e-6)
     assert expected["up"] == pytest.approx(0.00105, abs=1e-5) and expected["up2"] == pytest.approx(0.01707, abs=1e-5)
+
+    # paired (the verdict's): d = shift + (0.08, 0.04, 0, -0.04, -0.08), s_d = sqrt(0.016 / 4) = 0.063246,
+    # SE = 0.028284, 4 df: t = 3.5355, 2.1213, -1.7678, 0.35355. For 4 df, P(|T| <= t) = 2 (3/4) u (1 - u^2 / 3)
+    # with u = t / sqrt(4 + t^2): p = 0.02411, 0.10118, 0.15182, 0.74152
+    def p4(t):
+        u = abs(t) / math.sqrt(4 + t * t)
+        return 1 - 1.5 * u * (1 - u * u / 3)
+
+    paired = {k: p4(v / 0.028284271) for k, v in {"up": 0.10, "up2": 0.06, "down": -0.05, "same": 0.01}.items()}
+    assert f["p_value"].to_dict() == pytest.approx(paired, rel=1e-6)
+    assert paired["up"] == pytest.approx(0.02411, abs=1e-5)
+    assert (f["method"] == "paired").all()
     assert f["verdict"].to_dict() == {
-        "up": "better",
-        "up2": "better",
-        "down": "worse",
-        "same": "no detectable difference",
-    }
-    # Holm over k = 4: 4 x 0.00105 = 0.0042 reject; 3 x 0.01707 = 0.0512 > 0.05 stop
-    assert f.loc["up", "p_holm"] == pytest.approx(4 * f.loc["up", "p_value"])
-    assert f.loc["up2", "p_holm"] == pytest.approx(3 * f.loc["up2", "p_value"])
-    assert f.loc["down", "p_holm"] == pytest.approx(2 * f.loc["down", "p_value"])  # 0.0739 > 0.0512 before it
-    assert f.loc["same", "p_holm"] == pytest.approx(f.loc["same", "p_value"])  # 1 x 0.6305
-    assert f["verdict_holm"].to_dict() == {
         "up": "better",
         "up2": "no detectable difference",
         "down": "no detectable difference",
         "same": "no detectable difference",
     }
+    # Holm over k = 4: 4 x 0.02411 = 0.0964 > 0.05: nothing rejected, `up` included
+    assert f.loc["up", "p_holm"] == pytest.approx(4 * f.loc["up", "p_value"])
+    assert f.loc["up2", "p_holm"] == pytest.approx(3 * f.loc["up2", "p_value"])
+    assert f.loc["same", "p_holm"] == pytest.approx(f.loc["same", "p_value"])  # 1 x 0.7415
+    assert set(f["verdict_holm"]) == {"no detectable difference"}
     md = Path(res["report_path"]).read_text()
-    assert "| up2 | grpo | 5 vs 5 | +0.060 [+0.014, +0.106] | better | no detectable difference | " in md
+    # the table shows the window (mean of the 3 evals 0.1, 0.4, final): the shift / 3, the same t and verdicts
+    assert "| up | grpo | 5 vs 5 | 200 | +0.033 [" in md and "| paired |" in md
+    assert "| better | no detectable difference |" in md
     assert "fewer than 5 seeds on a side" not in md
     # AUC is its own family
     auc = d[d["quantity"] == "auc"]
@@ -816,7 +845,8 @@ def test_min_seeds_option(tmp_path, capsys):
     root = sweep_folder(tmp_path / "r")
     assert main([str(root), "--min-seeds", "3"]) == 0
     md = (root / "report.md").read_text()
-    assert "| dapo | grpo | 3 vs 3 | +0.100 [-0.127, +0.327] | no detectable difference |" in md
+    # window: paired, every seed +0.1 (zero width); Welch beside it (see test_report_files_and_layout)
+    assert "| dapo | grpo | 3 vs 3 | 200 | +0.100 [+0.100, +0.100] | paired | -0.013, +0.213 | better | better |" in md
     assert "fewer than 3 seeds on either side" in md
     assert main([str(root), "--min-seeds", "1"]) == 2
     err = capsys.readouterr().err

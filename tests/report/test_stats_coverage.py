@@ -1,7 +1,8 @@
 """Coverage of every interval `rlcompare report` prints, measured by simulation (rlcompare/report/coverage.py).
 
-Fixed seeds, 2,000 trials per cell: nominal 95% intervals must cover the true value at least 93% of the
-time on normal data and 90% on skewed data shaped like ours, at 3, 5 and 10 seeds (the IQM from 4).
+Fixed seeds, 2,000 trials per cell: nominal 95% intervals must cover the true value at the nominal level less
+three Monte Carlo standard errors (0.935), less the shortfall documented for the shape (coverage.SHORTFALLS),
+at 3, 5 and 10 seeds (the IQM from 4).
 """
 
 import sys
@@ -15,7 +16,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from rlcompare.report import coverage as C  # noqa: E402
 from rlcompare.report import stats  # noqa: E402
 
-KINDS = {"mean (Student t)", "IQM (Tukey-McLaughlin)", "difference of means (Welch)", "P(improvement) (Newcombe)"}
+KINDS = {
+    "mean (Student t)",
+    "IQM (Tukey-McLaughlin)",
+    "difference of means (Welch)",
+    "P(improvement) (Newcombe)",
+    "paired difference (t)",
+}
+FAMILIES = {"normal", "skewed", "discrete", "heavy", "bimodal"}
 
 
 @pytest.fixture(scope="module")
@@ -35,14 +43,42 @@ def test_every_kind_is_measured_at_every_seed_count_on_both_families(cells):
     seen = {(c.interval, c.family, c.seeds) for c in cells}
     for kind in KINDS:
         counts = C.IQM_SEED_COUNTS if kind.startswith("IQM") else C.SEED_COUNTS
-        for family in C.FLOORS:
-            assert {(kind, family, n) for n in counts} <= seen, kind
+        families = FAMILIES - {"skewed"} if kind == "paired difference (t)" else FAMILIES
+        for family in families:
+            assert {(kind, family, n) for n in counts} <= seen, (kind, family)
     assert {3, 5, 10} <= set(C.IQM_SEED_COUNTS) | {3}  # IQM at 3 seeds is the mean's interval
     assert all(c.trials == 2000 for c in cells)
 
 
-def test_floors_are_the_issues():
-    assert C.FLOORS == {"normal": 0.93, "skewed": 0.90} and C.NOMINAL == 0.95
+def test_floors_are_nominal_less_monte_carlo_error_less_the_documented_shortfall(cells):
+    # 3 standard errors of a share at 0.95 over 2,000 trials: 3 sqrt(0.95 x 0.05 / 2000) = 0.01462
+    assert C.monte_carlo_margin(2000) == pytest.approx(0.01462, abs=1e-5)
+    normal = next(c for c in cells if c.interval == "mean (Student t)" and c.shape == "normal")
+    assert normal.floor == pytest.approx(0.95 - 0.01462, abs=1e-5)
+    bimodal = {c.seeds: c for c in cells if c.interval == "mean (Student t)" and c.family == "bimodal"}
+    assert bimodal[3].floor < bimodal[10].floor  # the shortfall is documented per seed count
+    # every documented shortfall names a measured cell (no stale entries)
+    assert set(C.SHORTFALLS) <= {(c.interval, c.shape) for c in cells}
+
+
+def test_the_mean_of_bimodal_seeds_undercovers_as_documented(cells):
+    # issue 42: learned / collapsed seeds; the t interval of a mean misses often at few seeds
+    cov = {c.seeds: c.coverage for c in cells if c.interval == "mean (Student t)" and c.shape.startswith("learned (")}
+    assert cov[3] < 0.6 and cov[5] < 0.8 and cov[3] < cov[5] < cov[10]
+
+
+def test_pairing_covers_identical_arms_with_zero_width(cells):
+    same = [c for c in cells if c.shape.startswith("identical arms")]
+    assert same and all(c.coverage == 1.0 and c.mean_width == 0.0 for c in same)
+
+
+def test_a_shape_of_ones_own_is_parsed_not_evaluated():
+    shape = C.parse_shape("bimodal(0.45, 0.28, 0.005, 0.2)")
+    x = shape.draw(np.random.default_rng(0), (4000,))
+    assert np.mean(x < 0.35) == pytest.approx(0.2, abs=0.02)
+    for bad in ("exec(1)", "beta(0.5)", "normal(0, 1"):
+        with pytest.raises(ValueError, match="--shape"):
+            C.parse_shape(bad)
 
 
 def _percentile_bootstrap_means(x, reps, rng):

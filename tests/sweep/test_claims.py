@@ -80,15 +80,15 @@ def _script(name):
     return mod
 
 
-def test_a_claims_verdict_follows_its_interval_and_predicted_direction():
-    v = _script("claims_table").verdict
-    assert v("higher", 0.01, 0.05, 5, 5, 5) == "reproduced"
-    assert v("higher", -0.05, -0.01, 5, 5, 5) == "opposite"
-    assert v("higher", -0.01, 0.05, 5, 5, 5) == "inconclusive"
-    assert v("lower", -0.05, -0.01, 5, 5, 5) == "reproduced"
-    assert v("same", -0.01, 0.05, 5, 5, 5) == "consistent"
-    assert v("same", 0.01, 0.05, 5, 5, 5) == "not reproduced"
-    assert v("higher", 0.01, 0.05, 3, 5, 5) == "too few seeds: inconclusive"
+def test_a_claims_verdict_follows_its_holm_adjusted_test_and_predicted_direction():
+    v = _script("claims_table").verdict  # (direction, diff, Holm-adjusted p, MDE, seeds, seeds, min seeds)
+    assert v("higher", 0.03, 0.01, 0.02, 5, 5, 5) == "reproduced"
+    assert v("higher", -0.03, 0.01, 0.02, 5, 5, 5) == "opposite"
+    assert v("higher", -0.02, 0.089, 0.03, 5, 5, 5) == "inconclusive (none larger than +0.03)"
+    assert v("lower", -0.03, 0.01, 0.02, 5, 5, 5) == "reproduced"
+    assert v("same", 0.01, 0.4, 0.041, 5, 5, 5) == "consistent (none larger than +0.041)"
+    assert v("same", 0.05, 0.01, 0.02, 5, 5, 5) == "not reproduced"
+    assert v("higher", 0.03, 0.01, 0.02, 3, 5, 5) == "too few seeds: inconclusive"
 
 
 def test_same_rows_tolerates_float_noise_and_names_the_first_real_difference():
