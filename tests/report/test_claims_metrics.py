@@ -17,6 +17,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "claims.md"
 T, L, B = "rlcompare/train/trainer.py", "rlcompare/algos/losses.py", "rlcompare/algos/batch_stats.py"
+O, OT = "rlcompare/algos/offpolicy.py", "rlcompare/train/offpolicy.py"
 ACC = (T, "MetricsAccumulator.reduced")  # the weighted means over micro-batches
 DEFINITIONS = {
     "eval/accuracy": [(T, "Trainer.evaluate")],
@@ -28,6 +29,9 @@ DEFINITIONS = {
     "groups/zero_variance_frac": [(T, "Trainer._batch_metrics")],
     "tokens/step": [(T, "Trainer._collect_metrics")],
     "sampling/groups_dropped": [(T, "Trainer._collect_metrics")],
+    # the pre-registered off-policy claims (c9-c12)
+    "offpolicy/log_ratio_abs_mean": [(O, "behaviour_gap"), (OT, "gap_metrics"), (T, "_add_micro_metrics"), ACC],
+    "offpolicy/geo_mask_masked_seq_frac": [(O, "geo_sequence_mask"), (OT, "apply_correction")],
 }
 
 
