@@ -26,9 +26,9 @@ from rlcompare.config import ConfigError, check_fits_context
 from rlcompare.data.prompts import Example, PromptStream, build_prompts
 from rlcompare.models import Policy, ReferenceModel, ValueModel, load_policy
 from rlcompare.rewards.verifiers import build_verifier, score_batch
-from rlcompare.rollout import Completions, grouped_sequence_logits, left_pad, sample, sequence_logits, token_logp
+from rlcompare.rollout import Completions, grouped_sequence_logits, left_pad, lm_head_of, sample, sequence_logits
 from rlcompare.rollout.streams import GroupStreams, group_seed
-from rlcompare.train import sharding
+from rlcompare.train import logprobs, sharding
 from rlcompare.train.batch import Collected, RolloutBatch, Targets, TrainerState
 from rlcompare.train.parallel import GradientSum, World, merge_metrics
 
@@ -454,14 +454,46 @@ class Trainer:
             return rows_fn(slice(None))
         return self.world.gather_rows(rows_fn(self.world.row_share(len(batch), self.cfg.trainer.group_size)))
 
-    def _logits(self, model, prompt_ids, prompt_mask, ids, mask, grouped: bool = True):
-        """Completion logits; rows in whole groups share their prompt's forward (and backward)."""
+    def _logits(self, model, prompt_ids, prompt_mask, ids, mask, grouped: bool = True, hidden: bool = False):
+        """Completion logits (or with `hidden` the final hidden states); rows in whole groups share their prompt's
+        forward (and backward)."""
         G = self.cfg.trainer.group_size
         if grouped and G > 1 and ids.shape[0] % G == 0 and not self.cfg.model.gradient_checkpointing:
             return grouped_sequence_logits(
-                model, prompt_ids, prompt_mask, ids, mask, group_size=G, autocast_dtype=self.autocast
+                model, prompt_ids, prompt_mask, ids, mask, group_size=G, autocast_dtype=self.autocast, hidden=hidden
             )
-        return sequence_logits(model, prompt_ids, prompt_mask, ids, mask, autocast_dtype=self.autocast)
+        return sequence_logits(model, prompt_ids, prompt_mask, ids, mask, autocast_dtype=self.autocast, hidden=hidden)
+
+    def _completion_stats(
+        self,
+        model,
+        prompt_ids,
+        prompt_mask,
+        ids,
+        mask,
+        *,
+        grouped=True,
+        entropy=False,
+        entropy_grad=False,
+        rebuilt=None,
+    ):
+        """(log p [b,T], entropy [b,T] or None) of the completions `ids`, temperature applied, through the LM head
+        in chunks of positions where the whole logits would be large (`logprobs.completion_stats`); rebuilt(hidden):
+        the speed layer's forward from the rollout's record, or None where it declines (then the plain forward)."""
+
+        def forward(hidden: bool) -> torch.Tensor:
+            out = rebuilt(hidden) if rebuilt is not None else None
+            return out if out is not None else self._logits(model, prompt_ids, prompt_mask, ids, mask, grouped, hidden)
+
+        return logprobs.completion_stats(
+            forward,
+            lm_head_of(model),
+            ids,
+            temperature=self.cfg.rollout.temperature,
+            entropy=entropy,
+            entropy_grad=entropy_grad,
+            autocast_dtype=self.autocast,
+        )
 
     # ------------------------------------------------------------------ advantages
     def advantages(self, batch: RolloutBatch) -> Targets:
@@ -508,8 +540,10 @@ class Trainer:
         @torch.no_grad()
         def logp(r):
             ids, mask = completions.ids[r], completions.mask[r]
-            logits = run_on(lambda m: self._logits(m, batch.prompt_ids[r], batch.prompt_mask[r], ids, mask))
-            return token_logp(logits, ids, self.cfg.rollout.temperature) * mask
+            return (
+                run_on(lambda m: self._completion_stats(m, batch.prompt_ids[r], batch.prompt_mask[r], ids, mask))[0]
+                * mask
+            )
 
         return self._by_rank(batch, logp)
 
@@ -693,15 +727,12 @@ class Trainer:
         metrics: MetricsAccumulator,
     ) -> float:
         """Forward, total_loss and backward of the micro-batch `idx`; returns its total loss."""
-        cfg, algo, train_cfg = self.cfg, self.cfg.algorithm, self.cfg.trainer
-        completions, temp = batch.completions, cfg.rollout.temperature
+        algo, train_cfg = self.cfg.algorithm, self.cfg.trainer
+        completions = batch.completions
         ids, mask, loss_mask = completions.ids[idx], completions.mask[idx], targets.loss_mask[idx]
-        logits = self._update_forward(batch, idx, plan.grouped, first_minibatch)
-        logp = token_logp(logits, ids, temp) * mask
         # the entropy bonus needs its gradient; otherwise it is a metric (and DHPO's mix weight): no graph
-        with torch.set_grad_enabled(algo.entropy_coef > 0):
-            entropy = losses.entropy_from_logits(logits / temp if temp != 1.0 else logits, chunk_size=1024)
-        del logits
+        logp, entropy = self._update_stats(batch, idx, plan.grouped, first_minibatch, algo.entropy_coef > 0)
+        logp = logp * mask
         old = old_logp[idx] if old_logp is not None else logp.detach()
         if selection is None:
             selection = self._token_selection(targets, idx, logp.detach(), old, entropy.detach())
@@ -748,33 +779,39 @@ class Trainer:
         _add_micro_metrics(metrics, parts, extra, mask, entropy.detach())
         return total
 
-    def _update_forward(self, batch: RolloutBatch, idx, grouped: bool, first_minibatch: bool) -> torch.Tensor:
-        """The forward choice: on the first mini-batch the weights are the sampler's, so the speed layer may rebuild
-        the logits from the rollout's projections (`fast.recorded_update_forward`); else, or where it declines, the
-        plain forward."""
+    def _update_stats(self, batch: RolloutBatch, idx, grouped: bool, first_minibatch: bool, entropy_grad: bool):
+        """(log p, entropy) of the micro-batch `idx` under autograd. On the first mini-batch the weights are the
+        sampler's, so the speed layer may rebuild the forward from the rollout's projections
+        (`fast.recorded_update_forward`); else, or where it declines, the plain forward."""
         completions = batch.completions
-        logits = None
+        prompt_ids, prompt_mask = batch.prompt_ids[idx], batch.prompt_mask[idx]
+        rebuilt = None
         if grouped and first_minibatch:
-            logits = fast.recorded_update_forward(
-                self.update_model,
-                completions.recording,
-                idx,
-                batch.prompt_ids[idx],
-                batch.prompt_mask[idx],
-                completions.ids[idx],
-                group_size=self.cfg.trainer.group_size,
-                flop_observer=self.flop_observer,
-            )
-        if logits is None:
-            logits = self._logits(
-                self.update_model,
-                batch.prompt_ids[idx],
-                batch.prompt_mask[idx],
-                completions.ids[idx],
-                completions.mask[idx],
-                grouped=grouped,
-            )
-        return logits
+
+            def rebuilt(hidden: bool):
+                return fast.recorded_update_forward(
+                    self.update_model,
+                    completions.recording,
+                    idx,
+                    prompt_ids,
+                    prompt_mask,
+                    completions.ids[idx],
+                    group_size=self.cfg.trainer.group_size,
+                    flop_observer=self.flop_observer,
+                    hidden=hidden,
+                )
+
+        return self._completion_stats(
+            self.update_model,
+            prompt_ids,
+            prompt_mask,
+            completions.ids[idx],
+            completions.mask[idx],
+            grouped=grouped,
+            entropy=True,
+            entropy_grad=entropy_grad,
+            rebuilt=rebuilt,
+        )
 
     def _optimizer_step(self, nonfinite_loss: bool, metrics: MetricsAccumulator) -> str | None:
         """Clip the gradients and step (policy and critic), unless a loss or gradient norm is NaN/inf (the NaN
@@ -831,16 +868,21 @@ class Trainer:
         weights do not change before the step); rows in the order of `micro`."""
         if not self._reads_step_statistics():
             return {}
-        completions, temp = batch.completions, self.cfg.rollout.temperature
+        completions = batch.completions
         logps, entropies = [], []
         for idx in micro:
             ids, mask = completions.ids[idx], completions.mask[idx]
-            logits = self._logits(
-                self.policy.model, batch.prompt_ids[idx], batch.prompt_mask[idx], ids, mask, grouped=grouped
+            logp, entropy = self._completion_stats(
+                self.policy.model,
+                batch.prompt_ids[idx],
+                batch.prompt_mask[idx],
+                ids,
+                mask,
+                grouped=grouped,
+                entropy=True,
             )
-            logps.append(token_logp(logits, ids, temp) * mask)
-            entropies.append(losses.entropy_from_logits(logits / temp if temp != 1.0 else logits, chunk_size=1024))
-            del logits
+            logps.append(logp * mask)
+            entropies.append(entropy)
         rows = torch.cat(micro)
         logp = torch.cat(logps)
         return self._token_selection(
