@@ -28,11 +28,11 @@ from rlcompare.models import Policy, ReferenceModel, ValueModel, load_policy
 from rlcompare.rewards.verifiers import build_verifier, score_batch
 from rlcompare.rollout import Completions, grouped_sequence_logits, left_pad, lm_head_of, sample, sequence_logits
 from rlcompare.rollout.streams import GroupStreams, group_seed
-from rlcompare.train import logprobs, sharding
+from rlcompare.train import logprobs, sharding, throughput
 from rlcompare.train.batch import Collected, RolloutBatch, Targets, TrainerState
 from rlcompare.train.parallel import GradientSum, World, merge_metrics
 
-TIMING_PREFIXES = ("time/", "perf/")
+TIMING_PREFIXES = ("time/", "perf/", "memory/")  # what varies with the machine, not with the run
 # what the surrogates clip/mask/gate and the token weights, logged as policy/<name>
 _VARIANT_METRICS = tuple(
     dict.fromkeys(
@@ -274,6 +274,7 @@ class Trainer:
     def step(self) -> dict:
         """One training step: collect (sample + score), advantages, the update over mini-batches, the metrics row."""
         t_start = time.perf_counter()
+        throughput.reset_peak_memory(self.device)
         self.state.step += 1
         if self.world.mode != "none":  # torch's own RNG (dropout) keyed by (seed, step, rank): resumes exactly
             torch.manual_seed(group_seed(self.cfg.seed, self.state.step, self.world.rank))
@@ -282,7 +283,7 @@ class Trainer:
         self.state.tokens += collected.generated_tokens
         row = self._collect_metrics(collected)
         t_update = time.perf_counter()
-        batch = collected.batch
+        batch, trained = collected.batch, None
         if batch is None:  # dynamic sampling kept no informative group: no update
             self.state.skipped_updates += 1
             row["optim/skipped_updates"] = self.state.skipped_updates
@@ -303,7 +304,8 @@ class Trainer:
                 )
                 old_logp = self._old_logp(batch, targets, row)
                 row.update(self._update_metrics(self.update(batch, targets, old_logp)))
-        return self._finish_row(row, collected, t_start, t_update)
+                trained = batch
+        return self._finish_row(row, collected, t_start, t_update, trained)
 
     # ------------------------------------------------------------------ collect: sample + score
     def collect(self) -> Collected:
@@ -973,7 +975,41 @@ class Trainer:
             **{"policy/" + k: m[k] for k in _VARIANT_METRICS if k in m},
         }
 
-    def _finish_row(self, row: dict, collected: Collected, t_start: float, t_update: float) -> dict:
+    def _step_tokens(self, collected: Collected, trained: RolloutBatch | None) -> throughput.StepTokens:
+        """The tokens the step ran through the model, by kind of pass (for its model FLOPs)."""
+        G, batch = self.cfg.trainer.group_size, collected.batch
+        prompt = int(batch.prompt_mask[::G].sum()) if batch is not None else 0  # once per group
+        return throughput.StepTokens(
+            generated=collected.generated_tokens,
+            prefilled=prompt,
+            updated=int(trained.completions.mask.sum()) if trained is not None else 0,
+            update_prompt=prompt if trained is not None else 0,
+            extra_forwards=(self.ref is not None)
+            + bool(self.cfg.trainer.recompute_old_logp)
+            + (self.critic is not None),
+            critic=self.critic is not None,
+        )
+
+    def _perf_metrics(self, collected: Collected, trained: RolloutBatch | None, update_s: float, step_s: float):
+        """perf/ and memory/ entries of the row (docs/metrics.md); the device's peak is probed once per process."""
+        tokens = self._step_tokens(collected, trained)
+        dtype = self.autocast or next(self.policy.model.parameters()).dtype
+        return {
+            **throughput.perf_metrics(
+                tokens=tokens,
+                rollout_s=collected.rollout_s,
+                update_s=update_s,
+                step_s=step_s,
+                flops=throughput.step_flops(throughput.product_params(self.policy.model), tokens),
+                peak=throughput.peak_flops(str(self.device), dtype),
+                ranks=self.world.size,
+            ),
+            "memory/peak_gib": throughput.peak_memory_gib(str(self.device)),
+        }
+
+    def _finish_row(
+        self, row: dict, collected: Collected, t_start: float, t_update: float, trained: RolloutBatch | None
+    ) -> dict:
         row.setdefault("optim/nonfinite", 0)
         row["verifier/errors"] = self.state.verifier_errors
         now = time.perf_counter()
@@ -986,6 +1022,7 @@ class Trainer:
                 "time/step_s": now - t_start,
                 "time/elapsed_s": self.state.elapsed,
                 "perf/tokens_per_s": collected.generated_tokens / max(now - t_start, 1e-9),
+                **self._perf_metrics(collected, trained, now - t_update, now - t_start),
             }
         )
         return row

@@ -168,8 +168,14 @@ def test_models_whose_logits_are_more_than_the_head_keep_the_whole_logits():
 
 
 def _rows(compose, tmp_path, name, *extra):
-    tr = Trainer(validate(compose("budget.max_steps=2", *extra)), tmp_path / name)
+    tr = Trainer(validate(compose("budget.max_steps=2", *SMALL_STEPS, *extra)), tmp_path / name)
     return [{k: v for k, v in tr.step().items() if not k.startswith(TIMING_PREFIXES)} for _ in range(2)]
+
+
+# as tests/fast/test_recorded_update.py: tiny steps, so that step 2 samples from nearly the same weights; step 1
+# agrees to 1e-4 relative (the head's gradient summed per chunk), step 2 to its looser tolerance
+SMALL_STEPS = ["trainer.lr=3e-8", "algorithm.critic.lr=3e-8"]
+TOL = {1: dict(rel=1e-4, abs=1e-5), 2: dict(rel=1e-2, abs=1e-3)}
 
 
 @pytest.mark.slow
@@ -184,11 +190,14 @@ def _rows(compose, tmp_path, name, *extra):
 def test_a_run_in_chunks_matches_the_whole_logits_run(compose, tmp_path, monkeypatch, extra):
     whole = _rows(compose, tmp_path, "whole", *extra)
     monkeypatch.setattr(logprobs, "MAX_LOGITS", 3 * len(TOK))  # 3 positions a chunk
+    calls, in_chunks = [], logprobs.stats_from_hidden
+    monkeypatch.setattr(logprobs, "stats_from_hidden", lambda *a, **k: calls.append(1) or in_chunks(*a, **k))
     chunked = _rows(compose, tmp_path, "chunked", *extra)
+    assert calls  # the chunked path ran
     for step, (c, w) in enumerate(zip(chunked, whole), 1):
         assert c.keys() == w.keys()
         for k in w:
             if isinstance(w[k], float) and isinstance(c[k], float):
-                assert c[k] == pytest.approx(w[k], rel=1e-4, abs=1e-5, nan_ok=True), (step, k)
+                assert c[k] == pytest.approx(w[k], nan_ok=True, **TOL[step]), (step, k)
             else:
                 assert c[k] == w[k], (step, k)
