@@ -201,3 +201,36 @@ def test_a_run_in_chunks_matches_the_whole_logits_run(compose, tmp_path, monkeyp
                 assert c[k] == pytest.approx(w[k], nan_ok=True, **TOL[step]), (step, k)
             else:
                 assert c[k] == w[k], (step, k)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (scripts/gpu_check.sh runs it on a GPU)")
+def test_on_cuda_chunks_under_bf16_autocast_match_and_hold_less_memory():
+    """A Qwen2.5-sized vocabulary on CUDA under bf16 autocast: the chunked path's log-probs, entropies and gradients
+    match the whole logits' (to bf16 precision), and its peak memory is a fraction of theirs."""
+    torch.manual_seed(0)
+    B, T, H, V = 16, 256, 256, 151936
+    hidden = torch.randn(B, T, H, device="cuda", requires_grad=True)
+    head = torch.nn.Linear(H, V, bias=False).cuda()
+    tokens = torch.randint(V, (B, T), device="cuda")
+    kw = dict(temperature=1.0, entropy=True, entropy_grad=True, autocast_dtype=torch.bfloat16)
+
+    def whole(is_hidden):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return hidden if is_hidden else head(hidden)
+
+    def run(max_logits):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        out = _loss_and_grads(
+            [hidden, head.weight], lambda: logprobs.completion_stats(whole, head, tokens, max_logits=max_logits, **kw)
+        )
+        return out, torch.cuda.max_memory_allocated() - base
+
+    want, whole_peak = run(B * T * V)  # within the budget: the whole logits
+    got, chunked_peak = run(256 * V)  # 256 positions a chunk
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=1e-3)
+    torch.testing.assert_close(got[1], want[1], rtol=0, atol=1e-3)
+    for g, w in zip(got[2], want[2]):  # bf16 products: each chunk's partial sum is rounded on its own
+        assert float((g - w).norm() / w.norm()) < 1e-2
+    assert chunked_peak < whole_peak / 4, (chunked_peak, whole_peak)
