@@ -33,9 +33,9 @@ if [ "${GPU_CHECK_DRY:-0}" = 1 ]; then  # the same parts, tiny, on the CPU
   DEVICE=cpu SIZES=${BENCH_SIZES:-0.5M} BENCH_ARGS="--steps 1 --warmup 0 --repeats 1 --threads 1"
   RUN_SIZE=0.5M NEW=8 STEPS=2 SHORT=1 PPS=2 G=2 N_EVAL=4 LIMIT_BENCH=300 LIMIT_GRPO=240 LIMIT_RUN=240 LIMIT_TESTS=600
 else
-  # the limits add up to 8 minutes: 40 + 2 x 110 + 90 + 4 x 35 (+ the environment and the medians, seconds)
+  # the limits add up to under 8 minutes: 40 + 2 x 110 + 80 + 4 x 30 = 460 s (+ the environment, the medians)
   DEVICE=cuda SIZES=${BENCH_SIZES:-qwen2.5-0.5b,qwen2.5-1.5b} BENCH_ARGS="--steps 1 --warmup 1 --repeats 1"
-  RUN_SIZE=qwen2.5-0.5b NEW=128 STEPS=10 SHORT=2 PPS=16 G=8 N_EVAL=16 LIMIT_BENCH=110 LIMIT_GRPO=90 LIMIT_RUN=35
+  RUN_SIZE=qwen2.5-0.5b NEW=128 STEPS=10 SHORT=2 PPS=16 G=8 N_EVAL=16 LIMIT_BENCH=110 LIMIT_GRPO=80 LIMIT_RUN=30
   LIMIT_TESTS=40
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 fi

@@ -234,3 +234,38 @@ def test_on_cuda_chunks_under_bf16_autocast_match_and_hold_less_memory():
     for g, w in zip(got[2], want[2]):  # bf16 products: each chunk's partial sum is rounded on its own
         assert float((g - w).norm() / w.norm()) < 1e-2
     assert chunked_peak < whole_peak / 4, (chunked_peak, whole_peak)
+
+
+@pytest.mark.slow
+def test_fsdp_sharded_copy_in_chunks_gets_the_gradients_of_the_whole_logits(tmp_path):
+    """trainer.parallel=fsdp trains a `fully_shard` copy (one gloo rank here): the chunked head runs outside the
+    root's forward, on the root's unsharded weights, and still gets the plain model's gradients."""
+    import torch.distributed as dist
+
+    from rlcompare.train import sharding
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = _model("qwen2", tie_word_embeddings=True)
+        pi, pm, comp = _batch(model)
+        model.train()
+        sharded = sharding.shard_copy(model, "cpu")
+        sharded.train()
+
+        def run(m, budget):
+            m.zero_grad(set_to_none=True)
+            fwd = lambda hidden: grouped_sequence_logits(m, pi, pm, comp.ids, comp.mask, group_size=G, hidden=hidden)  # noqa: E731
+            lp, ent = logprobs.completion_stats(
+                fwd, lm_head_of(m), comp.ids, temperature=1.0, entropy=True, entropy_grad=True, max_logits=budget
+            )
+            (lp.sum() - 0.01 * ent.sum()).backward()
+            return lp.detach(), {n: sharding.full_tensor(p.grad) for n, p in m.named_parameters()}
+
+        want, want_grads = run(model, None)
+        got, got_grads = run(sharded, 5 * len(TOK))
+        torch.testing.assert_close(got, want, rtol=0, atol=2e-6)
+        assert want_grads.keys() == got_grads.keys()
+        for n in want_grads:
+            torch.testing.assert_close(got_grads[n], want_grads[n], rtol=1e-4, atol=1e-6)
+    finally:
+        dist.destroy_process_group()
