@@ -572,22 +572,16 @@ def _trl_config(a, spec: dict, total: int):
     )
 
 
-def _worker_trl(a) -> dict:
-    import torch
+def _trl_inputs(a, spec: dict, total: int):
+    """The tokenizer, the prompt dataset and the verifier of TRL's run: the same prompts, in the same order, and the
+    same reward function as the rlcompare run."""
     from datasets import Dataset
-    from transformers import AutoTokenizer, TrainerCallback
-
-    import trl
-    from trl import GRPOTrainer
+    from transformers import AutoTokenizer
 
     from rlcompare.config import validate
     from rlcompare.data.prompts import PromptStream, build_prompts
     from rlcompare.rewards.verifiers import build_verifier
 
-    spec = model_spec(a.size)
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    # the same prompts, in the same order, and the same reward function as the rlcompare run
     cfg = validate(
         compose_config(
             rlcompare_overrides(
@@ -601,12 +595,25 @@ def _worker_trl(a) -> dict:
         )
     )
     splits = build_prompts(cfg.prompts)
-    total = a.warmup + a.steps
     examples = PromptStream(splits.train, cfg.prompts.data_seed).take(PROMPTS_PER_STEP * (total + 1))
     tok = AutoTokenizer.from_pretrained(a.weights)
     bos = tok.bos_token or ""  # Qwen2.5 has none; rlcompare prepends BOS only where the tokenizer has one
     data = Dataset.from_dict({"prompt": [bos + ex.prompt for ex in examples], "answer": [ex.answer for ex in examples]})
-    verifier = build_verifier(cfg.verifier)
+    return tok, data, build_verifier(cfg.verifier)
+
+
+def _worker_trl(a) -> dict:
+    import torch
+    from transformers import TrainerCallback
+
+    import trl
+    from trl import GRPOTrainer
+
+    spec = model_spec(a.size)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    total = a.warmup + a.steps
+    tok, data, verifier = _trl_inputs(a, spec, total)
     tokens, informative = [], []
 
     def reward(prompts, completions, answer, completion_ids=None, **_):
