@@ -29,6 +29,7 @@ from pathlib import Path
 TIMING_PREFIXES = (
     "time/",
     "perf/",
+    "memory/",
 )  # rlcompare.train.trainer.TIMING_PREFIXES (not imported: this script never loads torch)
 REPO = Path(__file__).resolve().parents[1]
 

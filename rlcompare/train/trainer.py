@@ -26,15 +26,15 @@ from rlcompare.config import ConfigError, check_fits_context
 from rlcompare.data.prompts import Example, PromptStream, build_prompts
 from rlcompare.models import Policy, ReferenceModel, ValueModel, load_policy
 from rlcompare.rewards.verifiers import build_verifier, score_batch
-from rlcompare.rollout import Completions, grouped_sequence_logits, left_pad, sample, sequence_logits, token_logp
+from rlcompare.rollout import Completions, grouped_sequence_logits, left_pad, lm_head_of, sample, sequence_logits
 from rlcompare.rollout.streams import GroupStreams, group_seed
-from rlcompare.train import sharding
+from rlcompare.train import logprobs, sharding, throughput
 from rlcompare.train.batch import Collected, RolloutBatch, Targets, TrainerState
 from rlcompare.train.parallel import GradientSum, World, merge_metrics
 from rlcompare.train import offpolicy as off_policy
 from rlcompare.train.stale_queue import Queued, StaleQueue
 
-TIMING_PREFIXES = ("time/", "perf/")
+TIMING_PREFIXES = ("time/", "perf/", "memory/")  # what varies with the machine, not with the run
 # what the surrogates clip/mask/gate and the token weights, logged as policy/<name>
 _VARIANT_METRICS = tuple(
     dict.fromkeys(
@@ -287,6 +287,7 @@ class Trainer:
     def step(self) -> dict:
         """One training step: collect (sample + score), advantages, the update over mini-batches, the metrics row."""
         t_start = time.perf_counter()
+        throughput.reset_peak_memory(self.device)
         self.state.step += 1
         if self.world.mode != "none":  # torch's own RNG (dropout) keyed by (seed, step, rank): resumes exactly
             torch.manual_seed(group_seed(self.cfg.seed, self.state.step, self.world.rank))
@@ -296,7 +297,7 @@ class Trainer:
         if self.cfg.rollout.staleness:
             row["offpolicy/staleness"] = self.state.step - sampled_at  # updates between sampling and training
         t_update = time.perf_counter()
-        batch = collected.batch
+        batch, trained = collected.batch, None
         if batch is None:  # dynamic sampling kept no informative group: no update
             self.state.skipped_updates += 1
             row["optim/skipped_updates"] = self.state.skipped_updates
@@ -319,7 +320,8 @@ class Trainer:
                 with self.world.lost_peers_explained():  # fsdp's own collectives: a lost peer said as ddp says it
                     up = self.update(batch, targets, old_logp)
                 row.update(self._update_metrics(up))
-        return self._finish_row(row, collected, t_start, t_update)
+                trained = batch
+        return self._finish_row(row, collected, t_start, t_update, trained)
 
     # ------------------------------------------------------------------ collect: sample + score
     def _rollout_to_train(self) -> tuple[Collected, int]:
@@ -485,14 +487,46 @@ class Trainer:
             return rows_fn(slice(None))
         return self.world.gather_rows(rows_fn(self.world.row_share(len(batch), self.cfg.trainer.group_size)))
 
-    def _logits(self, model, prompt_ids, prompt_mask, ids, mask, grouped: bool = True):
-        """Completion logits; rows in whole groups share their prompt's forward (and backward)."""
+    def _logits(self, model, prompt_ids, prompt_mask, ids, mask, grouped: bool = True, hidden: bool = False):
+        """Completion logits (or with `hidden` the final hidden states); rows in whole groups share their prompt's
+        forward (and backward)."""
         G = self.cfg.trainer.group_size
         if grouped and G > 1 and ids.shape[0] % G == 0 and not self.cfg.model.gradient_checkpointing:
             return grouped_sequence_logits(
-                model, prompt_ids, prompt_mask, ids, mask, group_size=G, autocast_dtype=self.autocast
+                model, prompt_ids, prompt_mask, ids, mask, group_size=G, autocast_dtype=self.autocast, hidden=hidden
             )
-        return sequence_logits(model, prompt_ids, prompt_mask, ids, mask, autocast_dtype=self.autocast)
+        return sequence_logits(model, prompt_ids, prompt_mask, ids, mask, autocast_dtype=self.autocast, hidden=hidden)
+
+    def _completion_stats(
+        self,
+        model,
+        prompt_ids,
+        prompt_mask,
+        ids,
+        mask,
+        *,
+        grouped=True,
+        entropy=False,
+        entropy_grad=False,
+        rebuilt=None,
+    ):
+        """(log p [b,T], entropy [b,T] or None) of the completions `ids`, temperature applied, through the LM head
+        in chunks of positions where the whole logits would be large (`logprobs.completion_stats`); rebuilt(hidden):
+        the speed layer's forward from the rollout's record, or None where it declines (then the plain forward)."""
+
+        def forward(hidden: bool) -> torch.Tensor:
+            out = rebuilt(hidden) if rebuilt is not None else None
+            return out if out is not None else self._logits(model, prompt_ids, prompt_mask, ids, mask, grouped, hidden)
+
+        return logprobs.completion_stats(
+            forward,
+            lm_head_of(model),
+            ids,
+            temperature=self.cfg.rollout.temperature,
+            entropy=entropy,
+            entropy_grad=entropy_grad,
+            autocast_dtype=self.autocast,
+        )
 
     # ------------------------------------------------------------------ advantages
     def advantages(self, batch: RolloutBatch) -> Targets:
@@ -539,8 +573,10 @@ class Trainer:
         @torch.no_grad()
         def logp(r):
             ids, mask = completions.ids[r], completions.mask[r]
-            logits = run_on(lambda m: self._logits(m, batch.prompt_ids[r], batch.prompt_mask[r], ids, mask))
-            return token_logp(logits, ids, self.cfg.rollout.temperature) * mask
+            return (
+                run_on(lambda m: self._completion_stats(m, batch.prompt_ids[r], batch.prompt_mask[r], ids, mask))[0]
+                * mask
+            )
 
         return self._by_rank(batch, logp)
 
@@ -740,15 +776,12 @@ class Trainer:
         metrics: MetricsAccumulator,
     ) -> float:
         """Forward, total_loss and backward of the micro-batch `idx`; returns its total loss."""
-        cfg, algo, train_cfg = self.cfg, self.cfg.algorithm, self.cfg.trainer
-        completions, temp = batch.completions, cfg.rollout.temperature
+        algo, train_cfg = self.cfg.algorithm, self.cfg.trainer
+        completions = batch.completions
         ids, mask, loss_mask = completions.ids[idx], completions.mask[idx], targets.loss_mask[idx]
-        logits = self._update_forward(batch, idx, plan.grouped, first_minibatch)
-        logp = token_logp(logits, ids, temp) * mask
         # the entropy bonus needs its gradient; otherwise it is a metric (and DHPO's mix weight): no graph
-        with torch.set_grad_enabled(algo.entropy_coef > 0):
-            entropy = losses.entropy_from_logits(logits / temp if temp != 1.0 else logits, chunk_size=1024)
-        del logits
+        logp, entropy = self._update_stats(batch, idx, plan.grouped, first_minibatch, algo.entropy_coef > 0)
+        logp = logp * mask
         old = old_logp[idx] if old_logp is not None else logp.detach()
         if selection is None:
             selection = self._token_selection(targets, idx, logp.detach(), old, entropy.detach())
@@ -799,33 +832,39 @@ class Trainer:
         _add_micro_metrics(metrics, parts, extra, mask, entropy.detach())
         return total
 
-    def _update_forward(self, batch: RolloutBatch, idx, grouped: bool, first_minibatch: bool) -> torch.Tensor:
-        """The forward choice: on the first mini-batch the weights are the sampler's, so the speed layer may rebuild
-        the logits from the rollout's projections (`fast.recorded_update_forward`); else, or where it declines, the
-        plain forward."""
+    def _update_stats(self, batch: RolloutBatch, idx, grouped: bool, first_minibatch: bool, entropy_grad: bool):
+        """(log p, entropy) of the micro-batch `idx` under autograd. On the first mini-batch the weights are the
+        sampler's, so the speed layer may rebuild the forward from the rollout's projections
+        (`fast.recorded_update_forward`); else, or where it declines, the plain forward."""
         completions = batch.completions
-        logits = None
+        prompt_ids, prompt_mask = batch.prompt_ids[idx], batch.prompt_mask[idx]
+        rebuilt = None
         if grouped and first_minibatch:
-            logits = fast.recorded_update_forward(
-                self.update_model,
-                completions.recording,
-                idx,
-                batch.prompt_ids[idx],
-                batch.prompt_mask[idx],
-                completions.ids[idx],
-                group_size=self.cfg.trainer.group_size,
-                flop_observer=self.flop_observer,
-            )
-        if logits is None:
-            logits = self._logits(
-                self.update_model,
-                batch.prompt_ids[idx],
-                batch.prompt_mask[idx],
-                completions.ids[idx],
-                completions.mask[idx],
-                grouped=grouped,
-            )
-        return logits
+
+            def rebuilt(hidden: bool):
+                return fast.recorded_update_forward(
+                    self.update_model,
+                    completions.recording,
+                    idx,
+                    prompt_ids,
+                    prompt_mask,
+                    completions.ids[idx],
+                    group_size=self.cfg.trainer.group_size,
+                    flop_observer=self.flop_observer,
+                    hidden=hidden,
+                )
+
+        return self._completion_stats(
+            self.update_model,
+            prompt_ids,
+            prompt_mask,
+            completions.ids[idx],
+            completions.mask[idx],
+            grouped=grouped,
+            entropy=True,
+            entropy_grad=entropy_grad,
+            rebuilt=rebuilt,
+        )
 
     def _optimizer_step(self, nonfinite_loss: bool, metrics: MetricsAccumulator) -> str | None:
         """Clip the gradients and step (policy and critic), unless a loss or gradient norm is NaN/inf (the NaN
@@ -872,16 +911,21 @@ class Trainer:
         weights do not change before the step); rows in the order of `micro`."""
         if not self._reads_step_statistics():
             return {}
-        completions, temp = batch.completions, self.cfg.rollout.temperature
+        completions = batch.completions
         logps, entropies = [], []
         for idx in micro:
             ids, mask = completions.ids[idx], completions.mask[idx]
-            logits = self._logits(
-                self.policy.model, batch.prompt_ids[idx], batch.prompt_mask[idx], ids, mask, grouped=grouped
+            logp, entropy = self._completion_stats(
+                self.policy.model,
+                batch.prompt_ids[idx],
+                batch.prompt_mask[idx],
+                ids,
+                mask,
+                grouped=grouped,
+                entropy=True,
             )
-            logps.append(token_logp(logits, ids, temp) * mask)
-            entropies.append(losses.entropy_from_logits(logits / temp if temp != 1.0 else logits, chunk_size=1024))
-            del logits
+            logps.append(logp * mask)
+            entropies.append(entropy)
         rows = torch.cat(micro)
         logp = torch.cat(logps)
         return self._token_selection(
@@ -973,7 +1017,41 @@ class Trainer:
             **{"offpolicy/" + k[len("offpolicy_") :]: m[k] for k in off_policy.GAP_METRIC_KINDS if k in m},
         }
 
-    def _finish_row(self, row: dict, collected: Collected, t_start: float, t_update: float) -> dict:
+    def _step_tokens(self, collected: Collected, trained: RolloutBatch | None) -> throughput.StepTokens:
+        """The tokens the step ran through the model, by kind of pass (for its model FLOPs)."""
+        G, batch = self.cfg.trainer.group_size, collected.batch
+        prompt = int(batch.prompt_mask[::G].sum()) if batch is not None else 0  # once per group
+        return throughput.StepTokens(
+            generated=collected.generated_tokens,
+            prefilled=prompt,
+            updated=int(trained.completions.mask.sum()) if trained is not None else 0,
+            update_prompt=prompt if trained is not None else 0,
+            extra_forwards=(self.ref is not None)
+            + bool(self.cfg.trainer.recompute_old_logp)
+            + (self.critic is not None),
+            critic=self.critic is not None,
+        )
+
+    def _perf_metrics(self, collected: Collected, trained: RolloutBatch | None, update_s: float, step_s: float):
+        """perf/ and memory/ entries of the row (docs/metrics.md); the device's peak is probed once per process."""
+        tokens = self._step_tokens(collected, trained)
+        dtype = self.autocast or next(self.policy.model.parameters()).dtype
+        return {
+            **throughput.perf_metrics(
+                tokens=tokens,
+                rollout_s=collected.rollout_s,
+                update_s=update_s,
+                step_s=step_s,
+                flops=throughput.step_flops(throughput.product_params(self.policy.model), tokens),
+                peak=throughput.peak_flops(str(self.device), dtype),
+                ranks=self.world.size,
+            ),
+            "memory/peak_gib": throughput.peak_memory_gib(str(self.device)),
+        }
+
+    def _finish_row(
+        self, row: dict, collected: Collected, t_start: float, t_update: float, trained: RolloutBatch | None
+    ) -> dict:
         row.setdefault("optim/nonfinite", 0)
         row["verifier/errors"] = self.state.verifier_errors
         now = time.perf_counter()
@@ -986,6 +1064,7 @@ class Trainer:
                 "time/step_s": now - t_start,
                 "time/elapsed_s": self.state.elapsed,
                 "perf/tokens_per_s": collected.generated_tokens / max(now - t_start, 1e-9),
+                **self._perf_metrics(collected, trained, now - t_update, now - t_start),
             }
         )
         return row
