@@ -786,7 +786,7 @@ class Trainer:
         if selection is None:
             selection = self._token_selection(targets, idx, logp.detach(), old, entropy.detach())
         token_weight, extra = self._token_weight(targets, idx, loss_mask, selection.get("keep"))
-        if off_policy.logs_gap(algo, cfg.rollout):  # |log pi_theta / pi_behav| of the policy being updated
+        if off_policy.logs_gap(algo, self.cfg.rollout):  # |log pi_theta / pi_behav| of the policy being updated
             extra.update(
                 off_policy.gap_metrics(logp, completions.logp[idx] if completions.logp is not None else None, mask)
             )
