@@ -124,8 +124,16 @@ def test_every_seed_is_checked_not_only_the_first(tmp_path, capsys, how):
     capsys.readouterr()
     assert sw.main(args) == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "seed -1 is refused (seed=-1 must be >= 0)" in err, err
+    assert len(err.strip().splitlines()) == 1 and "seed -1 is refused (seed=-1 must be in [0, 2147483647])" in err, err
     assert not (tmp_path / "results").exists()
+
+
+def test_a_sweep_seed_past_the_bound_is_refused_like_a_runs(tmp_path, capsys):
+    # item 4 through item 5: torch keeps 32 bits of a seed, so 2**32 would repeat seed 0; the sweep applies the bound
+    text = SWEEP.replace("seeds: [0]", "seeds: [0, 4294967296]")
+    capsys.readouterr()
+    assert sw.main([str(write(tmp_path, text)), f"results_dir={tmp_path / 'results'}", "--dry-run"]) == 2
+    assert "seed 4294967296 is refused (seed=4294967296 must be in [0, 2147483647])" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- item 9: sweep-wide keys

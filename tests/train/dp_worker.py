@@ -21,6 +21,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from rlcompare.train.trainer import TIMING_PREFIXES  # what varies with the machine, not the run
 
 
 def _compose(overrides: list[str], results: Path):
@@ -130,7 +131,7 @@ def _held(tr) -> dict:
 def _write(out: Path, name: str, rows, evals, grads, held, counts) -> None:
     from safetensors.torch import save_file
 
-    keep = [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))} for r in rows]
+    keep = [{k: v for k, v in r.items() if not k.startswith(TIMING_PREFIXES)} for r in rows]
     (out / f"{name}.json").write_text(json.dumps({"rows": keep, "evals": evals, "held": held, **counts}))
     save_file({k: v.contiguous() for k, v in grads.items()}, str(out / f"{name}.grads.safetensors"))
 

@@ -31,9 +31,10 @@ from rlcompare.rollout.streams import GroupStreams, group_seed
 from rlcompare.train.parallel import World, init_world, resolve_mode
 from rlcompare.train.run import train
 from tests.conftest import FAST
+from rlcompare.train.trainer import TIMING_PREFIXES  # what varies with the machine, not the run
 
 REPO = Path(__file__).resolve().parents[2]
-TIMING = ("time/", "perf/")
+TIMING = TIMING_PREFIXES
 # another summation order. Measured worst cases: 4e-4 relative on kl/rollout (a mean of log-prob differences
 # near 1e-3, each log-prob rounded near 1e-7: 3e-6 absolute), under 1e-5 relative on the rest
 RTOL, ATOL = 1e-4, 1e-5

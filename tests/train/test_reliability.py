@@ -17,8 +17,9 @@ from conftest import FAST
 from rlcompare.train import checkpoint
 from rlcompare.train.run import SIGTERM_EXIT, train
 from rlcompare.train.tracking import read_jsonl
+from rlcompare.train.trainer import TIMING_PREFIXES  # what varies with the machine, not the run
 
-TIMING = ("time/", "perf/")
+TIMING = TIMING_PREFIXES
 # DAPO: dynamic sampling, overlong shaping, 2 updates per rollout (the shuffle generator), rewards that vary
 # with length, so the weights move every step even while the tiny policy answers nothing right.
 KILL = [

@@ -23,9 +23,10 @@ from rlcompare.cli import conf_dir, main, quote_resume_path
 from rlcompare.config import ConfigError
 from rlcompare.train.run import RESUME_IGNORED, SIGTERM_EXIT, train
 from rlcompare.train.tracking import read_jsonl
+from rlcompare.train.trainer import TIMING_PREFIXES  # what varies with the machine, not the run
 
 REPO = Path(__file__).resolve().parents[2]
-TIMING = ("time/", "perf/")
+TIMING = TIMING_PREFIXES
 
 
 def _rows(run: Path) -> dict:
