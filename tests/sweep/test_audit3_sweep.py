@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import FAST
 from rlcompare.sweep import runner as sw
 from rlcompare.sweep import SweepError, load_sweep, resolve_members
 
@@ -258,17 +259,7 @@ def _alive(pid: int) -> bool:
 
 
 # ----------------------------------------------------------------------------- item 20: Ctrl-C, for real
-QUICK = [
-    "budget=tiny",
-    "logger=none",
-    "trainer.progress=false",
-    "model.warm_start.steps=20",
-    "prompts.n_eval=16",
-    "trainer.prompts_per_step=4",
-    "trainer.group_size=4",
-    "trainer.eval_every=2",
-    "trainer.threads=1",
-]
+QUICK = FAST  # the tests' seconds-long runs (conftest)
 # four members: the base completes quickly; the others are long, so that the Ctrl-C finds them running or queued
 LONG_SWEEP = """
     name: cc

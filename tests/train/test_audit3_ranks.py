@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.train.test_parallel import _rank_pid
 from rlcompare.train.parallel import RankLost, World
 from tests.conftest import FAST
 
@@ -100,15 +101,3 @@ def _lines(path: Path) -> list[str]:
         return path.read_text().splitlines()
     except OSError:
         return []
-
-
-def _rank_pid(parent: int, rank: int) -> int | None:
-    """The pid of torchrun's worker of `rank` (its RANK environment variable)."""
-    for child in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
-        try:
-            env = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"RANK={rank}".encode() in env:
-            return int(child)
-    return None
