@@ -3,7 +3,8 @@
 A 2-rank run must compute what one process computes on the same global batch: the same samples (one random
 stream per prompt group), the same advantages and per-token weights (every normalizer the whole batch's), the
 same gradient (summed over ranks), the same metrics rows, and a run killed and resumed equals an uninterrupted
-one. Rows are compared to float tolerance: a batch split differently is summed in another order.
+one; with rollout.staleness too (the queue of rollouts sampled ahead is every rank's, whole). Rows are compared
+to float tolerance: a batch split differently is summed in another order.
 """
 
 from __future__ import annotations
@@ -365,6 +366,17 @@ CASES = [
     # 3 groups over 2 ranks (2 + 1), mini-batches of 2 and 1 groups: a rank with no rows in one of them
     {"name": "uneven", "overrides": ["trainer.prompts_per_step=3", "trainer.recompute_old_logp=true", NO_KL]},
 ]
+# rollout.staleness=2 (issue 44): every rank holds the whole queue (each rollout gathered before it is queued) and
+# trains on the oldest; 4 steps, so that step 4 trains on a rollout sampled after an update (staleness 0 1 2 2)
+DECOUPLED = ["algorithm.off_policy.correction=decoupled", "trainer.recompute_old_logp=true"]
+STALE_CASES = [
+    {"name": "stale2", "overrides": ["rollout.staleness=2", NO_KL]},
+    # the proximal log-probs recomputed over row shares, weighed against the queued sampler's: 3 groups (uneven)
+    {"name": "stale2_decoupled", "overrides": ["rollout.staleness=2", "trainer.prompts_per_step=3", *DECOUPLED, NO_KL]},
+    # dynamic sampling: each queued rollout refilled (contiguous shares, no mini-batch order drawn before sampling)
+    {"name": "stale2_dapo", "overrides": ["rollout.staleness=2", "algorithm=dapo"]},
+]
+STALE_STEPS = 4
 
 
 @pytest.mark.parametrize("case", ["nan_on_rank1", "fsdp_nan_on_rank1"])
@@ -429,7 +441,7 @@ def _hf_full_case(lora: dict) -> dict:
 # are computed before the update, from the gathered batch, the same in both modes
 # the ddp cases whose 1-process run rebuilds its first update from the rollout, and whose ranks then do too
 REBUILDS = {c["name"] for c in CASES} - {"dapo"}
-FSDP_CASES = ["agg_token-mean", "kl_in_loss", "dapo", "ppo", "uneven", "lora_hf", "hf_full_gc"]
+FSDP_CASES = ["agg_token-mean", "kl_in_loss", "dapo", "ppo", "uneven", "lora_hf", "hf_full_gc", "stale2_decoupled"]
 # trainer.grad_sum=backend (the cases above sum through shared memory, as CPU ranks on one machine do by default)
 BACKEND_CASES = ["ppo", "uneven"]
 
@@ -441,6 +453,7 @@ def two_rank_cases(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dp_cases")
     lora = _lora_case(tmp)
     cases = [{**c, "overrides": FAST + GROUPS + SIGNAL + c["overrides"], "steps": 2} for c in CASES]
+    cases += [{**c, "overrides": FAST + GROUPS + SIGNAL + c["overrides"], "steps": STALE_STEPS} for c in STALE_CASES]
     cases += [lora, _hf_full_case(lora)]
     by_name = {c["name"]: c for c in cases}
     cases += [{**by_name[n], "name": f"fsdp_{n}", "mode": "fsdp", "reference": False} for n in FSDP_CASES]
@@ -467,7 +480,7 @@ def two_rank_cases(tmp_path_factory):
 
 @pytest.mark.parametrize(
     "case",
-    [c["name"] for c in CASES]
+    [c["name"] for c in CASES + STALE_CASES]
     + ["lora_hf", "hf_full_gc"]
     + [f"fsdp_{n}" for n in FSDP_CASES]
     + [f"backend_{n}" for n in BACKEND_CASES],
@@ -477,7 +490,9 @@ def test_two_ranks_give_one_process_rows_and_gradient(two_rank_cases, case):
     ref = case.removeprefix("fsdp_").removeprefix("backend_")
     got = json.loads((two_rank_cases / f"{case}.json").read_text())
     want = json.loads((two_rank_cases / f"{ref}.ref.json").read_text())
-    assert len(got["rows"]) == 2 and got["rows"][0]["tokens/step"] > 0
+    assert len(got["rows"]) == len(want["rows"]) >= 2 and got["rows"][0]["tokens/step"] > 0
+    if ref.startswith("stale2"):  # the queue did hold rollouts of earlier weights
+        assert [r["offpolicy/staleness"] for r in got["rows"]] == [0, 1, 2, 2]
     # fsdp: rank 0 held half of the trained weights and of their AdamW moments (FSDP2 pads a shard to whole rows:
     # near, not exactly, a half); ddp: all of them
     held = [got["held"]["weights"], got["held"]["moments"]]
@@ -492,7 +507,8 @@ def test_two_ranks_give_one_process_rows_and_gradient(two_rank_cases, case):
     # the speed layer's first update rebuilt from the rollout (rlcompare.fast): under ddp each rank samples the
     # groups it trains on, so the ranks rebuild as many rows in all as one process does; not for fsdp's sharded
     # copy, and not where the model refuses it (LoRA, gradient checkpointing); dynamic sampling's refilled batch
-    # (dapo) is known only after sampling, so its ranks sample contiguous shares and rebuild nothing
+    # (dapo) is known only after sampling, so its ranks sample contiguous shares and rebuild nothing; a stale
+    # rollout's activations are not the update's (rollout.staleness): nothing rebuilt from it
     if ref in REBUILDS and not case.startswith("fsdp_"):
         assert got["rebuilt_rows"] == want["rebuilt_rows"] > 0
     else:
@@ -578,15 +594,17 @@ def _wait_rows(proc, metrics: Path, k: int, timeout: float = 300.0) -> None:
 RESUME = ["algorithm=dapo", "budget.max_steps=12", "trainer.checkpoint_every=2", "trainer.eval_every=3"]
 
 
-@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+@pytest.mark.parametrize("mode, staleness", [("ddp", 0), ("fsdp", 0), ("ddp", 2)], ids=["ddp", "fsdp", "ddp_stale2"])
 @pytest.mark.slow
-def test_two_ranks_sigtermed_then_resumed_equal_an_uninterrupted_two_rank_run(tmp_path, mode, compose):
+def test_two_ranks_sigtermed_then_resumed_equal_an_uninterrupted_two_rank_run(tmp_path, mode, staleness, compose):
     """fsdp: the checkpoint gathers the sharded AdamW moments whole from both ranks, and the resume shards them
     again (and the weights), so the resumed run is the uninterrupted one exactly. Its checkpoint is the format of
-    every mode: a copy of the cut run resumed in one process continues it too."""
+    every mode: a copy of the cut run resumed in one process continues it too. rollout.staleness=2: every checkpoint
+    holds the 2 queued rollouts, which rank 0 saves and every rank loads."""
     results = tmp_path / "results"
-    steps = 12 if mode == "ddp" else 8  # fsdp: fewer steps, the same checks (CI's time)
-    setting = [*RESUME, f"budget.max_steps={steps}", f"trainer.parallel={mode}"]
+    steps = 12 if (mode, staleness) == ("ddp", 0) else 8  # fewer steps, the same checks (CI's time)
+    stale = [f"rollout.staleness={staleness}"] if staleness else []
+    setting = [*RESUME, *stale, f"budget.max_steps={steps}", f"trainer.parallel={mode}"]
     ref = _cli_run(tmp_path, 2, *setting, f"results_dir={results}", "run_name=whole")
     assert ref.returncode == 0, ref.stderr[-4000:]
     run = results / "default" / "cut"
