@@ -5,7 +5,7 @@ metrics.jsonl, eval.jsonl, summary.json) and writes report.md, report.csv,
 differences.csv, runs.csv and PNG plots. Never imports torch.
 
     rlcompare report RESULTS_DIR [--metric eval/accuracy] [--at-tokens N]
-                     [--threshold X] [--out DIR] [--allow-unmatched]
+                     [--estimand window|final|auc] [--threshold X] [--out DIR] [--allow-unmatched]
                      [--reference VARIANT] [--min-seeds 5]
                      [--compute tokens|seconds]
 
@@ -15,6 +15,8 @@ Runs are compared at equal generated tokens T: by default T is the smallest
 common final `tokens/generated` (every run cut there); with --at-tokens N,
 T = N and runs that end before N are left out. Values at T are linearly
 interpolated between the eval rows around T when no row sits exactly there.
+Verdicts judge --estimand (rlcompare.report.estimands): by default the mean of
+the last 3 evals up to T, else the single value there (final) or the AUC.
 
 Per variant it also fits ScaleRL's compute-performance curve to held-out accuracy
 (rlcompare.report.compute_fit; --compute picks generated tokens or wall seconds) and writes
@@ -55,6 +57,7 @@ from .compare import (
     verdict,  # noqa: F401
 )
 from .curves import tokens_to_reach  # noqa: F401
+from .estimands import DEFAULT_ESTIMAND, ESTIMANDS
 from .fit_section import (
     FIT_BOOT_SHARE_SHOWN,  # noqa: F401
     FIT_CURVE_POINTS,  # noqa: F401
@@ -95,6 +98,7 @@ def build_report(
     write: bool = True,
     min_seeds: int = DEFAULT_MIN_SEEDS,
     compute: str = "tokens",
+    estimand: str = DEFAULT_ESTIMAND,
 ) -> dict:
     """Build the comparison and (by default) write report.md, CSVs and PNGs.
 
@@ -102,13 +106,14 @@ def build_report(
     final metric), ``summary`` (long: variant x quantity), ``differences``,
     ``runs`` (one row per run folder), plus ``flags`` and ``notes`` (lists of
     str), ``mode`` ('cut' | 'interpolate'), ``at_tokens``, ``threshold``,
-    ``plots`` (paths) and ``report_path``, and ``compute_fit`` (a ComputeFitReport:
+    ``plots`` (paths) and ``report_path``, ``estimand`` (what the verdicts judge; ``differences`` holds every
+    estimand's rows, each with its verdicts), and ``compute_fit`` (a ComputeFitReport:
     ScaleRL's fit per variant against ``compute``, tokens or seconds). Raises
     ReportError for folders without runs, an unknown metric or compute axis.
     """
     root = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else root
-    _check_report_arguments(root, at_tokens, reps, min_seeds, compute)
+    _check_report_arguments(root, at_tokens, reps, min_seeds, compute, estimand)
     runs = _load_runs(root, out)
     flags: list[str] = []  # shown at the top of report.md
     notes: list[str] = []  # comparability notes
@@ -126,7 +131,7 @@ def build_report(
     differences, pair_problems = _differences(
         runs, variants, unmatched_variants, metric, allow_unmatched, min_seeds, flags, notes, (mode, T)
     )
-    headline, summary = _variant_tables(variants, unmatched_variants, pair_problems, reps, metric)
+    headline, summary = _variant_tables(variants, unmatched_variants, pair_problems, reps, metric, estimand)
     runs_df = _runs_table(runs)
     fit_report = _compute_fit(variants, list(headline["variant"]) if not headline.empty else [], differences, compute)
     _status_flags(runs, flags, notes)
@@ -141,6 +146,7 @@ def build_report(
         "notes": notes,
         "mode": mode,
         "at_tokens": T,
+        "estimand": estimand,
         "threshold": thr,
         "threshold_how": threshold_how,
         "metric": metric,
@@ -160,7 +166,7 @@ def build_report(
     return result
 
 
-def _check_report_arguments(root: Path, at_tokens, reps: int, min_seeds, compute: str) -> None:
+def _check_report_arguments(root: Path, at_tokens, reps: int, min_seeds, compute: str, estimand: str) -> None:
     if not root.exists():
         raise ReportError(f"{root} does not exist")
     if not root.is_dir():
@@ -171,6 +177,10 @@ def _check_report_arguments(root: Path, at_tokens, reps: int, min_seeds, compute
         raise ReportError("--reps must be at least 1")
     _check_min_seeds(min_seeds)
     _check_compute(compute)
+    if estimand not in ESTIMANDS:
+        raise ReportError(
+            f"--estimand {estimand!r}: must be one of {', '.join(ESTIMANDS)} (default {DEFAULT_ESTIMAND})"
+        )
 
 
 def _load_runs(root: Path, out: Path) -> list[Run]:
@@ -200,6 +210,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="compare at N generated tokens (linear interpolation) instead of cutting every run "
         "to the smallest common final tokens/generated",
+    )
+    p.add_argument(
+        "--estimand",
+        choices=ESTIMANDS,
+        default=DEFAULT_ESTIMAND,
+        help="the quantity verdicts, their intervals, Holm's adjustment and the headline's order use: the mean of "
+        "the last 3 evals up to the comparison point (window), the single value there (final), or the mean over "
+        "tokens up to it (auc) (default: window; differences.csv holds all three)",
     )
     p.add_argument(
         "--threshold",
@@ -257,6 +275,7 @@ def main(argv: Optional[list] = None) -> int:
             reps=args.reps,
             min_seeds=args.min_seeds,
             compute=args.compute,
+            estimand=args.estimand,
         )
     except ReportError as e:
         print(f"rlcompare report: {e}", file=sys.stderr)

@@ -11,7 +11,16 @@ import pandas as pd
 
 from . import stats
 from .curves import _auc, _curve, _final_tokens, _segment, _wall_time, tokens_to_reach
-from .estimands import ESTIMANDS, WINDOW_EVALS, pair_point, paired_seeds, values_at, window_mean, window_step_mean
+from .estimands import (
+    DEFAULT_ESTIMAND,
+    ESTIMANDS,
+    WINDOW_EVALS,
+    pair_point,
+    paired_seeds,
+    values_at,
+    window_mean,
+    window_step_mean,
+)
 from .load import _SEED_PART, TOKENS, ReportError, Run, _components, strip_seed
 from .matching import config_diff, fingerprint_diff
 from .text import _fmt_tokens, _isnan, _seedset
@@ -498,8 +507,11 @@ def _difference_rows(v: str, ref: str, a: list[Run], b: list[Run], metric: str, 
     return rows
 
 
-def _variant_tables(variants, unmatched_variants, pair_problems, reps: int, metric: str = DEFAULT_METRIC):
-    """(headline: one row per variant, best final first; summary: variant x quantity, long)."""
+def _variant_tables(
+    variants, unmatched_variants, pair_problems, reps: int, metric: str = DEFAULT_METRIC, sort_by=DEFAULT_ESTIMAND
+):
+    """(headline: one row per variant, the best mean of `sort_by` (the verdicts' estimand) first; summary: variant x
+    quantity, long)."""
     long_rows: list[dict] = []
     head_rows: list[dict] = []
     for v, vr in variants.items():
@@ -529,7 +541,7 @@ def _variant_tables(variants, unmatched_variants, pair_problems, reps: int, metr
     headline = pd.DataFrame(head_rows)
     if not headline.empty:
         headline = headline.sort_values(
-            ["final", "variant"], ascending=[False, True], na_position="last", kind="stable"
+            [sort_by, "variant"], ascending=[False, True], na_position="last", kind="stable"
         ).reset_index(drop=True)
     return headline, pd.DataFrame(long_rows)
 

@@ -7,7 +7,10 @@ seeds.
   ``WINDOW_TOKEN_SHARE`` of the tokens up to T. One interpolated eval point carries the eval-to-eval jitter of
   a run (0.018-0.035 accuracy on the lab task), as large as the effects being judged.
 * ``auc``: the mean over tokens of the whole curve up to T (trapezoids).
-* ``final``: the single value at T (``--estimand final``).
+* ``final``: the single value at T.
+
+``--estimand window|final|auc`` picks the one the verdicts, their intervals, Holm's adjustment and the headline's
+order use; differences.csv holds all three either way.
 
 Each variant-vs-reference pair is compared at the smaller of the two arms' final token counts, not at the
 folder's shortest run, so adding an unrelated arm to a folder cannot move a pair's result.
@@ -31,6 +34,15 @@ WINDOW_EVALS = 3
 WINDOW_TOKEN_SHARE = 0.2
 ESTIMANDS = ("window", "final", "auc")
 DEFAULT_ESTIMAND = "window"
+
+
+def estimand_label(estimand: str, per_step: bool = False) -> str:
+    """What one estimand is, in words (report.md's headers and its "verdicts on" line)."""
+    if estimand == "window":
+        if per_step:
+            return f"mean over the steps in the last {WINDOW_TOKEN_SHARE:.0%} of the tokens"
+        return f"mean of the last {WINDOW_EVALS} evals"
+    return {"final": "final point", "auc": "AUC (mean over tokens)"}[estimand]
 
 
 def window_mean(st: np.ndarray, sy: np.ndarray, per_step: bool) -> float:

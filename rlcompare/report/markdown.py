@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from .compare import BETTER, DIFF_QUANTITIES, NO_DIFFERENCE, TOO_FEW_SEEDS, WORSE
-from .estimands import DEFAULT_ESTIMAND, WINDOW_EVALS
+from .estimands import WINDOW_EVALS, estimand_label
 from .fit_section import _compute_fit_section, _write_compute_fit_csvs
 from .load import ReportError, Run
 from .plots import _plots
@@ -73,10 +73,11 @@ def _statistics_method(res: dict) -> list[str]:
         "for variants with at least 4 seeds, final value in the headline, every quantity in report.csv: "
         "Tukey–McLaughlin interval, IQM ± t(0.975, h−1)·√((n−1)·s_w²/(h(h−1))), s_w² the variance of the "
         "winsorized seeds, h the number of seeds kept (s²/n instead when the kept values tie).",
-        f"- What is compared (`rlcompare.report.estimands`): by default the mean of each run's last {WINDOW_EVALS} "
-        "evals up to the comparison point (per-step columns: the steps in the last 20% of its tokens), also the "
-        "single value there (final) and the mean over tokens (AUC). Each pair is compared at the smaller of its "
-        "two arms' final token counts, not at the folder's shortest run.",
+        f"- What is compared (`rlcompare.report.estimands`): the verdicts judge `--estimand {res['estimand']}`; "
+        f"`window` (the default) is the mean of each run's last {WINDOW_EVALS} evals up to the comparison point "
+        "(per-step columns: the steps in the last 20% of its tokens), `final` the single value there and `auc` the "
+        "mean over tokens up to it; the other two are printed beside it. Each pair is compared at the smaller of "
+        "its two arms' final token counts, not at the folder's shortest run.",
         "- Differences: mean(variant) − mean(reference). Where both arms hold the same seeds (one run each), the "
         "paired 95% t interval of the per-seed differences, mean(d) ± t(0.975, n−1)·s_d/√n, and its paired "
         "t-test: seed s of every arm shares its warm start, data order and sampling streams (common random "
@@ -109,6 +110,33 @@ def _statistics_method(res: dict) -> list[str]:
     ]
 
 
+SHORT_NAMES = {"window": "window mean", "final": "final", "auc": "AUC"}  # the side columns
+
+
+def _other_estimands(estimand: str) -> list[str]:
+    """The estimands printed beside the verdicts' one, in differences.csv's order."""
+    return [q for q in DIFF_QUANTITIES if q != estimand]
+
+
+def _label(res: dict, estimand: str) -> str:
+    return estimand_label(estimand, per_step=res["metric_source"] == "metrics")
+
+
+def _verdicts_on(res: dict) -> list[str]:
+    """The line naming what the verdicts judge and where: one token count when every pair shares it; nothing
+    without a comparison."""
+    points = sorted(set(res["differences"]["comparison_tokens"].dropna()))
+    if not points:
+        return []
+    where = f"at {_fmt_tokens(points[0])} tokens" if len(points) == 1 else "at each pair's comparison point"
+    others = " and ".join(f"`{q}`" for q in _other_estimands(res["estimand"]))
+    return [
+        f"**Verdicts on: {_label(res, res['estimand'])} {where}** (`--estimand {res['estimand']}`; {others} are "
+        "printed beside it and in differences.csv).",
+        "",
+    ]
+
+
 def _difference_cell(x: pd.Series) -> str:
     s = f"{x['diff']:+.3f}"
     if not _isnan(x["diff_low"]):
@@ -126,7 +154,7 @@ def _mde_cell(x: pd.Series) -> str:
     return f"none larger than {x['mde']:.3g}" if x["verdict"] == NO_DIFFERENCE else f"{x['mde']:.3g}"
 
 
-def _differences_row(v: str, ref: str, g: pd.DataFrame) -> list[str]:
+def _differences_row(v: str, ref: str, g: pd.DataFrame, estimand: str) -> list[str]:
     g = g.set_index("quantity")
     first = g.iloc[0]
     row = [
@@ -135,12 +163,12 @@ def _differences_row(v: str, ref: str, g: pd.DataFrame) -> list[str]:
         f"{int(first['n_variant'])} vs {int(first['n_reference'])}",
         _fmt_tokens(first["comparison_tokens"]),
     ]
-    x = g.loc[DEFAULT_ESTIMAND]
+    x = g.loc[estimand]
     welch = "" if x["method"] == "welch" else f"{x['welch_low']:+.3f}, {x['welch_high']:+.3f}"
     bimodal = f"⚠ bimodal seeds ({x['bimodal']}): run more seeds" if x["bimodal"] else ""
     row += [_difference_cell(x), x["method"], welch, x["verdict"], x["verdict_holm"], _mde_cell(x), bimodal]
     row += [_poi_cell(x)]
-    for q in (q for q in DIFF_QUANTITIES if q != DEFAULT_ESTIMAND):
+    for q in _other_estimands(estimand):
         row += [f"{_difference_cell(g.loc[q])} {g.loc[q]['verdict_holm']}" if q in g.index else "—"]
     return row
 
@@ -155,10 +183,11 @@ def _differences_section(res: dict) -> list[str]:
             "variant against one of them."
         )
         return L + [""]
-    rows = [_differences_row(v, ref, g) for (v, ref), g in d.groupby(["variant", "reference"], sort=False)]
-    header = ["variant", "reference", "seeds", "at tokens", f"Δ {res['metric']} (mean of last {WINDOW_EVALS} evals)"]
+    e = res["estimand"]
+    rows = [_differences_row(v, ref, g, e) for (v, ref), g in d.groupby(["variant", "reference"], sort=False)]
+    header = ["variant", "reference", "seeds", "at tokens", f"Δ {res['metric']} ({_label(res, e)})"]
     header += ["interval", "Welch's interval", "verdict", "Holm", "MDE (80% power)", "seeds look", "P(improvement)"]
-    header += ["Δ final (Holm)", "Δ AUC (Holm)"]
+    header += [f"Δ {SHORT_NAMES[q]} (Holm)" for q in _other_estimands(e)]
     L.append(_md_table(header, rows))
     L.append("")
     L.append(
@@ -215,6 +244,7 @@ def _md_comparison_point(res: dict) -> list[str]:
     else:
         L.append("**No completed runs to compare.**")
     L.append("")
+    L += _verdicts_on(res)
     L.append(
         f"Metric: `{metric}` (from {res['metric_source']}.jsonl). "
         + (
@@ -242,12 +272,13 @@ def _md_headline(res: dict) -> list[str]:
     if h.empty:
         return []
     any_iqm = (h["n_seeds"] >= 4).any()
-    L = ["## Headline (sorted by final value)", ""]
+    L = [f"## Headline (sorted by {_label(res, res['estimand'])}, the verdicts' estimand)", ""]
     header = [
         "variant",
         "algorithm",
         "seeds",
         f"final {res['metric']}",
+        _label(res, "window"),
         "best",
         "AUC",
         "tokens to threshold",
@@ -302,6 +333,7 @@ def _md_headline_row(r, any_iqm: bool) -> list[str]:
         r["algorithm"] or "—",
         str(r["n_seeds"]),
         _cell(r, "final", "score"),
+        _cell(r, "window", "score"),
         _cell(r, "best", "score"),
         _cell(r, "auc", "score"),
         ttt,

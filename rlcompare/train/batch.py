@@ -123,6 +123,7 @@ class TrainerState:
     bad_in_row: int = 0  # consecutive steps whose update a non-finite value skipped
     last_bad: list | None = None  # [step, quantity] of the last such step
     skipped_updates: int = 0
+    applied_updates: int | None = 0  # optimizer steps taken; None: resumed from a checkpoint written before the count
     elapsed: float = 0.0  # training seconds (evals excluded)
     eval_initial: float | None = None
     eval_best: float | None = None

@@ -362,6 +362,9 @@ def _counters_in_range(st: dict) -> bool:
         return False
     if st["bad_in_row"] > st["step"]:
         return False
+    applied = st.get("applied_updates")  # absent in checkpoints written before it was counted
+    if applied is not None and not (type(applied) is int and applied >= 0):
+        return False
     elapsed = st.get("elapsed")
     if not isinstance(elapsed, (int, float)) or isinstance(elapsed, bool) or not 0 <= elapsed < math.inf:
         return False
@@ -500,7 +503,8 @@ def load(tr, path: Path, blob: dict) -> None:
             tr.queue.load(blob.get("pending", []), tr.train_prompts, tr.cfg.trainer.group_size, tr.device)
         except ValueError as e:
             raise CheckpointError(str(e)) from None
-    tr.state = TrainerState.from_dict({**tr.state.as_dict(), **blob["state"]})
+    # a checkpoint written before `applied_updates` was counted: unknown, not 0 (no "no update applied" warning)
+    tr.state = TrainerState.from_dict({**tr.state.as_dict(), "applied_updates": None, **blob["state"]})
     tr.stream.position = blob["stream_position"]
     rng = blob["rng"]
     random.setstate(rng["python"])

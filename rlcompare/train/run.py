@@ -639,6 +639,7 @@ def _run(cfg: DictConfig, run_dir: Path, followers: "_Followers", built, found: 
             _steps(cfg, tr, followers.world, term, out)
             export_final(cfg, tr.policy, run_dir)  # trainer.export_final: <run dir>/export
             summary.update(status="completed")
+            _warn_if_no_update(summary, out.recorded)
         except ResumeRefused:  # nothing of the run changed: its files stay as they were (summary "running" too)
             _put_back(run_dir, before)
             raise
@@ -961,6 +962,29 @@ def _bad_steps_message(cfg, state) -> str:
     )
 
 
+def no_update_warning(state: dict) -> str | None:
+    """The warning for a run whose every update was skipped (its weights are still the initial ones), else None.
+    `state`: the trainer's counters (TrainerState.as_dict)."""
+    if state.get("applied_updates") != 0 or not state.get("skipped_updates"):
+        return None
+    last = f"; the last for a non-finite {state['last_bad'][1]} at step {state['last_bad'][0]}"
+    return (
+        f"no update was applied: all {state['skipped_updates']} were skipped"
+        + (last if state.get("last_bad") else "")
+        + ", so the policy is its initial weights. Updates are skipped for a non-finite loss, gradient or reward, or "
+        "when dynamic sampling keeps no informative group: check trainer.lr, algorithm.kl.coef and the algorithm's "
+        "other coefficients, and the verifier's rewards (optim/skipped_updates, optim/nonfinite in metrics.jsonl)"
+    )
+
+
+def _warn_if_no_update(summary: dict, state: dict) -> None:
+    """A completed run that trained nothing says so: one line on stderr (and train.log), `warnings` in summary.json."""
+    warning = no_update_warning(state)
+    if warning:
+        summary["warnings"] = [warning]
+        print(f"[rlcompare] warning: {warning}", file=sys.stderr)
+
+
 def _clear_run_outputs(run_dir: Path) -> None:
     """Starting from step 0 in a folder that may hold leftovers (a run killed before its first checkpoint)."""
     for name in (*ROW_FILES, "wandb_id.txt", "fingerprint.json"):
@@ -987,6 +1011,7 @@ def _finish(run_dir, writer, logger, tr, summary, t_wall, pbar, exit_code, state
                 "eval/accuracy_final": s["eval_last"],
                 "eval/accuracy_best": s["eval_best"],
                 "optim/skipped_updates": s["skipped_updates"],
+                "optim/applied_updates": s.get("applied_updates"),  # null: resumed from an older checkpoint
                 "verifier/errors": s["verifier_errors"],
                 "init_weights_hash": tr.policy.init_hash,
             }

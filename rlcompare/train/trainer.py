@@ -991,6 +991,8 @@ class Trainer:
 
     def _update_metrics(self, up: UpdateResult) -> dict[str, Any]:
         self.state.skipped_updates += up.skipped
+        if self.state.applied_updates is not None:
+            self.state.applied_updates += up.n_updates - up.skipped
         self.state.note_nonfinite(up.nonfinite if up.skipped else None)
         m = up.metrics
         return {

@@ -164,6 +164,7 @@ def test_a_bak_copy_in_checkpoints_is_neither_read_nor_kept_over_real_checkpoint
         ({"tokens": 1}, "counters disagree with metrics.jsonl"),
         ({"bad_in_row": 7}, "trainer state is malformed"),
         ({"skipped_updates": -1}, "trainer state is malformed"),
+        ({"applied_updates": -1}, "trainer state is malformed"),
         ({"elapsed": -1.0}, "trainer state is malformed"),
         ({"eval_best": 3.5}, "trainer state is malformed"),
     ],
@@ -175,6 +176,20 @@ def test_counters_out_of_range_or_against_the_rows_are_refused(compose, interrup
     with pytest.raises(ConfigError, match=f"none of the checkpoints .*{what}"):
         train(compose(*OV, "run_name=base", "resume=true"))
     assert read_jsonl(interrupted / "metrics.jsonl") == rows
+
+
+def test_a_checkpoint_without_the_applied_count_resumes_with_it_unknown(compose, interrupted):
+    # checkpoints written before `applied_updates` was counted: unknown (null) after the resume, not 0, so a resumed
+    # run whose later updates are all skipped is not told that none was ever applied
+    for c in checkpoint.candidates(interrupted):
+        _rewrite(c, lambda b: b["state"].pop("applied_updates"))
+    s = train(compose(*OV, "run_name=base", "resume=true"))
+    assert s["status"] == "completed" and s["optim/applied_updates"] is None and "warnings" not in s
+
+
+def test_a_resumed_run_counts_the_updates_applied_before_its_checkpoint(compose, interrupted):
+    s = train(compose(*OV, "run_name=base", "resume=true"))
+    assert s["optim/applied_updates"] == 3 * 2  # 3 steps of trainer.updates_per_rollout=2, none skipped
 
 
 def test_a_checkpoint_claiming_step_minus_one_deletes_no_rows(compose, interrupted):

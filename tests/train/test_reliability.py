@@ -316,7 +316,28 @@ def test_a_nan_loss_is_skipped_and_counted(compose):
     assert [r["optim/nonfinite"] for r in rows] == [0, 1, 0, 0]
     assert [r["optim/skipped_updates"] for r in rows] == [0, 2, 2, 2]  # both updates of step 2, cumulative
     assert s["optim/skipped_updates"] == 2
+    assert s["optim/applied_updates"] == 3 * 2  # steps 1, 3, 4 took both of their updates
+    assert "warnings" not in s  # some updates were applied: nothing to warn about
     assert all(r["optim/grad_norm"] is not None and r["loss/policy"] is not None for r in (rows[2], rows[3]))
+
+
+def test_a_run_that_skipped_every_update_says_so_and_a_normal_run_does_not(compose, capsys):
+    # issue 41 item 17: algorithm.kl.coef=1e300 skipped every update and the run read "completed" with nothing more.
+    # Here the loss of the only step is NaN (the testing hook): both of its updates skipped, fewer than
+    # trainer.max_bad_steps, so the run completes without having trained
+    s = train(compose("algorithm=grpo", "budget.max_steps=1", "trainer.inject_nan_at_step=1", "run_name=allnan"))
+    assert s["status"] == "completed" and s["optim/skipped_updates"] == 2 and s["optim/applied_updates"] == 0
+    (warning,) = s["warnings"]
+    assert warning.startswith("no update was applied: all 2 were skipped; the last for a non-finite loss at step 1")
+    assert "trainer.lr" in warning and "algorithm.kl.coef" in warning
+    assert _summary(Path(s["run_dir"]))["warnings"] == [warning]
+    line = f"[rlcompare] warning: {warning}"
+    assert line in capsys.readouterr().err.splitlines()
+    assert line in (Path(s["run_dir"]) / "train.log").read_text().splitlines()
+
+    s = train(compose("algorithm=grpo", "budget.max_steps=1", "run_name=fine"))
+    assert s["status"] == "completed" and s["optim/applied_updates"] == 2 and "warnings" not in s
+    assert "no update was applied" not in capsys.readouterr().err
 
 
 def test_repeated_nans_stop_the_run_naming_the_step_and_keep_the_rows(compose):
