@@ -5,6 +5,7 @@ both ending a turn, and a tiny random Qwen2 model. Imported by tests/models/test
 from __future__ import annotations
 
 import base64
+import math
 from pathlib import Path
 
 # ChatML as Qwen2.5-Instruct writes it (system, user and assistant turns; the generation prompt opens the assistant's)
@@ -45,7 +46,8 @@ def qwen_tokenizer():
 
 
 def save_tiny_qwen2(folder: Path, tok) -> Path:
-    """A random 2-layer Qwen2 with the tokenizer's vocabulary; both end tokens in its generation config."""
+    """A random 2-layer Qwen2 with the tokenizer's vocabulary; both end tokens in its generation config and sampled
+    (`_sample_end_tokens`)."""
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config
 
@@ -65,7 +67,26 @@ def save_tiny_qwen2(folder: Path, tok) -> Path:
     )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config)
+    _sample_end_tokens(model, end)
     model.generation_config = GenerationConfig(eos_token_id=end, pad_token_id=tok.pad_token_id)
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
+
+
+def _sample_end_tokens(model, end: list[int], p_end: float = 0.15) -> None:
+    """Let the random model end completions: it spreads its probability over 150k tokens and would never draw an
+    end token. Every (tied) embedding row gets 1 in dimension 0, which the final RMSNorm turns into about
+    sqrt(hidden) whatever the context; the end tokens' rows get more there, so that their logits lead every other by
+    the same margin in every context: each token sampled at temperature 1 (no top-k) is an end token with probability
+    about `p_end` (lengths and length-shaped rewards vary, a pad token that is also an end token is exercised; greedy
+    decoding ends at once).
+    """
+    import torch
+
+    rows = model.get_input_embeddings().weight
+    others = rows.shape[0] - len(end)
+    margin = math.log(p_end / (1 - p_end) * others / len(end))
+    with torch.no_grad():
+        rows[:, 0] = 1.0
+        rows[end, 0] = 1.0 + margin / math.sqrt(rows.shape[1])

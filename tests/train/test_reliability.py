@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 
@@ -68,8 +69,9 @@ def _assert_same_as(run: Path, ref: Path, steps: int) -> None:
         assert a[k] == b[k], k
 
 
-def _cli(*overrides: str) -> list[str]:
-    return [sys.executable, "-m", "rlcompare.cli", "train", *FAST, *overrides]
+def _cli(*overrides: str, base: Sequence[str] = FAST) -> list[str]:
+    """`rlcompare train` with `base` settings first (FAST: the tiny model's; a `model=hf` run passes its own)."""
+    return [sys.executable, "-m", "rlcompare.cli", "train", *base, *overrides]
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,10 +84,10 @@ def _env(**extra) -> dict:
     return {**os.environ, "PYTHONPATH": path, **extra}
 
 
-def _start(tmp_path: Path, *overrides: str, log: str) -> subprocess.Popen:
+def _start(tmp_path: Path, *overrides: str, log: str, base: Sequence[str] = FAST) -> subprocess.Popen:
     env = _env(WANDB_MODE="offline")
     return subprocess.Popen(
-        _cli(*overrides), cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / log, "w")
+        _cli(*overrides, base=base), cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / log, "w")
     )
 
 
