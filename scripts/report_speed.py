@@ -1,11 +1,13 @@
 """Time `rlcompare report` over a generated results folder of many small runs (issue 41 item 19).
 
-    python scripts/report_speed.py [--runs 10000] [--variants 20] [--steps 20] [--evals 5] [--keep DIR]
+    python scripts/report_speed.py [--runs 10000] [--variants 20] [--steps 20] [--evals 5] [--keep DIR] [--code DIR]
 
 Each run folder is shaped like one `rlcompare train` writes: the whole resolved config.yaml (the default's groups,
 read from conf/), fingerprint.json, summary.json, metrics.jsonl (one row per step, the default's columns) and
 eval.jsonl. Variants are sweep members against one reference; seeds 0.. fill each variant. Prints the seconds
-`build_report` takes (writing report.md, the CSVs and the plots) and the runs per second.
+`build_report` takes (writing report.md, the CSVs and the plots) and the runs per second. --code times the
+rlcompare of another checkout (e.g. `git worktree add --detach /tmp/base <commit>`) over the same folder: keep the
+folder and alternate the two, since a loaded machine's timings drift.
 """
 
 from __future__ import annotations
@@ -21,9 +23,6 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from rlcompare.report import build_report  # noqa: E402
 
 GROUPS = {"algorithm": "grpo", "model": "tiny", "budget": "smoke", "verifier": "exact_match", "prompts": "arithmetic"}
 METRIC_COLUMNS = [
@@ -95,7 +94,12 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=20, help="metrics.jsonl rows per run (default 20)")
     ap.add_argument("--evals", type=int, default=5, help="eval.jsonl rows per run (default 5)")
     ap.add_argument("--keep", default=None, help="generate into this folder and keep it (default: a temporary one)")
+    ap.add_argument("--code", default=str(REPO), help="checkout whose rlcompare is timed (default: this one)")
     args = ap.parse_args(argv)
+    sys.path.insert(0, str(Path(args.code).resolve()))
+    import rlcompare
+    from rlcompare.report import build_report
+
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="report_speed_"))
     try:
         cfg = default_config()
@@ -107,7 +111,8 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         res = build_report(root / "speed", out_dir=root / "report")
         took = time.perf_counter() - t0
-        print(f"report over {len(res['runs'])} runs: {took:.1f} s ({len(res['runs']) / took:.0f} runs/s)")
+        print(f"report over {len(res['runs'])} runs: {took:.1f} s ({len(res['runs']) / took:.0f} runs/s)", end=" ")
+        print(f"by {Path(rlcompare.__file__).parent.parent}")
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)

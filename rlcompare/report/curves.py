@@ -9,7 +9,8 @@ import weakref
 import numpy as np
 import pandas as pd
 
-from .load import TOKENS, Run, _numeric
+from .frames import column_floats
+from .load import TOKENS, Run
 
 
 # frame id -> column -> its curve: the report reads each run's curves many times (values at the comparison point,
@@ -32,8 +33,8 @@ def _curve(df: pd.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray]:
 def _read_curve(df: pd.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray]:
     if df.empty or col not in df.columns or TOKENS not in df.columns:
         return _frozen(np.array([]), np.array([]))
-    t = _numeric(df[TOKENS]).to_numpy(float)
-    y = _numeric(df[col]).to_numpy(float)
+    t = column_floats(df, TOKENS)
+    y = column_floats(df, col)
     keep = np.isfinite(t) & np.isfinite(y)
     order = np.argsort(t[keep], kind="stable")  # rows of one token count stay in file order: the last one is kept
     t, y = t[keep][order], y[keep][order]
@@ -101,7 +102,7 @@ def _final_tokens(run: Run) -> float:
     vals = []
     for df in (run.metrics, run.evals):
         if not df.empty and TOKENS in df.columns:
-            col = _numeric(df[TOKENS]).to_numpy(float)
+            col = column_floats(df, TOKENS)
             col = col[~np.isnan(col)]
             if col.size:
                 vals.append(float(col.max()))
@@ -113,9 +114,9 @@ def _final_tokens(run: Run) -> float:
 def _step_mean(df: pd.DataFrame, col: str, T: float) -> float:
     if df.empty or col not in df.columns:
         return float("nan")
-    vals = _numeric(df[col]).to_numpy(float)
+    vals = column_floats(df, col)
     if TOKENS in df.columns:
-        vals = vals[_le(_numeric(df[TOKENS]).to_numpy(float), T)]
+        vals = vals[_le(column_floats(df, TOKENS), T)]
     vals = vals[~np.isnan(vals)]
     return float(vals.mean()) if len(vals) else float("nan")
 

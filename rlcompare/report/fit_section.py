@@ -73,7 +73,7 @@ def _fit_curves(variants: dict, order: list[str], compute: str) -> tuple[dict, l
         for r in variants[v]:
             curve, why = _fit_seed_curve(r.evals, compute)
             if curve is None and compute == "seconds" and f"eval.jsonl: {FIT_SECONDS}" in r.infinite:
-                why = f"{FIT_SECONDS} not finite"  # set aside when read (load.set_aside_infinite), not missing
+                why = f"{FIT_SECONDS} not finite"  # set aside when read (frames.finite_frame), not missing
             if curve is None:
                 left_out.setdefault(why, []).append(f"`{r.name}`")
             else:

@@ -3,17 +3,17 @@
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-import numpy as np
 import pandas as pd
 
 from rlcompare.results import parse_json, scan_jsonl
+from .block_yaml import read_block_yaml
+from .frames import finite_frame, read_jsonl_frame, set_aside_infinite  # noqa: F401 - the last two public here too
 
 
 RUN_MARKERS = ("config.yaml", "metrics.jsonl")
@@ -23,61 +23,6 @@ TOKENS = "tokens/generated"
 
 class ReportError(Exception):
     """A user-facing problem (bad folder, unknown metric): one line, exit code 2."""
-
-
-def read_jsonl_frame(path: Path) -> tuple[pd.DataFrame, int, bool]:
-    """A jsonl file as a frame, read by the one results reader (`tracking.scan_jsonl`: lines that do not parse,
-    e.g. a torn last line, are skipped); numeric-looking object columns become numbers.
-
-    Returns (frame, number of bad lines, whether the bad lines were only the last one).
-    """
-    rows, n_bad, only_last = scan_jsonl(path)
-    df = pd.DataFrame(rows)
-    for col in [c for c, dtype in zip(df.columns, df.dtypes) if dtype == object]:  # not df[c] per column: slow
-        conv = _numeric(df[col])
-        if conv.notna().sum() == df[col].notna().sum():
-            df[col] = conv
-    return df, n_bad, only_last
-
-
-def _numeric(col: pd.Series) -> pd.Series:
-    """pd.to_numeric(errors="coerce"), except that an integer beyond a float's range (a 400-digit number) reads as
-    ±inf instead of raising: `set_aside_infinite` then removes and counts it like any other infinite value."""
-    if col.dtype.kind in "fiu":
-        return col  # already numbers (to_numeric would return them as they are, slower)
-    try:
-        return pd.to_numeric(col, errors="coerce")
-    except OverflowError:
-        return pd.Series([_as_float(v) for v in col], index=col.index, dtype=float)
-
-
-def _as_float(v: Any) -> float:
-    if isinstance(v, int) and not isinstance(v, bool):
-        try:
-            return float(v)
-        except OverflowError:
-            return math.inf if v > 0 else -math.inf
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def set_aside_infinite(df: pd.DataFrame) -> dict[str, int]:
-    """Infinite values in the numeric columns become missing (nan), in place; returns column -> how many.
-
-    `rlcompare train` writes non-finite figures as null, so an infinite value was written by something else: it is
-    never compared (it would make every mean and interval of its variant inf), and the report flags it."""
-    floats = df.select_dtypes(include="floating")
-    if floats.empty or not np.isinf(floats.to_numpy()).any():  # the usual case, checked in one pass
-        return {}
-    counts = {}
-    for col in floats.columns:
-        bad = np.isinf(df[col].to_numpy())
-        if bad.any():
-            df.loc[bad, col] = np.nan
-            counts[col] = int(bad.sum())
-    return counts
 
 
 read_jsonl = read_jsonl_frame  # its name before tracking.read_jsonl (rows as dicts) became the one reader's face
@@ -99,6 +44,9 @@ def _read_yaml(path: Path) -> dict:
         text = Path(path).read_text(encoding="utf-8")
     except (FileNotFoundError, OSError):
         return {}
+    fast = read_block_yaml(text)  # the block YAML `rlcompare train` writes, without PyYAML's Python constructor
+    if fast is not None:
+        return fast
     try:
         import yaml  # PyYAML (omegaconf depends on it)
 
@@ -327,14 +275,15 @@ def _read_rows(d: Path, notes: list[str]) -> tuple[tuple[pd.DataFrame, pd.DataFr
     that are folders."""
     frames, infinite = [], {}
     for fname in ("metrics.jsonl", "eval.jsonl"):
-        if (d / fname).exists() and not (d / fname).is_file():
+        if not (d / fname).is_file() and (d / fname).exists():
             notes.append(f"{fname} is not a file (a folder of that name?): read as empty")
-        df, bad, only_last = read_jsonl_frame(d / fname)
+        rows, bad, only_last = scan_jsonl(d / fname)
         if bad:
             notes.append(
                 f"{fname}: dropped {'a torn last line' if only_last and bad == 1 else f'{bad} unreadable line(s)'}"
             )
-        infinite.update({f"{fname}: {col}": n for col, n in set_aside_infinite(df).items()})
+        df, set_aside = finite_frame(rows)
+        infinite.update({f"{fname}: {col}": n for col, n in set_aside.items()})
         frames.append(df)
     return (frames[0], frames[1]), infinite
 

@@ -62,11 +62,11 @@ def fingerprint_diff(a: dict, b: dict, allowed: list[str] = (), ignore: tuple = 
     """Fields that differ between two fingerprints, as 'key: a vs b', skipping allowed components."""
     fa, fb = _flatten(a), _flatten(b)
     out = []
-    for key in sorted(set(fa) | set(fb)):
+    for key in sorted(k for k in fa.keys() | fb.keys() if fa.get(k, "<missing>") != fb.get(k, "<missing>")):
         if key in ignore or _allowed(key, list(allowed)) or _operational(key):
             continue
         va, vb = fa.get(key, "<missing>"), fb.get(key, "<missing>")
-        if va != vb and not (_isnan(va) and _isnan(vb)):
+        if not (_isnan(va) and _isnan(vb)):
             out.append(f"{key}: {_short(va)} vs {_short(vb)}")
     return out
 
@@ -83,13 +83,15 @@ def config_diff(a: Run, b: Run, components: list[str] = ()) -> list[str]:
     if not a.config or not b.config:
         return []
     fa, fb = _flat_config(a), _flat_config(b)
+    # the keys whose values differ first (a few of a config's hundreds), then which of them count
+    differing = [k for k in fa.keys() | fb.keys() if fa.get(k, "<missing>") != fb.get(k, "<missing>")]
     prefixes = component_prefixes(list(components)) + list(CONFIG_IGNORED)
     out = []
-    for key in sorted(set(fa) | set(fb)):
+    for key in sorted(differing):
         if any(key == p or key.startswith(p + ".") for p in prefixes) or operational.is_operational(key):
             continue
         va, vb = fa.get(key, "<missing>"), fb.get(key, "<missing>")
-        if va != vb and not (_isnan(va) and _isnan(vb)):
+        if not (_isnan(va) and _isnan(vb)):
             out.append(f"{key}: {_short(va)} vs {_short(vb)}")
     return out
 
