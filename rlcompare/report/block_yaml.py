@@ -5,7 +5,7 @@ constructor (Python, even over libyaml) was most of a report's time over many ru
 
 `read_block_yaml` returns None for anything else (flow collections, anchors, tags, comments, block or multi-line
 scalars, lists of mappings, blank lines, tabs): the caller then reads the text with PyYAML. Where it returns a
-dict, that dict equals yaml.safe_load's (tests/report/test_block_yaml.py)."""
+dict, that dict equals yaml.safe_load's (tests/report/test_report_fast_readers.py)."""
 
 from __future__ import annotations
 
