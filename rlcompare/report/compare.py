@@ -21,7 +21,7 @@ from .estimands import (
     window_mean,
     window_step_mean,
 )
-from .load import _SEED_PART, TOKENS, ReportError, Run, _components, strip_seed
+from .load import _SEED_PART, TOKENS, WARNING_PREFIX, ReportError, Run, _components, strip_seed
 from .matching import config_diff, fingerprint_diff
 from .text import _fmt_tokens, _isnan, _seedset
 
@@ -589,6 +589,11 @@ def _status_flags(runs: list[Run], flags: list[str], notes: list[str]) -> None:
         flags.append(
             f"**{len(other_excluded)} completed run(s) left out**: "
             + "; ".join(f"`{r.name}`: {r.exclude_reason}" for r in other_excluded)
+        )
+    warned = [(r, n[len(WARNING_PREFIX) :]) for r in runs for n in r.notes if n.startswith(WARNING_PREFIX)]
+    if warned:
+        flags.append(
+            f"**{len(warned)} warning(s) recorded by the runs**: " + "; ".join(f"`{r.name}`: {w}" for r, w in warned)
         )
     infinite = [r for r in runs if r.infinite]
     if infinite:

@@ -219,6 +219,9 @@ def _run_status(summary: Optional[dict], notes: list[str]) -> str:
     return "partial"
 
 
+WARNING_PREFIX = "run warning: "  # a note from summary.json's `warnings`, flagged in report.md
+
+
 def load_run(d: Path, root: Path) -> Optional[Run]:
     config = _read_yaml(d / "config.yaml")
     if not _looks_like_run(d, config):
@@ -250,6 +253,7 @@ def load_run(d: Path, root: Path) -> Optional[Run]:
         sweep = cs if isinstance(cs, dict) else {}
 
     status = _run_status(summary, notes)
+    notes.extend(_run_warnings(s))
     error = s.get("error")
     return Run(
         path=d,
@@ -268,6 +272,15 @@ def load_run(d: Path, root: Path) -> Optional[Run]:
         notes=notes,
         infinite=infinite,
     )
+
+
+def _run_warnings(summary: dict) -> list[str]:
+    """summary.json's `warnings` (e.g. a completed run that applied no update), as report notes; the file is
+    untrusted: only strings, each cut to one line of at most 300 characters."""
+    raw = summary.get("warnings")
+    if not isinstance(raw, list):
+        return []
+    return [WARNING_PREFIX + " ".join(w.split())[:300] for w in raw if isinstance(w, str) and w.strip()]
 
 
 def _read_rows(d: Path, notes: list[str]) -> tuple[tuple[pd.DataFrame, pd.DataFrame], dict[str, int]]:

@@ -238,3 +238,25 @@ def test_seeds_of_one_variant_differing_in_config_yaml_are_unmatched(tmp_path):
     res = build_report(tmp_path / "exp", write=False)
     flag = next(f for f in res["flags"] if "Unmatched runs within `grpo`" in f)
     assert "`grpo__s1` vs `grpo__s0`: config.yaml trainer.updates_per_rollout: 2 vs 1" in flag
+
+
+# ---------------------------------------------------------------- item 17: a run that trained nothing
+
+
+def test_a_runs_recorded_warning_is_flagged_and_hostile_ones_are_tamed(tmp_path):
+    folder = two_seeds(tmp_path)
+    edit_summary(folder / "a_s0" / "summary.json", warnings=["no update was applied:\nall 6 were skipped", 7, None])
+    edit_summary(folder / "a_s1" / "summary.json", warnings="not a list")  # ignored, not a crash
+    res = build_report(folder, write=False)
+    flag = next(f for f in res["flags"] if "warning(s) recorded by the runs" in f)
+    assert flag.startswith("**1 warning(s)") and "`a_s0`: no update was applied: all 6 were skipped" in flag
+    assert "\n" not in flag and "a_s1" not in flag
+    runs = res["runs"].set_index("run")
+    assert "run warning: no update was applied" in runs.loc["a_s0", "notes"]
+
+
+def test_a_warning_is_cut_to_one_line_of_300_characters(tmp_path):
+    folder = two_seeds(tmp_path)
+    edit_summary(folder / "a_s0" / "summary.json", warnings=["x" * 10_000])
+    flag = next(f for f in build_report(folder, write=False)["flags"] if "warning(s)" in f)
+    assert "x" * 300 in flag and "x" * 301 not in flag
