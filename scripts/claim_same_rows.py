@@ -3,7 +3,7 @@
     python scripts/claim_same_rows.py results/c4_gspo_on_policy --a grpo --b gspo --steps 10 [--rtol 1e-4]
 
 For each seed with runs `<a>__s<seed>` and `<b>__s<seed>`, every numeric column of the first --steps rows (timing
-columns, `time/` and `perf/`, aside) is compared: |x_a - x_b| <= atol + rtol * |x_a|. Prints the largest difference
+columns, the machine-dependent trainer.TIMING_PREFIXES, aside) is compared: |x_a - x_b| <= atol + rtol * |x_a|. Prints the largest difference
 per seed and the first column and step that break the tolerance, if any; exits 1 if any seed differs.
 Reads JSON only (rlcompare.results' reader); nothing is executed.
 """
@@ -19,8 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from rlcompare.results import read_jsonl  # noqa: E402
-
-TIMING = ("time/", "perf/")
+from rlcompare.train.trainer import TIMING_PREFIXES as TIMING  # noqa: E402  (time/, perf/, memory/: the machine's)
 
 
 def rows(run: Path, steps: int) -> list[dict]:

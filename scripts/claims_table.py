@@ -52,8 +52,14 @@ def slug(metric: str) -> str:
     return metric.replace("/", "_")
 
 
+def _claim_number(path: Path) -> tuple[int, str]:
+    """c2 before c10: the claims in the order docs/claims.md numbers them."""
+    digits = "".join(ch for ch in path.stem.split("_")[0] if ch.isdigit())
+    return (int(digits) if digits else 10**9, path.stem)
+
+
 def _claims(claims_dir: Path) -> list[dict]:
-    return [yaml.safe_load(f.read_text()) for f in sorted(Path(claims_dir).glob("*.yaml"))]
+    return [yaml.safe_load(f.read_text()) for f in sorted(Path(claims_dir).glob("*.yaml"), key=_claim_number)]
 
 
 def _source() -> str:

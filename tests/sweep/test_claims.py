@@ -93,10 +93,11 @@ def test_a_claims_verdict_follows_its_holm_adjusted_test_and_predicted_direction
 
 def test_same_rows_tolerates_float_noise_and_names_the_first_real_difference():
     compare = _script("claim_same_rows").compare
-    a = [{"step": 1, "loss/policy": 0.5, "tokens/generated": 100, "time/step_s": 1.0}]
+    a = [{"step": 1, "loss/policy": 0.5, "tokens/generated": 100, "time/step_s": 1.0, "memory/peak_gib": 0.67}]
     close = [{"step": 1, "loss/policy": 0.5 * (1 + 1e-6), "tokens/generated": 100, "time/step_s": 9.0}]
+    close[0].update({"perf/mfu": 0.3, "memory/peak_gib": 0.73})  # the machine's, as in a rerun of c4
     worst, breach = compare(a, close, rtol=1e-4, atol=1e-9)
-    assert breach is None and 5e-7 < worst < 2e-6  # timing columns are not compared
+    assert breach is None and 5e-7 < worst < 2e-6  # timing, perf and memory columns are not compared
     far = [{"step": 1, "loss/policy": 0.6, "tokens/generated": 100}]
     assert compare(a, far, rtol=1e-4, atol=1e-9)[1] == "step 1 loss/policy: 0.5 vs 0.6"
     assert compare(a, a + a, 1e-4, 1e-9)[1] == "1 rows vs 2"
