@@ -32,6 +32,7 @@ DEFINITIONS = {
     # the pre-registered off-policy claims (c9-c12)
     "offpolicy/log_ratio_abs_mean": [(O, "behaviour_gap"), (OT, "gap_metrics"), (T, "_add_micro_metrics"), ACC],
     "offpolicy/geo_mask_masked_seq_frac": [(O, "geo_sequence_mask"), (OT, "apply_correction")],
+    "offpolicy/decoupled_masked_frac": [(O, "decoupled_weights"), (L, "mismatch_weights"), (OT, "apply_correction")],
 }
 
 
