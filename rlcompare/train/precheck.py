@@ -126,6 +126,8 @@ def _check_prompts_and_verifier(cfg, probed: set[str]) -> None:
     if both in probed:
         return
     probed.add(both)
+    if cfg.prompts.kind == "reasoning_gym":  # its verifier runs in workers, so the probe below skips it
+        _check_gym_task(cfg.prompts.task)
     verifier = build_run_verifier(cfg)
     try:
         inline = verifier.isolation == "inline" or (verifier.isolation == "auto" and verifier.bounded)
@@ -133,6 +135,17 @@ def _check_prompts_and_verifier(cfg, probed: set[str]) -> None:
             check_verifier_reads_prompts(cfg, build_prompt_set(cfg), verifier)  # a warning is printed by the job
     finally:
         verifier.close()
+
+
+def _check_gym_task(task) -> None:
+    """An unknown reasoning-gym dataset name is refused with the list before Hydra makes the run folder."""
+    from rlcompare.config import ConfigError
+    from rlcompare.data.gym_tasks import check_task
+
+    try:
+        check_task(task)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _run_folder(cfg, overrides: list[str], multirun: bool) -> tuple[str, str | None]:

@@ -60,6 +60,11 @@ def _train(tmp_path, *args):
             "the verifier cannot score this prompt set",
         ),
         (["verifier.name=nope"], "rlcompare: config error: verifier.name='nope' is not a known verifier; use one of:"),
+        # a misspelt reasoning-gym dataset: its verifier runs in workers (no probe), so the job made a folder first
+        (
+            ["prompts=reasoning_gym", "prompts.task=countdwn", "verifier=reasoning_gym"],
+            "rlcompare: config error: prompts.task='countdwn' is not a reasoning-gym dataset; use one of: ab, acre,",
+        ),
         (
             ["prompts=countdown_file", "prompts.path=missing.jsonl"],
             "rlcompare: config error: prompts.path='missing.jsonl': file not found",
