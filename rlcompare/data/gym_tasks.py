@@ -87,8 +87,10 @@ def _check_seed_ranges(train_seed: int, n_train: int, eval_seed: int, n_eval: in
         )
 
 
-def gym_splits(cfg: Any, template: str, log=print) -> PromptSplits:
-    """The train and held-out splits of `prompts=reasoning_gym` (see the module doc)."""
+def check_gym_settings(cfg: Any) -> tuple[str, dict, int, int, int, int]:
+    """(task, task_config, train_seed, n_train, eval_seed, n_eval) once every setting of `prompts=reasoning_gym` is
+    accepted: the dataset's name, its config (one entry generated), the sizes and the split seeds; else ValueError.
+    Cheap, so `rlcompare train` runs it before Hydra makes the run folder."""
     task = check_task(cfg.get("task"))
     config = _plain(cfg.get("task_config")) or {}
     if not isinstance(config, dict) or any(k in config for k in ("seed", "size")):
@@ -103,6 +105,13 @@ def gym_splits(cfg: Any, template: str, log=print) -> PromptSplits:
     if not (1 <= n_train <= MAX_ENTRIES and 1 <= n_eval <= MAX_ENTRIES):
         raise ValueError(f"prompts.n_train={n_train} and prompts.n_eval={n_eval} must be in 1..{MAX_ENTRIES}")
     _check_seed_ranges(train_seed, n_train, eval_seed, n_eval)
+    _entries(task, config, train_seed, 1)  # the dataset's own check of its config
+    return task, config, train_seed, n_train, eval_seed, n_eval
+
+
+def gym_splits(cfg: Any, template: str, log=print) -> PromptSplits:
+    """The train and held-out splits of `prompts=reasoning_gym` (see the module doc)."""
+    task, config, train_seed, n_train, eval_seed, n_eval = check_gym_settings(cfg)
     make = lambda seed, size, i, e: Example(  # noqa: E731
         template.replace("{question}", str(e["question"])),
         encode_reference(task, config, seed, size, i, e.get("answer")),

@@ -126,8 +126,8 @@ def _check_prompts_and_verifier(cfg, probed: set[str]) -> None:
     if both in probed:
         return
     probed.add(both)
-    if cfg.prompts.kind == "reasoning_gym":  # its verifier runs in workers, so the probe below skips it
-        _check_gym_task(cfg.prompts.task)
+    if cfg.prompts.kind == "reasoning_gym":  # its verifier runs in workers, so the probe below skips its prompts
+        _check_gym_settings(cfg.prompts)
     verifier = build_run_verifier(cfg)
     try:
         inline = verifier.isolation == "inline" or (verifier.isolation == "auto" and verifier.bounded)
@@ -137,13 +137,14 @@ def _check_prompts_and_verifier(cfg, probed: set[str]) -> None:
         verifier.close()
 
 
-def _check_gym_task(task) -> None:
-    """An unknown reasoning-gym dataset name is refused with the list before Hydra makes the run folder."""
+def _check_gym_settings(prompts) -> None:
+    """The dataset's name, its task_config and the split seeds, refused before Hydra makes the run folder (one entry
+    generated, not the whole split: the job builds that)."""
     from rlcompare.config import ConfigError
-    from rlcompare.data.gym_tasks import check_task
+    from rlcompare.data.gym_tasks import check_gym_settings
 
     try:
-        check_task(task)
+        check_gym_settings(prompts)
     except ValueError as e:
         raise ConfigError(str(e)) from None
 

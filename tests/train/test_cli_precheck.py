@@ -66,6 +66,11 @@ def _train(tmp_path, *args):
             "rlcompare: config error: prompts.task='countdwn' is not a reasoning-gym dataset; use one of: ab, acre,",
         ),
         (
+            ["prompts=reasoning_gym", "+prompts.task_config={min_terms: 5, max_terms: 2}", "verifier=reasoning_gym"],
+            'rlcompare: config error: prompts.task_config={"min_terms": 5, "max_terms": 2} is not accepted by '
+            "reasoning-gym's",
+        ),
+        (
             ["prompts=countdown_file", "prompts.path=missing.jsonl"],
             "rlcompare: config error: prompts.path='missing.jsonl': file not found",
         ),
