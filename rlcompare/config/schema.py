@@ -566,6 +566,11 @@ def _check_trainer(c: DictConfig) -> None:
     if not 0 < c.rollout.top_p <= 1:
         raise ConfigError(f"rollout.top_p={c.rollout.top_p} must be in (0, 1]")
     _at_least("rollout.staleness", c.rollout.staleness, 0, "0 trains on-policy; k trains on rollouts k updates old")
+    if c.rollout.staleness > MAX_STALENESS:  # the first step samples k + 1 rollouts: 10**6 sampled for hours, unkillable
+        raise ConfigError(
+            f"rollout.staleness={c.rollout.staleness} must be <= {MAX_STALENESS} (the first step samples k + 1 "
+            f"rollouts ahead and keeps them in memory and in every checkpoint); lower it"
+        )
     if t.parallel not in PARALLEL_MODES:
         raise ConfigError(
             f"trainer.parallel={t.parallel!r} must be auto (ddp when launched by torchrun), none, ddp, or "
@@ -592,6 +597,9 @@ def _check_trainer(c: DictConfig) -> None:
             f"rollout.kv_cache={c.rollout.kv_cache!r} must be auto (a preallocated cache where the "
             f"architecture allows) or dynamic (transformers' cache)"
         )
+
+
+MAX_STALENESS = 256  # the largest staleness M2PO (arXiv 2510.01161) trains at; the first step samples k + 1 rollouts
 
 
 def _check_budget(c: DictConfig) -> None:

@@ -120,3 +120,10 @@ def test_staleness_is_a_component_and_a_negative_one_is_refused(compose):
     assert COMPONENTS["staleness"] == ("rollout.staleness",)
     with pytest.raises(ConfigError, match=r"rollout\.staleness=-1 must be >= 0"):
         validate(compose("rollout.staleness=-1"))
+
+
+def test_a_staleness_past_the_bound_is_refused_before_sampling_anything(compose):
+    # 10**6 sampled rollouts ahead for hours before the first update, ignoring SIGTERM (the step in flight)
+    validate(compose("rollout.staleness=256"))
+    with pytest.raises(ConfigError, match=r"rollout\.staleness=1000000 must be <= 256 .*k \+ 1 rollouts ahead"):
+        validate(compose("rollout.staleness=1000000"))
