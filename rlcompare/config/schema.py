@@ -566,9 +566,8 @@ def _check_trainer(c: DictConfig) -> None:
     if not 0 < c.rollout.top_p <= 1:
         raise ConfigError(f"rollout.top_p={c.rollout.top_p} must be in (0, 1]")
     _at_least("rollout.staleness", c.rollout.staleness, 0, "0 trains on-policy; k trains on rollouts k updates old")
-    if (
-        c.rollout.staleness > MAX_STALENESS
-    ):  # the first step samples k + 1 rollouts: 10**6 sampled for hours, unkillable
+    # the first step samples k + 1 rollouts: 10**6 sampled for hours, and SIGTERM waits for that step to end
+    if c.rollout.staleness > MAX_STALENESS:
         raise ConfigError(
             f"rollout.staleness={c.rollout.staleness} must be <= {MAX_STALENESS} (the first step samples k + 1 "
             f"rollouts ahead and keeps them in memory and in every checkpoint); lower it"
