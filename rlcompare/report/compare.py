@@ -21,7 +21,7 @@ from .estimands import (
     window_mean,
     window_step_mean,
 )
-from .load import _SEED_PART, TOKENS, WARNING_PREFIX, ReportError, Run, _components, strip_seed
+from .load import _SEED_PART, TOKENS, ReportError, Run, _components, strip_seed
 from .matching import config_diff, fingerprint_diff
 from .text import _fmt_tokens, _isnan, _seedset
 
@@ -562,7 +562,7 @@ def _runs_table(runs: list[Run]) -> pd.DataFrame:
             "excluded_because": r.exclude_reason,
             "error": r.error or "",
             "final_tokens": r.final_tokens,
-            "notes": "; ".join(r.notes),
+            "notes": "; ".join(r.notes + [f"run warning: {w}" for w in r.warnings]),
         }
         for key in ["initial", "final", "final_at_tokens"] + [k for k, _, _ in QUANTITIES if k != "final"]:
             rr[key] = r.values.get(key, float("nan"))
@@ -590,7 +590,7 @@ def _status_flags(runs: list[Run], flags: list[str], notes: list[str]) -> None:
             f"**{len(other_excluded)} completed run(s) left out**: "
             + "; ".join(f"`{r.name}`: {r.exclude_reason}" for r in other_excluded)
         )
-    warned = [(r, n[len(WARNING_PREFIX) :]) for r in runs for n in r.notes if n.startswith(WARNING_PREFIX)]
+    warned = [(r, w) for r in runs for w in r.warnings]
     if warned:
         flags.append(
             f"**{len(warned)} warning(s) recorded by the runs**: " + "; ".join(f"`{r.name}`: {w}" for r, w in warned)

@@ -4,12 +4,11 @@ comparison point, its AUC, the tokens to reach a threshold, step means and wall 
 from __future__ import annotations
 
 import math
-import weakref
 
 import numpy as np
 import pandas as pd
 
-from .frames import column_floats
+from .frames import column_floats, frame_memo, frozen
 from .load import TOKENS, Run
 
 
@@ -21,10 +20,7 @@ _CURVES: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
 def _curve(df: pd.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray]:
     """(tokens, values) sorted by tokens, rows with a missing or non-finite value dropped, duplicate token counts
     keep the last row. Read once per frame and column; the arrays are read-only (shared by every caller)."""
-    memo = _CURVES.get(id(df))
-    if memo is None:
-        memo = _CURVES[id(df)] = {}
-        weakref.finalize(df, _CURVES.pop, id(df), None)
+    memo = frame_memo(_CURVES, df)
     if col not in memo:
         memo[col] = _read_curve(df, col)
     return memo[col]
@@ -32,20 +28,14 @@ def _curve(df: pd.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _read_curve(df: pd.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray]:
     if df.empty or col not in df.columns or TOKENS not in df.columns:
-        return _frozen(np.array([]), np.array([]))
+        return frozen(np.array([]), np.array([]))
     t = column_floats(df, TOKENS)
     y = column_floats(df, col)
     keep = np.isfinite(t) & np.isfinite(y)
     order = np.argsort(t[keep], kind="stable")  # rows of one token count stay in file order: the last one is kept
     t, y = t[keep][order], y[keep][order]
     last = np.append(t[1:] != t[:-1], True) if t.size else np.zeros(0, bool)
-    return _frozen(t[last], y[last])
-
-
-def _frozen(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
-    for a in arrays:
-        a.flags.writeable = False
-    return arrays
+    return frozen(t[last], y[last])
 
 
 def _le(t: np.ndarray, T: float) -> np.ndarray:

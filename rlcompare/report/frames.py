@@ -128,22 +128,29 @@ def finite_frame(rows: list[dict]) -> tuple[pd.DataFrame, dict[str, int]]:
 _FLOATS: dict[int, dict[str, np.ndarray]] = {}
 
 
+def frame_memo(store: dict[int, dict], df: pd.DataFrame) -> dict:
+    """`store`'s entry for this frame (a new dict the first time), dropped with the frame."""
+    memo = store.get(id(df))
+    if memo is None:
+        memo = store[id(df)] = {}
+        weakref.finalize(df, store.pop, id(df), None)
+    return memo
+
+
 def _floats_of(df: pd.DataFrame) -> dict[str, np.ndarray]:
-    floats = _FLOATS.get(id(df))
-    if floats is None:
-        floats = _FLOATS[id(df)] = {}
-        weakref.finalize(df, _FLOATS.pop, id(df), None)
-    return floats
+    return frame_memo(_FLOATS, df)
 
 
 def column_floats(df: pd.DataFrame, col: str) -> np.ndarray:
     """A column of the frame as floats (`_numeric`: text that is not a number is nan); read-only, read once."""
     floats = _floats_of(df)
     if col not in floats:
-        floats[col] = _frozen(_numeric(df[col]).to_numpy(float, copy=True))
+        (floats[col],) = frozen(_numeric(df[col]).to_numpy(float, copy=True))
     return floats[col]
 
 
-def _frozen(values: np.ndarray) -> np.ndarray:
-    values.flags.writeable = False
-    return values
+def frozen(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The arrays, made read-only: memoised and shared by every caller."""
+    for a in arrays:
+        a.flags.writeable = False
+    return arrays

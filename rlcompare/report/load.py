@@ -191,6 +191,7 @@ class Run:
     values: dict = field(default_factory=dict)
     final_tokens: float = float("nan")
     infinite: dict = field(default_factory=dict)  # "file: column" -> infinite values set aside (never compared)
+    warnings: list[str] = field(default_factory=list)  # summary.json's `warnings` (e.g. no update was applied)
     flat_config: Optional[dict] = None  # config as dotted keys, filled when first compared (matching.config_diff)
 
 
@@ -217,9 +218,6 @@ def _run_status(summary: Optional[dict], notes: list[str]) -> str:
         return "partial"
     notes.append(f"unknown status {raw!r}")
     return "partial"
-
-
-WARNING_PREFIX = "run warning: "  # a note from summary.json's `warnings`, flagged in report.md
 
 
 def load_run(d: Path, root: Path) -> Optional[Run]:
@@ -253,7 +251,6 @@ def load_run(d: Path, root: Path) -> Optional[Run]:
         sweep = cs if isinstance(cs, dict) else {}
 
     status = _run_status(summary, notes)
-    notes.extend(_run_warnings(s))
     error = s.get("error")
     return Run(
         path=d,
@@ -271,16 +268,17 @@ def load_run(d: Path, root: Path) -> Optional[Run]:
         evals=evals,
         notes=notes,
         infinite=infinite,
+        warnings=_run_warnings(s),
     )
 
 
 def _run_warnings(summary: dict) -> list[str]:
-    """summary.json's `warnings` (e.g. a completed run that applied no update), as report notes; the file is
-    untrusted: only strings, each cut to one line of at most 300 characters."""
+    """summary.json's `warnings` (e.g. a completed run that applied no update); the file is untrusted: only
+    strings, each cut to one line of at most 300 characters."""
     raw = summary.get("warnings")
     if not isinstance(raw, list):
         return []
-    return [WARNING_PREFIX + " ".join(w.split())[:300] for w in raw if isinstance(w, str) and w.strip()]
+    return [" ".join(w.split())[:300] for w in raw if isinstance(w, str) and w.strip()]
 
 
 def _read_rows(d: Path, notes: list[str]) -> tuple[tuple[pd.DataFrame, pd.DataFrame], dict[str, int]]:

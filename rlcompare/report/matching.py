@@ -60,13 +60,20 @@ def _operational(key: str) -> bool:
 
 def fingerprint_diff(a: dict, b: dict, allowed: list[str] = (), ignore: tuple = ()) -> list[str]:
     """Fields that differ between two fingerprints, as 'key: a vs b', skipping allowed components."""
-    fa, fb = _flatten(a), _flatten(b)
+
+    def skip(key: str) -> bool:
+        return key in ignore or _allowed(key, list(allowed)) or _operational(key)
+
+    return _differing_keys(_flatten(a), _flatten(b), skip)
+
+
+def _differing_keys(fa: dict, fb: dict, skip) -> list[str]:
+    """'key: a vs b' for the keys of two flat dicts whose values differ (both nan counts as equal), sorted, except
+    those `skip` names. The differing keys first: a few of a config's hundreds, then which of them count."""
     out = []
     for key in sorted(k for k in fa.keys() | fb.keys() if fa.get(k, "<missing>") != fb.get(k, "<missing>")):
-        if key in ignore or _allowed(key, list(allowed)) or _operational(key):
-            continue
         va, vb = fa.get(key, "<missing>"), fb.get(key, "<missing>")
-        if not (_isnan(va) and _isnan(vb)):
+        if not skip(key) and not (_isnan(va) and _isnan(vb)):
             out.append(f"{key}: {_short(va)} vs {_short(vb)}")
     return out
 
@@ -82,18 +89,12 @@ def config_diff(a: Run, b: Run, components: list[str] = ()) -> list[str]:
     out trainer.* and algorithm.*: this is the check that sees them. Empty when either run has no config.yaml."""
     if not a.config or not b.config:
         return []
-    fa, fb = _flat_config(a), _flat_config(b)
-    # the keys whose values differ first (a few of a config's hundreds), then which of them count
-    differing = [k for k in fa.keys() | fb.keys() if fa.get(k, "<missing>") != fb.get(k, "<missing>")]
     prefixes = component_prefixes(list(components)) + list(CONFIG_IGNORED)
-    out = []
-    for key in sorted(differing):
-        if any(key == p or key.startswith(p + ".") for p in prefixes) or operational.is_operational(key):
-            continue
-        va, vb = fa.get(key, "<missing>"), fb.get(key, "<missing>")
-        if not (_isnan(va) and _isnan(vb)):
-            out.append(f"{key}: {_short(va)} vs {_short(vb)}")
-    return out
+
+    def skip(key: str) -> bool:
+        return any(key == p or key.startswith(p + ".") for p in prefixes) or operational.is_operational(key)
+
+    return _differing_keys(_flat_config(a), _flat_config(b), skip)
 
 
 def _flat_config(r: Run) -> dict:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,7 @@ from rlcompare.train.run import train
 from rlcompare.train.tracking import read_jsonl
 from rlcompare.train.trainer import encode_prompts
 from tests.models.qwen_folder import qwen_tokenizer, save_tiny_qwen2
-from tests.train.test_reliability import _assert_same_as, _cli, _env, _start, _summary, _wait_rows
+from tests.train.test_reliability import _assert_same_as, _cli, _finish, _start, _summary, _wait_rows
 
 IM_END, ENDOFTEXT = 151645, 151643
 
@@ -148,14 +147,7 @@ def test_sigkill_after_a_checkpoint_then_resume_equals_an_uninterrupted_run(comp
     proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL and len(read_jsonl(run / "metrics.jsonl")) < 4
     assert [checkpoint.step_of(c) for c in checkpoint.candidates(run)] == [2]
-    out = subprocess.run(
-        _cli(*RESUME, "run_name=killed", f"results_dir={results}", "resume=true", base=base),
-        cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    out = _finish(_cli(*RESUME, "run_name=killed", f"results_dir={results}", "resume=true", base=base), tmp_path, 600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "resuming" in out.stderr and _summary(run)["status"] == "completed"
     ref = train(compose(*base, *RESUME, "run_name=ref", fast=False))

@@ -84,6 +84,11 @@ def _env(**extra) -> dict:
     return {**os.environ, "PYTHONPATH": path, **extra}
 
 
+def _finish(argv: list[str], cwd: Path, timeout: float = 300, **env) -> subprocess.CompletedProcess:
+    """Run a child `rlcompare` command to its end, its output captured."""
+    return subprocess.run(argv, cwd=cwd, env=_env(**env), capture_output=True, text=True, timeout=timeout)
+
+
 def _start(tmp_path: Path, *overrides: str, log: str, base: Sequence[str] = FAST) -> subprocess.Popen:
     env = _env(WANDB_MODE="offline")
     return subprocess.Popen(
@@ -117,14 +122,8 @@ def test_sigkill_at_a_random_step_then_resume_equals_an_uninterrupted_run(compos
     n_before = len(read_jsonl(run / "metrics.jsonl"))
     assert n_before < 8
 
-    env = _env(WANDB_MODE="offline")
-    out = subprocess.run(
-        _cli(*KILL, "run_name=killed", f"results_dir={results}", "resume=true"),
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    out = _finish(
+        _cli(*KILL, "run_name=killed", f"results_dir={results}", "resume=true"), tmp_path, WANDB_MODE="offline"
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "resuming" in out.stderr
@@ -155,7 +154,7 @@ def test_sigterm_saves_a_checkpoint_marks_failed_and_exits_nonzero_then_resumes_
     assert f"checkpoint saved at step {rows[-1]['step']}" in s["error"]
 
     # resume=<run dir>: the run's own config; only how it runs (threads, progress bar) from the command line
-    out = subprocess.run(
+    out = _finish(
         [
             sys.executable,
             "-m",
@@ -166,11 +165,7 @@ def test_sigterm_saves_a_checkpoint_marks_failed_and_exits_nonzero_then_resumes_
             "trainer.progress=false",
             "logger=none",
         ],
-        cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
+        tmp_path,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     resumed = _summary(run)
