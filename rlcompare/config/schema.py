@@ -305,7 +305,7 @@ class TrainerConfig:
     update_from_rollout: bool = (
         True  # the first update on a batch reuses the sampler's projections (rlcompare.fast.recorded_update)
     )
-    checkpoint_every: Optional[int] = None  # steps between checkpoints; null: at each eval (trainer.eval_every); 0: off
+    checkpoint_every: Optional[int] = None  # steps between checkpoints (and the last step); null: at each eval; 0: off
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     export_final: bool = False  # at the end of the run, write the policy as a Hugging Face folder in <run dir>/export
     max_bad_steps: int = 5  # non-finite steps (skipped) in a row before the run fails

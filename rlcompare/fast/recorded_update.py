@@ -260,66 +260,27 @@ def rebuilt_logits(
         # every recorded row, shuffled (one mini-batch): rebuild in the record's order, which reads the record in
         # place instead of copying all of it, and put the logits in the batch's order
         at = record_rows.argsort()
-        logits = rebuilt_logits(
-            model,
-            record,
-            every_row,
-            prompt_ids[at],
-            prompt_mask[at],
-            comp_ids[at],
-            group_size=G,
-            flop_observer=flop_observer,
-            hidden=hidden,
+        again = functools.partial(rebuilt_logits, group_size=G, flop_observer=flop_observer, hidden=hidden)
+        return again(model, record, every_row, prompt_ids[at], prompt_mask[at], comp_ids[at]).index_select(
+            0, record_rows
         )
-        return logits.index_select(0, record_rows)
     Tc = T - 1  # tokens fed to the model: all but the last
     record.zero_past_fed(Tc)  # a batch wider than this rollout (another rank's rows were longer)
-    pu, pmu = prompt_ids[::G], prompt_mask[::G].bool()
-    dev = comp_ids.device
+    pmu = prompt_mask[::G].bool()  # each group's prompt: its real tokens
     # The token rows of the prompts (g x P) and of the completions (Tc x b, time-major as the record holds them)
     # go through every per-token operation (norms, projections, MLP, residuals, rope) together, as one
     # [g*P + Tc*b, ...] batch: one product per weight instead of two, and no small second set of operations for
     # the prompts; only attention is per part.
     n_p = g * P
-    pos_p = (prompt_mask[::G].cumsum(-1) - 1).clamp(min=0)
-    pos_c = pos_p[:, -1:].repeat_interleave(G, 0) + 1 + torch.arange(Tc, device=dev)
-    x = body.embed_tokens(torch.cat([pu.reshape(-1), comp_ids[:, :Tc].t().reshape(-1)]))
-    cos, sin = static_decode.rope(body, x, torch.cat([pos_p.reshape(-1), pos_c.t().reshape(-1)])[None])
-    cos, sin = cos[0].transpose(0, 1), sin[0].transpose(0, 1)  # [rows, 1, hd], broadcast over heads
-    ar_p = torch.arange(P, device=dev)
-    allowed_p = (pmu[:, None, :] & (ar_p[None, :] <= ar_p[:, None])[None]) | torch.eye(P, dtype=torch.bool, device=dev)[
-        None
-    ]
-    mask_p = _attention_mask(allowed_p[:, None], nh, x.dtype)
-    if Tc > 0:
-        ar_c = torch.arange(Tc, device=dev)
-        allowed_c = torch.cat(
-            [
-                pmu.repeat_interleave(G, 0)[:, None, :].expand(b, Tc, P),
-                (ar_c[None, :] <= ar_c[:, None])[None].expand(b, Tc, Tc),
-            ],
-            -1,
-        )
-        mask_c = _attention_mask(allowed_c[:, None], nh, x.dtype)
-
+    x, cos, sin = _rebuild_inputs(body, prompt_ids, prompt_mask, comp_ids, G, Tc)
+    masks = _rebuild_masks(pmu, G, b, Tc, nh, x.dtype)
     live = _LiveRows(flop_observer)
     in_place = all_groups and Tc == record.n_fed  # the record's flat buffers are these rows in this order
+    rows_of = functools.partial(_recorded_rows, record, None if in_place else (groups, record_rows, all_groups), Tc)
 
-    def rows_of(li: int, slot: int) -> torch.Tensor:
-        if in_place:
-            return record.flat[li][slot]
-        prompt, comp = record.prompt[li][slot], record.completion[li][slot][:Tc]
-        if not all_groups:
-            prompt, comp = prompt.index_select(0, groups), comp.index_select(1, record_rows)
-        return torch.cat([prompt.reshape(n_p, -1), comp.reshape(Tc * b, -1)])
-
-    def heads(t, n_heads):  # the prompt and the completion rows -> [batch, heads, positions, hd] each
-        # `split`, not two slices: its backward is one `cat` of the parts' gradients, where each slice's would
-        # be a zero-filled full-size gradient, then a sum of the two
-        prompt, comp = t.split([n_p, len(t) - n_p])
-        return prompt.view(g, P, n_heads, hd).transpose(1, 2), comp.view(Tc, b, n_heads, hd).permute(1, 2, 0, 3)
-
-    attn_pairs = 0.0
+    heads = functools.partial(_split_heads, g=g, P=P, b=b, Tc=Tc)
+    # query-key pairs attended per layer (prompts causal; completions see their prompt and their past)
+    pairs = g * P * (P + 1) / 2 + (b * (Tc * P + Tc * (Tc + 1) / 2) if Tc > 0 else 0.0)
     for li, layer in enumerate(body.layers):
         mods = static_decode.projection_modules(layer)
         attn = layer.self_attn
@@ -333,21 +294,87 @@ def rebuilt_logits(
         q, k, v = q.view(-1, nh, hd), k.view(-1, kvh, hd), v.view(-1, kvh, hd)
         if not record.qk_roped:  # the record holds them before rope (Qwen3: after its q/k norms)
             q, k = static_decode.roped_queries_keys(attn, q, k, cos, sin)
-        (q_p, q_c), (k_p, k_c), (v_p, v_c) = heads(q, nh), heads(k, kvh), heads(v, kvh)
-        a = _attention(q_p, k_p, v_p, mask_p, attn.scaling).transpose(1, 2).reshape(-1, nh * hd)
-        attn_pairs += g * P * (P + 1) / 2
-        if Tc > 0:
-            K = torch.cat([k_p.repeat_interleave(G, 0), k_c], 2)
-            V = torch.cat([v_p.repeat_interleave(G, 0), v_c], 2)
-            a_c = _attention(q_c, K, V, mask_c, attn.scaling)
-            a = torch.cat([a, a_c.permute(2, 0, 1, 3).reshape(-1, nh * hd)])  # completion rows time-major
-            attn_pairs += b * (Tc * P + Tc * (Tc + 1) / 2)
+        a = _two_part_attention(heads(q, nh), heads(k, kvh), heads(v, kvh), masks, attn.scaling, G)
         x = static_decode.layer_output(layer, x, a, project, lambda h: _saved_mlp(layer, h, layer_rows, live))
     h = static_decode.rms_norm(body.norm, torch.cat([x[P - 1 : n_p : P], x[n_p:]]))  # each prompt's last; completions
     logits = h if hidden else base.lm_head(h)
     if flop_observer is not None:  # attention forward + backward (3x), LM head forward + backward (3x)
         H, V_ = base.config.hidden_size, base.lm_head.out_features
-        flop_observer.add(3.0 * 4 * H * attn_pairs + 3.0 * 2 * H * V_ * (g + b * Tc))
+        flop_observer.add(3.0 * 4 * H * pairs * len(body.layers) + 3.0 * 2 * H * V_ * (g + b * Tc))
+    return _batch_order(logits, g, G, b, Tc, pmu, live)
+
+
+def _rebuild_inputs(body, prompt_ids, prompt_mask, comp_ids, G: int, Tc: int) -> tuple:
+    """The rebuild's embedded rows (each group's prompt, g x P, then the fed completion tokens, Tc x b time-major)
+    and their rope `cos`, `sin` [rows, 1, hd] (broadcast over heads), at the positions the sampler used."""
+    pos_p = (prompt_mask[::G].cumsum(-1) - 1).clamp(min=0)
+    pos_c = pos_p[:, -1:].repeat_interleave(G, 0) + 1 + torch.arange(Tc, device=comp_ids.device)
+    x = body.embed_tokens(torch.cat([prompt_ids[::G].reshape(-1), comp_ids[:, :Tc].t().reshape(-1)]))
+    cos, sin = static_decode.rope(body, x, torch.cat([pos_p.reshape(-1), pos_c.t().reshape(-1)])[None])
+    return x, cos[0].transpose(0, 1), sin[0].transpose(0, 1)
+
+
+def _recorded_rows(record, selection, Tc: int, li: int, slot: int) -> torch.Tensor:
+    """Layer `li`'s recorded input rows of projection `slot`, in the rebuild's order: the record's flat buffer in
+    place (`selection` None), else its prompt and completion parts, `(groups, record_rows, all_groups)` picked."""
+    if selection is None:
+        return record.flat[li][slot]
+    groups, record_rows, all_groups = selection
+    prompt, comp = record.prompt[li][slot], record.completion[li][slot][:Tc]
+    if not all_groups:
+        prompt, comp = prompt.index_select(0, groups), comp.index_select(1, record_rows)
+    return torch.cat([prompt.reshape(-1, prompt.shape[-1]), comp.reshape(-1, comp.shape[-1])])
+
+
+def _split_heads(t: torch.Tensor, n_heads: int, *, g: int, P: int, b: int, Tc: int) -> tuple:
+    """The prompt rows and the completion rows of `t` [g*P + Tc*b, heads, hd] -> [batch, heads, positions, hd] each.
+    `split`, not two slices: its backward is one `cat` of the parts' gradients, where each slice's would be a
+    zero-filled full-size gradient, then a sum of the two."""
+    hd = t.shape[-1]
+    prompt, comp = t.split([g * P, len(t) - g * P])
+    return prompt.view(g, P, n_heads, hd).transpose(1, 2), comp.view(Tc, b, n_heads, hd).permute(1, 2, 0, 3)
+
+
+def _two_part_attention(q, k, v, masks, scaling: float, G: int) -> torch.Tensor:
+    """Attention of the prompt rows over their prompt and of the completion rows over their group's prompt and
+    their own past; (prompt, completion) parts of q, k, v in, `[rows, heads * hd]` out (completions time-major)."""
+    (q_p, q_c), (k_p, k_c), (v_p, v_c) = q, k, v
+    nh, hd = q_p.shape[1], q_p.shape[3]
+    a = _attention(q_p, k_p, v_p, masks[0], scaling).transpose(1, 2).reshape(-1, nh * hd)
+    if masks[1] is None:
+        return a
+    K = torch.cat([k_p.repeat_interleave(G, 0), k_c], 2)
+    V = torch.cat([v_p.repeat_interleave(G, 0), v_c], 2)
+    a_c = _attention(q_c, K, V, masks[1], scaling)
+    return torch.cat([a, a_c.permute(2, 0, 1, 3).reshape(-1, nh * hd)])
+
+
+def _rebuild_masks(pmu: torch.Tensor, G: int, b: int, Tc: int, nh: int, dtype) -> tuple:
+    """The additive attention masks of the rebuild: the prompts' (causal over their real tokens; each position sees
+    itself, so a left-pad row is never all -inf) and the completions' (their prompt's real tokens, then causal over
+    the fed completion tokens); the second None when no completion token is fed."""
+    P, dev = pmu.shape[1], pmu.device
+    ar_p = torch.arange(P, device=dev)
+    allowed_p = (pmu[:, None, :] & (ar_p[None, :] <= ar_p[:, None])[None]) | torch.eye(P, dtype=torch.bool, device=dev)[
+        None
+    ]
+    mask_p = _attention_mask(allowed_p[:, None], nh, dtype)
+    if Tc == 0:
+        return mask_p, None
+    ar_c = torch.arange(Tc, device=dev)
+    allowed_c = torch.cat(
+        [
+            pmu.repeat_interleave(G, 0)[:, None, :].expand(b, Tc, P),
+            (ar_c[None, :] <= ar_c[:, None])[None].expand(b, Tc, Tc),
+        ],
+        -1,
+    )
+    return mask_p, _attention_mask(allowed_c[:, None], nh, dtype)
+
+
+def _batch_order(logits: torch.Tensor, g: int, G: int, b: int, Tc: int, pmu: torch.Tensor, live) -> torch.Tensor:
+    """The rebuild's rows (each group's last prompt position, then the completions time-major) as `[b, T, V]`, with
+    the hook that tells `live` which rows' gradients are nonzero (the backward products skip the others)."""
     first = logits[:g].repeat_interleave(G, 0)[:, None]
     logits = first if Tc == 0 else torch.cat([first, logits[g:].view(Tc, b, -1).transpose(0, 1)], 1)
     if logits.requires_grad:

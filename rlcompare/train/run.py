@@ -812,6 +812,8 @@ def _steps(cfg, tr, world: World, term, out: _Outputs | None) -> None:
             if not saved:
                 _checkpoint(cfg, tr, world, out)
             raise Terminated(checkpoint_step=st.step)
+    if every and st.step % every:  # a completed run keeps its last step, so `rlcompare export` works on it (#49)
+        _checkpoint(cfg, tr, world, out)
     term.defer = False
 
 

@@ -269,9 +269,9 @@ def test_a_learning_rate_or_kl_coefficient_past_any_use_is_refused(compose, over
 
 
 # ----------------------------------------------------------------------------- item 21: default checkpoints, console
-def test_checkpoints_are_on_by_default_at_each_eval_keeping_two(compose):
-    s = train(compose("budget.max_steps=7", "run_name=ckdefault"))  # FAST: eval every 2 steps
-    assert [checkpoint.step_of(c) for c in checkpoint.candidates(Path(s["run_dir"]))] == [6, 4]
+def test_checkpoints_are_on_by_default_at_each_eval_and_the_last_step_keeping_two(compose):
+    s = train(compose("budget.max_steps=7", "run_name=ckdefault"))  # FAST: eval every 2 steps; 7 is the last (#49)
+    assert [checkpoint.step_of(c) for c in checkpoint.candidates(Path(s["run_dir"]))] == [7, 6]
 
 
 def test_default_checkpoints_leave_the_rows_unchanged(compose):

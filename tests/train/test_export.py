@@ -168,3 +168,21 @@ def test_export_final_writes_the_last_policy_into_the_run_folder(compose, tmp_pa
     final, tok = _load(run / "export")
     again, _ = _load(export_run(run, tmp_path / "from_checkpoint", step=3))  # the same weights, read back
     assert torch.equal(_logits(final, tok), _logits(again, tok))
+
+
+def test_a_completed_run_with_default_settings_can_be_exported(compose, tmp_path):
+    """#49: a run that ends between evals (budget=tiny: 3 steps, an eval every 5) keeps its last step, so `rlcompare
+    export` works on it with default settings and gives the export_final weights; the rotation still keeps two."""
+    s = train(compose("budget=tiny", "trainer.eval_every=5", "trainer.export_final=true"))
+    assert s["status"] == "completed"
+    run = Path(s["run_dir"])
+    assert [checkpoint.step_of(p) for p in checkpoint.candidates(run)] == [3]  # no step 3 checkpoint without #49
+    out = tmp_path / "exported"
+    assert cli_main(["export", str(run), "--out", str(out)]) == 0
+    exported, tok = _load(out)
+    final, _ = _load(run / "export")  # the policy the trainer held at the end
+    assert torch.equal(_logits(exported, tok), _logits(final, tok))
+    # the rotation is unchanged: 7 steps, a checkpoint every 2 and the last: the newest two of 2, 4, 6, 7 remain
+    s = train(compose("budget=tiny", "budget.max_steps=7", "trainer.checkpoint_every=2", "run_name=rot"))
+    held = sorted(checkpoint.step_of(p) for p in checkpoint.candidates(Path(s["run_dir"])))
+    assert held == [6, 7]
