@@ -115,3 +115,39 @@ def safetensors_header_problem(path: Path) -> str | None:
         if not 0 <= start <= end <= data or end - start != math.prod(shape) * _DTYPE_BYTES[t["dtype"]]:
             return f"tensor {name[:80]!r}'s bytes do not fit its shape or the file"
     return None
+
+
+def check_teacher_folder(path: str, key: str = "teacher") -> None:
+    """On-policy distillation's teacher (rlcompare.train.teacher), stricter than the policy's folder: a teacher is
+    only scored, so a folder holding any pickle file or code (auto_map, *.py) is refused even beside safetensors,
+    and trust_remote_code is never on. A hub id (not a folder) passes to the loader."""
+    folder = Path(os.path.expanduser(path))
+    if not folder.is_dir():
+        if os.path.isabs(path) or path.startswith(("./", "../", "~")):
+            raise _error(
+                f"{key}={path!r} is not a folder; give a save_pretrained, export/ or `rlcompare export` folder"
+            )
+        return
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    pickles = [p.name for p in files if p.suffix.lower() in PICKLE_SUFFIXES]
+    code = [p.name for p in files if p.suffix == ".py"]
+    if pickles or code:
+        raise _error(
+            f"{key}={path!r} holds {'pickle files ' + str(pickles[:4]) if pickles else 'code ' + str(code[:4])}, "
+            f"which rlcompare never loads for a teacher; save it with save_pretrained(safe_serialization=True) into "
+            f"a folder of its own (or use `rlcompare export`)"
+        )
+    if not (folder / "config.json").is_file():
+        raise _error(f"{key}={path!r} is a folder without config.json; point it at a save_pretrained folder")
+    try:
+        conf = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        raise _error(f"{key}: {path}/config.json could not be read ({type(e).__name__})") from None
+    if isinstance(conf, dict) and "auto_map" in conf:
+        raise _error(
+            f"{key}={path!r}: its config.json maps the model to code (auto_map); rlcompare runs no teacher code"
+        )
+    for p in files:
+        why = safetensors_header_problem(p) if p.suffix == ".safetensors" else None
+        if why is not None:
+            raise _error(f"{key}={path!r}: {p.name} is not a readable safetensors file ({why}); save the model again")
