@@ -1190,8 +1190,8 @@ def check_launch_settings(hydra_extra: list[str]) -> str:
             ) from None
         raise SweepError(
             f"the Hydra settings {' '.join(hydra_extra)} do not compose: {msg}\n"
-            f'(launchers: pip install -e ".[launchers]" adds hydra/launcher=joblib, submitit_local and '
-            f"submitit_slurm; docs/scaling.md)"
+            f"(launchers: hydra/launcher=joblib is in the base install; "
+            f'pip install -e ".[launchers]" adds submitit_local and submitit_slurm; docs/scaling.md)'
         ) from None
     target = str(cfg.hydra.launcher.get("_target_", ""))
     return target.rsplit(".", 1)[-1] or "basic launcher"
