@@ -98,9 +98,16 @@ SURROGATE_DEFAULTS = {
 # group_advantages(scale=...): group (GRPO), batch (Lite PPO), batch-centered (ScaleRL), none (Dr. GRPO)
 GROUP_SCALES = ("group", "batch", "batch-centered", "none")
 # the advantage estimators (trainer dispatch; docs/algorithms.md §2) and the scales each accepts:
-# group_advantages' GROUP_SCALES; rloo: none; gae: PPO's batch whitening or none; reinforce_pp: whitened always
-ADVANTAGE_ESTIMATORS = ("group", "rloo", "gae", "reinforce_pp")
-ESTIMATOR_SCALES = {"group": GROUP_SCALES, "rloo": ("none",), "gae": ("whiten", "none"), "reinforce_pp": ("whiten",)}
+# group_advantages' GROUP_SCALES; rloo: none; gae: PPO's batch whitening or none; reinforce_pp: whitened always;
+# distill (on-policy distillation, §9): the teacher's per-token term plus the reward's group advantage, scaled as group's
+ADVANTAGE_ESTIMATORS = ("group", "rloo", "gae", "reinforce_pp", "distill")
+ESTIMATOR_SCALES = {
+    "group": GROUP_SCALES,
+    "rloo": ("none",),
+    "gae": ("whiten", "none"),
+    "reinforce_pp": ("whiten",),
+    "distill": GROUP_SCALES,
+}
 # where the KL penalty enters: a loss term, or subtracted from the reward before the advantages
 KL_PLACEMENTS = ("in_loss", "in_reward")
 # reinforce_pp_advantages(baseline=...): none (REINFORCE++, k = 1), group (REINFORCE++-baseline, k > 1)

@@ -60,8 +60,10 @@ def mixed_advantages(
     reward_advantages: torch.Tensor, distill: torch.Tensor, mask: torch.Tensor, *, coef: float
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """`coef * A_reward + A_distill` per token; `reward_advantages` [B] (one per response) or [B, T]. Returns the
-    advantages and each term's contribution: the mean over real tokens (`per_token`) and the mean over responses
-    of each response's token mean (`per_response`), so a run logs how much of its signal each term carried."""
+    advantages and how much signal each term carried: the mean of |term| over real tokens (`abs_per_token`) and
+    over responses of each response's token mean (`abs_per_response`); magnitudes, since a group advantage
+    averages to 0 over its group whatever it carries. Beside them `distill/reverse_kl`, the mean over real tokens
+    of -A_distill: the sample's estimate of KL(pi_old || pi_T) per token when the discount is 0."""
     if reward_advantages.dim() == 1:
         reward_advantages = reward_advantages[:, None].expand_as(distill)
     if reward_advantages.shape != distill.shape or distill.shape != mask.shape:
@@ -70,7 +72,7 @@ def mixed_advantages(
             f"{tuple(mask.shape)} must be one [B, T] shape (or the reward [B])"
         )
     real = mask.float()
-    reward_term = coef * reward_advantages.float() * real
+    reward_term = (coef * reward_advantages.float() * real).abs()
     distill_term = distill.float() * real
     n_tokens = real.sum().clamp(min=1.0)
     lengths = real.sum(-1)
@@ -81,9 +83,10 @@ def mixed_advantages(
         return float((term.sum(-1)[has] / lengths[has]).sum() / n_responses)
 
     metrics = {
-        "distill/reward_term_per_token": float(reward_term.sum() / n_tokens),
-        "distill/distill_term_per_token": float(distill_term.sum() / n_tokens),
-        "distill/reward_term_per_response": per_response(reward_term),
-        "distill/distill_term_per_response": per_response(distill_term),
+        "distill/reward_term_abs_per_token": float(reward_term.sum() / n_tokens),
+        "distill/distill_term_abs_per_token": float(distill_term.abs().sum() / n_tokens),
+        "distill/reward_term_abs_per_response": per_response(reward_term),
+        "distill/distill_term_abs_per_response": per_response(distill_term.abs()),
+        "distill/reverse_kl": float(-distill_term.sum() / n_tokens),
     }
-    return reward_term + distill_term, metrics
+    return coef * reward_advantages.float() * real + distill_term, metrics

@@ -25,6 +25,7 @@ from typing import Optional
 import torch
 
 from rlcompare.algos import advantages as adv_lib
+from rlcompare.algos import distill as distill_lib
 from rlcompare.algos import losses
 
 
@@ -51,6 +52,7 @@ class AdvantageResult:
     advantages: torch.Tensor  # (B,) per response or (B, T) per token
     returns: Optional[torch.Tensor] = None  # (B, T) GAE only
     old_values: Optional[torch.Tensor] = None  # (B, T) GAE only: the critic's values it was computed from
+    metrics: dict = field(default_factory=dict)  # distill only: each term's contribution, the teacher's NaN count
 
 
 def advantages(
@@ -69,6 +71,10 @@ def advantages(
     values: Optional[torch.Tensor] = None,
     gae_gamma: float = 1.0,
     gae_lam: float = 1.0,
+    teacher_logp: Optional[torch.Tensor] = None,
+    old_logp: Optional[torch.Tensor] = None,
+    reward_coef: float = 0.0,
+    distill_discount: float = 0.0,
 ) -> AdvantageResult:
     """The advantage estimator `estimator` (docs/algorithms.md §1) for rewards (B,) on device.
 
@@ -77,6 +83,8 @@ def advantages(
     - "reinforce_pp": REINFORCE++ (-baseline) returns to go per token (`gamma`, `baseline`).
     - "gae" (PPO): the outcome reward on the last real token, GAE over the critic's `values` (B, T) with
       `gae_gamma` / `gae_lam`, whitened over the batch's tokens when `scale == "whiten"`.
+    - "distill" (on-policy distillation, §9): `log pi_T - log pi_old` per token from `teacher_logp` and `old_logp`
+      (B, T) (`distill_discount` over later tokens), plus `reward_coef` times the group advantage.
     KL in the reward (`kl` (B, T) from `reward_kl`, coefficient `beta`) enters every estimator: the group ones
     centre the summed reward `R - beta * sum_t kl_t` (as verl's token_level_rewards.sum(-1)), the per-token ones
     take `-beta * kl_t` on each token.
@@ -88,6 +96,19 @@ def advantages(
         rewards = adv_lib.outcome_token_rewards(rewards, mask, kl=kl, beta=beta).sum(-1)
     if estimator == "group":
         return AdvantageResult(adv_lib.group_advantages(rewards, G, scale=scale, std_ddof=std_ddof, eps=eps))
+    if estimator == "distill":
+        if teacher_logp is None or old_logp is None:
+            raise ValueError("the distill estimator needs the teacher's and the sampler's log-probs")
+        if kl is not None:
+            raise ValueError("the distill estimator takes no KL in the reward (its term is a per-token KL already)")
+        reward_adv = (
+            adv_lib.group_advantages(rewards, G, scale=scale, std_ddof=std_ddof, eps=eps)
+            if reward_coef
+            else torch.zeros_like(rewards, dtype=torch.float32)
+        )
+        term = distill_lib.distill_advantages(teacher_logp, old_logp, mask, discount=distill_discount)
+        advs, metrics = distill_lib.mixed_advantages(reward_adv, term.advantages, mask, coef=reward_coef)
+        return AdvantageResult(advs, metrics={**metrics, "distill/teacher_nonfinite": term.nonfinite})
     if estimator == "rloo":
         return AdvantageResult(adv_lib.rloo_advantages(rewards, G))
     if estimator == "reinforce_pp":

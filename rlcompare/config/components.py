@@ -41,6 +41,8 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
     "batch": ("trainer.prompts_per_step",),
     "updates": ("trainer.updates_per_rollout", "trainer.micro_batch_size"),
     "advantage": ("algorithm.advantage", "algorithm.critic"),
+    # on-policy distillation (issue 52): the distill estimator comes with the teacher it reads
+    "distillation": ("algorithm.advantage", "teacher"),
     "critic": ("algorithm.critic",),
     "algorithm": ("algorithm",),
     "budget": ("budget",),

@@ -27,12 +27,18 @@ class ConfigError(ValueError):
 # ----------------------------------------------------------------------------- schema
 @dataclass
 class AdvantageConfig:
-    estimator: str = "group"  # advantage estimator: group | rloo | gae | reinforce_pp
+    estimator: str = "group"  # advantage estimator: group | rloo | gae | reinforce_pp | distill (needs teacher.path)
     scale: str = "group"  # advantage scale: group | batch | batch-centered | none (group); none (rloo); whiten | none (gae); whiten (reinforce_pp)
     std_ddof: int = 1  # delta degrees of freedom of the std that scales advantages: 1 (torch.std, TRL, verl) | 0
     eps: float = 1e-6  # added to the std before dividing (keeps it finite for groups of equal rewards)
     baseline: str = "none"  # reinforce_pp: none (REINFORCE++) | group (REINFORCE++-baseline)
     gamma: float = 1.0  # reinforce_pp: discount of the return to go
+    reward_coef: float = (
+        0.0  # distill: weight of the reward's group advantage beside the teacher's term; 0: distillation alone
+    )
+    distill_discount: float = (
+        0.0  # distill: discount over later tokens' teacher terms, in [0, 1]; 0: per token (Tinker)
+    )
 
 
 @dataclass
@@ -337,6 +343,15 @@ class RolloutConfig:
 
 
 @dataclass
+class TeacherConfig:
+    path: Optional[str] = (
+        None  # on-policy distillation's teacher: a causal LM folder, hub id, export or run folder; null: none
+    )
+    dtype: Optional[str] = None  # the teacher's weights dtype: bfloat16 | float32 | float16; null: the policy's
+    device: Optional[str] = None  # the teacher's device; null: the policy's (another device is refused)
+
+
+@dataclass
 class SweepTags:
     name: Optional[str] = None  # set by rlcompare sweep: the sweep's name
     variant: Optional[str] = None  # set by rlcompare sweep: this member's label
@@ -360,6 +375,7 @@ class RunConfig:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
     sweep: SweepTags = field(default_factory=SweepTags)
 
 
@@ -489,12 +505,38 @@ def _check_algorithm(c: DictConfig) -> None:
             )
     _check_variants(a, t)
     _check_off_policy(a, t)
+    _check_distill(c)
     if a.overlong.soft_punishment:
         _at_least("algorithm.overlong.cache_len", a.overlong.cache_len, 1)
         if a.overlong.cache_len >= b.max_new_tokens:
             raise ConfigError(
                 f"algorithm.overlong.cache_len={a.overlong.cache_len} must be < budget.max_new_tokens={b.max_new_tokens}"
             )
+
+
+def _check_distill(c: DictConfig) -> None:
+    """On-policy distillation (issue 52): the distill estimator and the teacher come together."""
+    a, teacher = c.algorithm, c.teacher
+    distill = a.advantage.estimator == "distill"
+    if distill and teacher.path is None:
+        raise ConfigError(
+            "algorithm.advantage.estimator=distill scores the student's tokens with a teacher: set teacher.path=<a "
+            "model folder, run folder or hub id> (docs/algorithms.md section 9)"
+        )
+    if not distill and teacher.path is not None:
+        raise ConfigError(
+            f"teacher.path={teacher.path!r} is set but algorithm.advantage.estimator={a.advantage.estimator} reads no "
+            "teacher: use algorithm=opd (or algorithm.advantage.estimator=distill), or teacher.path=null"
+        )
+    if teacher.dtype is not None:
+        _one_of("teacher.dtype", teacher.dtype, DTYPES[1:])
+    if teacher.device is not None:
+        _one_of("teacher.device", teacher.device, DEVICES)
+    if distill and a.kl.coef > 0 and a.kl.placement == "in_reward":
+        raise ConfigError(
+            "algorithm.kl.placement=in_reward with algorithm.advantage.estimator=distill: the teacher's term already "
+            "is a per-token KL (to the teacher); set algorithm.kl.placement=in_loss or algorithm.kl.coef=0"
+        )
 
 
 def _check_off_policy(a: DictConfig, t: DictConfig) -> None:
@@ -526,7 +568,10 @@ def _check_trainer(c: DictConfig) -> None:
     a, t = c.algorithm, c.trainer
     _at_least("trainer.prompts_per_step", t.prompts_per_step, 1)
     _at_least("trainer.group_size", t.group_size, 1)
-    if t.group_size < 2 and a.advantage.estimator in ("group", "rloo"):
+    grouped = a.advantage.estimator in ("group", "rloo") or (
+        a.advantage.estimator == "distill" and a.advantage.reward_coef > 0
+    )
+    if t.group_size < 2 and grouped:
         raise ConfigError(
             f"trainer.group_size={t.group_size} with algorithm.advantage.estimator={a.advantage.estimator}: group advantages compare completions of one prompt, so they need trainer.group_size >= 2 (or use algorithm=ppo)"
         )
@@ -932,6 +977,7 @@ RANGES: dict[str, Range] = {
     "trainer.inject_nan_at_step": AT_LEAST_ONE,
     "rollout.temperature": Range(1e-6),  # float32 logits / 1e-320 are inf (the scalar rounds to 0): nan log-probs
     "rollout.top_p": Range(0, 1, low_open=True),
+    "algorithm.advantage.distill_discount": Range(0, 1),
 }
 
 

@@ -16,25 +16,7 @@ from torch import nn
 
 from rlcompare.fast import base_model_of  # moved to fast/unwrap.py (the sampler needs it below models/)
 from rlcompare.config import PICKLE_SUFFIXES  # weight files that unpickle on load: never loaded
-
-CHARS = list("0123456789+-*/=()., ?:<>_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ\n")
-SPECIAL = ["<pad>", "<bos>", "<eos>", "<unk>"]
-
-
-def build_char_tokenizer():
-    """A character-level `PreTrainedTokenizerFast` made in code (no download); save/load like any HF tokenizer."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {tok: i for i, tok in enumerate(SPECIAL + CHARS)}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", unk_token="<unk>"
-    )
-    fast.padding_side = "left"
-    return fast
+from rlcompare.data.char_tokenizer import CHARS, SPECIAL, build_char_tokenizer  # noqa: F401 - re-exported (rlcompare.models)
 
 
 def tiny_model_config(mcfg: Any, tokenizer):

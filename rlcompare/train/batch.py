@@ -8,7 +8,7 @@ the comment says CPU.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -112,6 +112,7 @@ class Targets:
     returns: torch.Tensor | None = None  # (B, T) GAE returns, the critic's regression target (PPO)
     old_values: torch.Tensor | None = None  # (B, T) the critic's values at rollout time (PPO's value clip)
     token_weight: torch.Tensor | None = None  # (B, T) the rollout-mismatch correction's weights, or None
+    metrics: dict = field(default_factory=dict)  # the advantage's own row entries (distill/*), or none
 
 
 @dataclass

@@ -87,6 +87,10 @@ def check_job(overrides: list[str], multirun: bool = False, probed: set[str] | N
     try:
         checked = validate(cfg)
         _check_model_folder(checked)
+        if checked.teacher.path is not None:  # the folder, the device and the tokenizer against the student's
+            from rlcompare.train.teacher_check import check_teacher
+
+            check_teacher(checked)
         _check_prompts_and_verifier(checked, set() if probed is None else probed)
     except ConfigError as e:
         return str(e)

@@ -417,6 +417,10 @@ def preflight(cfg: DictConfig, run_dir: Path | None = None):
     from rlcompare.train.model_folder import check_model
 
     check_model(cfg.model)  # no model code to run, no pickle weights, safetensors headers that read
+    if cfg.teacher.path is not None:  # on-policy distillation's teacher: its folder, device and tokenizer
+        from rlcompare.train.teacher_check import check_teacher
+
+        check_teacher(cfg)
     splits = build_prompt_set(cfg)
     verifier = build_run_verifier(cfg)
     ctx = model_context_length(cfg)

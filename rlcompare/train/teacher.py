@@ -11,13 +11,29 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
+from rlcompare.train.teacher_check import (  # noqa: F401 - re-exported: the checks' import path here too
+    check_same_device,
+    check_same_vocab,
+    check_teacher,
+    is_run_folder,
+)
 from rlcompare.rollout.sampler import grouped_sequence_logits, lm_head_of, sequence_logits
 from rlcompare.train import logprobs
 
-__all__ = ["Teacher", "check_same_tokenizer", "check_same_device", "load_teacher", "teacher_token_logp"]
+__all__ = [
+    "Teacher",
+    "check_same_device",
+    "check_same_tokenizer",
+    "check_same_vocab",
+    "check_teacher",
+    "is_run_folder",
+    "load_teacher",
+    "teacher_token_logp",
+]
 
 
 @dataclass
@@ -33,46 +49,34 @@ def _error(msg: str) -> Exception:
     return ConfigError(msg)
 
 
+def parameter_count(teacher: Teacher) -> int:
+    return sum(p.numel() for p in teacher.model.parameters())
+
+
 def _vocab_size(model: torch.nn.Module) -> int:
     return int(model.get_input_embeddings().weight.shape[0])
 
 
 def check_same_tokenizer(student_tokenizer, student_model, teacher: Teacher, student_name: str) -> None:
-    """The teacher must score the student's token ids as the same strings: the same vocabulary (token -> id), the
-    same special tokens and the same embedding rows. One line naming both otherwise."""
-    s_vocab, t_vocab = student_tokenizer.get_vocab(), teacher.tokenizer.get_vocab()
-    both = f"the teacher {teacher.source!r} and the student {student_name!r}"
-    if s_vocab != t_vocab:
-        differ = sorted(set(s_vocab.items()) ^ set(t_vocab.items()), key=str)[:3]
+    """`check_same_vocab`, and the teacher's embedding rows cover every id the student can sample. More rows are
+    fine (Qwen2.5-7B pads to 152,064 where 0.5B has 151,936; the extra rows are part of the teacher's softmax)."""
+    check_same_vocab(student_tokenizer, teacher.tokenizer, teacher.source, student_name)
+    rows, needed = _vocab_size(teacher.model), _vocab_size(student_model)
+    if rows < needed:
         raise _error(
-            f"teacher: {both} have different tokenizers ({len(t_vocab)} and {len(s_vocab)} tokens; e.g. {differ}); "
-            f"on-policy distillation scores the student's token ids, so give a teacher of the same tokenizer family"
-        )
-    for name in ("eos_token_id", "pad_token_id", "bos_token_id"):
-        s, t = getattr(student_tokenizer, name, None), getattr(teacher.tokenizer, name, None)
-        if s is not None and t is not None and s != t:
-            raise _error(f"teacher: {both} differ in {name} ({t} and {s}); give a teacher of the same tokenizer")
-    if _vocab_size(teacher.model) != _vocab_size(student_model):
-        raise _error(
-            f"teacher: {both} have {_vocab_size(teacher.model)} and {_vocab_size(student_model)} embedding rows; "
-            f"the log-probs of one are not comparable with the other's"
-        )
-
-
-def check_same_device(teacher_device: str, policy_device: str) -> None:
-    """The teacher scores the rollout where it is: it must sit on the policy's device (no copies per batch)."""
-    if torch.device(teacher_device).type != torch.device(policy_device).type:
-        raise _error(
-            f"teacher.device={teacher_device!r} is not the policy's device {policy_device!r}; leave teacher.device "
-            f"unset (the policy's) or set both to the same device"
+            f"teacher: the teacher {teacher.source!r} has {rows} embedding rows and the student {student_name!r} "
+            f"{needed}: the student can sample ids the teacher cannot score"
         )
 
 
 def load_teacher(path: str, *, dtype: torch.dtype, device: str) -> Teacher:
     """The causal LM at `path` (a local folder: save_pretrained output, a run's `export/`, an `rlcompare export`
-    folder; or a hub id), frozen, in `dtype` on `device`. Safetensors only; no code from the folder."""
+    folder; a run folder, from its newest checkpoint; or a hub id), frozen, in `dtype` on `device`. Safetensors
+    only; no code from the folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if is_run_folder(path):
+        return _teacher_from_run(path, dtype=dtype, device=device)
     full = os.path.expanduser(path)
     source = full if os.path.isdir(full) else path
     try:
@@ -85,6 +89,16 @@ def load_teacher(path: str, *, dtype: torch.dtype, device: str) -> Teacher:
         ) from None
     model.eval().requires_grad_(False)
     return Teacher(model.to(device), tokenizer, path)
+
+
+def _teacher_from_run(path: str, *, dtype: torch.dtype, device: str) -> Teacher:
+    """A run folder's newest checkpoint through `rlcompare export`'s reader, LoRA adapters folded in."""
+    from rlcompare.train.export import _merged, load_checkpoint_policy
+
+    _, policy = load_checkpoint_policy(Path(os.path.expanduser(path)))
+    model = _merged(policy.model) if policy.lora else policy.model
+    model.eval().requires_grad_(False)
+    return Teacher(model.to(device=device, dtype=dtype), policy.tokenizer, path)
 
 
 @torch.no_grad()

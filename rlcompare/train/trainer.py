@@ -32,6 +32,7 @@ from rlcompare.train import logprobs, sharding, throughput
 from rlcompare.train.batch import Collected, RolloutBatch, Targets, TrainerState
 from rlcompare.train.parallel import GradientSum, World, merge_metrics
 from rlcompare.train import offpolicy as off_policy
+from rlcompare.train import teacher as teacher_lib
 from rlcompare.train.stale_queue import Queued, StaleQueue
 
 TIMING_PREFIXES = ("time/", "perf/", "memory/")  # what varies with the machine, not with the run
@@ -166,6 +167,8 @@ class Trainer:
             self.opt, lambda s: min(1.0, (s + 1) / max(1, train_cfg.warmup_steps))
         )
         self.ref = ReferenceModel(self.policy) if algo.kl.coef > 0 else None
+        self.teacher = self._load_teacher() if cfg.teacher.path is not None else None  # on-policy distillation
+        self._teacher_cost: dict[str, float] = {}  # the last teacher pass's time/ and perf/ entries
         self.critic = self.critic_opt = None
         if algo.advantage.estimator == "gae":
             self.critic = ValueModel(model).to(self.device)
@@ -190,6 +193,21 @@ class Trainer:
             mix=algo.clip.mix,
             **{k: algo.clip[k] for k in losses.SURROGATE_KNOBS},
         )
+
+    def _load_teacher(self) -> teacher_lib.Teacher:
+        """The frozen teacher, on the policy's device in the policy's dtype unless teacher.dtype says otherwise,
+        checked against the student's tokenizer and embedding rows (the run's preflight checked the rest)."""
+        tcfg, model = self.cfg.teacher, self.policy.model
+        wanted = tcfg.device or self.device
+        teacher_lib.check_same_device(pick_device(wanted) if wanted == "auto" else wanted, self.device)
+        dtype = getattr(torch, tcfg.dtype) if tcfg.dtype else next(model.parameters()).dtype
+        teacher = teacher_lib.load_teacher(str(tcfg.path), dtype=dtype, device=self.device)
+        student = self.cfg.model.name if self.cfg.model.kind == "tiny" else str(self.cfg.model.name_or_path)
+        teacher_lib.check_same_tokenizer(self.policy.tokenizer, model, teacher, student)
+        self.log(
+            f"[rlcompare] teacher {tcfg.path} loaded ({teacher_lib.parameter_count(teacher) / 1e6:.2f}M parameters)"
+        )
+        return teacher
 
     def weights_loaded(self) -> None:
         """The policy's weights were replaced (a checkpoint, rank 0's broadcast): the sharded copy takes them."""
@@ -265,6 +283,7 @@ class Trainer:
             or (self.ref is not None and algo.kl.placement == "in_reward")
             or algo.mismatch.mode is not None
             or algo.off_policy.correction is not None
+            or algo.advantage.estimator == "distill"  # A_t = log pi_T - log pi_old, the sampler's
         )
 
     def _decode(self, completions) -> list[str]:
@@ -307,6 +326,7 @@ class Trainer:
                 self._skip_update_for_nonfinite_rewards(batch, row)
             else:
                 targets = self.advantages(batch)
+                row.update(targets.metrics)
                 row.update(
                     weight_shares(
                         targets.loss_mask.cpu(),
@@ -543,9 +563,11 @@ class Trainer:
         kl = None  # KL in the reward: -beta * sg(kl_t) on each real token, from the sampler's log-probs
         if targets.ref_logp is not None and algo.kl.placement == "in_reward":
             kl = objective.reward_kl(completions.logp, targets.ref_logp, completions.mask, estimator=algo.kl.estimator)
-        values = None
+        values = teacher_logp = None
         if algo.advantage.estimator == "gae":  # PPO: the critic's values at rollout time
             values = self._by_rank(batch, self._values_of(batch))
+        if algo.advantage.estimator == "distill":  # the teacher scores the sampled tokens, once per rollout batch
+            teacher_logp = self._teacher_logp(batch)
         est = objective.advantages(
             algo.advantage.estimator,
             batch.rewards.to(self.device),
@@ -561,9 +583,39 @@ class Trainer:
             values=values,
             gae_gamma=algo.critic.gamma,
             gae_lam=algo.critic.lam,
+            teacher_logp=teacher_logp,
+            old_logp=completions.logp,
+            reward_coef=algo.advantage.reward_coef,
+            distill_discount=algo.advantage.distill_discount,
         )
         targets.advantages, targets.returns, targets.old_values = est.advantages, est.returns, est.old_values
+        targets.metrics = {**est.metrics, **self._teacher_cost}
         return targets
+
+    def _teacher_logp(self, batch: RolloutBatch) -> torch.Tensor:
+        """(B, T) log pi_T of the sampled tokens at the rollout temperature (as the policy's, so that a teacher
+        equal to the student gives 0), chunked, one share of the groups per rank; its cost into the row."""
+        t0 = time.perf_counter()
+        completions, G = batch.completions, self.cfg.trainer.group_size
+
+        def logp(r):
+            ids, mask = completions.ids[r], completions.mask[r]
+            return teacher_lib.teacher_token_logp(
+                self.teacher,
+                batch.prompt_ids[r],
+                batch.prompt_mask[r],
+                ids,
+                mask,
+                group_size=G,
+                temperature=self.cfg.rollout.temperature,
+                autocast_dtype=self.autocast,
+            )
+
+        out = self._by_rank(batch, logp)
+        seconds = time.perf_counter() - t0
+        scored = int(completions.mask.sum())
+        self._teacher_cost = {"time/teacher_s": seconds, "perf/teacher_tokens_per_s": scored / max(seconds, 1e-9)}
+        return out
 
     def _token_logp_by_rank(self, batch: RolloutBatch, run_on) -> torch.Tensor:
         """(B, T) log-probs of the batch's completions, 0 on padding, without graph, under `run_on(fn)`: `fn(model)`

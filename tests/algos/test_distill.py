@@ -49,28 +49,31 @@ def test_a_teacher_identical_to_the_student_gives_no_distillation_gradient():
     loss, _ = policy_loss(logp, STUDENT, mixed, MASK, aggregation="token-mean")
     loss.backward()
     assert torch.count_nonzero(logp.grad) == 0
-    assert metrics["distill/distill_term_per_token"] == 0.0
+    assert metrics["distill/distill_term_abs_per_token"] == 0.0 and metrics["distill/reverse_kl"] == 0.0
 
 
 def test_the_mix_adds_coef_times_the_rewards_advantage_and_logs_each_term():
     """coef 2, reward advantage 0.5 for the one response: [1 + ln 2, 1 - ln 2] on its tokens; the reward term
-    carries 1.0 per token, the distillation term (ln 2 - ln 2)/2 = 0 per token and per response."""
+    carries |2 * 0.5| = 1.0 per token and per response, the distillation term (|ln 2| + |-ln 2|)/2 = ln 2, and the
+    reverse KL estimate -(ln 2 - ln 2)/2 = 0."""
     d = distill_advantages(TEACHER, STUDENT, MASK)
     mixed, m = mixed_advantages(torch.tensor([0.5]), d.advantages, MASK, coef=2.0)
     assert torch.allclose(mixed, torch.tensor([[1 + LN2, 1 - LN2, 0.0]]), atol=1e-6)
-    assert m["distill/reward_term_per_token"] == pytest.approx(1.0)
-    assert m["distill/reward_term_per_response"] == pytest.approx(1.0)
-    assert m["distill/distill_term_per_token"] == pytest.approx(0.0, abs=1e-6)
+    assert m["distill/reward_term_abs_per_token"] == pytest.approx(1.0)
+    assert m["distill/reward_term_abs_per_response"] == pytest.approx(1.0)
+    assert m["distill/distill_term_abs_per_token"] == pytest.approx(LN2)
+    assert m["distill/reverse_kl"] == pytest.approx(0.0, abs=1e-6)
 
 
 def test_per_token_and_per_response_contributions_differ_with_lengths():
-    """Two responses, 1 and 3 tokens, distillation terms [2] and [0, 0, 4]: per token (2 + 4)/4 = 1.5; per
-    response (2/1 + 4/3)/2 = 5/3."""
-    d = torch.tensor([[2.0, 0.0, 0.0], [0.0, 0.0, 4.0]])
+    """Two responses, 1 and 3 tokens, distillation terms [2] and [0, 0, -4]: per token (2 + 4)/4 = 1.5; per
+    response (2/1 + 4/3)/2 = 5/3; the reverse KL estimate -(2 - 4)/4 = 0.5."""
+    d = torch.tensor([[2.0, 0.0, 0.0], [0.0, 0.0, -4.0]])
     mask = torch.tensor([[1, 0, 0], [1, 1, 1]])
     _, m = mixed_advantages(torch.zeros(2), d, mask, coef=1.0)
-    assert m["distill/distill_term_per_token"] == pytest.approx(1.5)
-    assert m["distill/distill_term_per_response"] == pytest.approx(5 / 3)
+    assert m["distill/distill_term_abs_per_token"] == pytest.approx(1.5)
+    assert m["distill/distill_term_abs_per_response"] == pytest.approx(5 / 3)
+    assert m["distill/reverse_kl"] == pytest.approx(0.5)
 
 
 def test_a_nan_teacher_log_prob_ends_that_tokens_contribution_and_is_counted():

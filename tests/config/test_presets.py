@@ -69,6 +69,17 @@ TABLE = {
         dynamic=False,
         soft_overlong=False,
     ),
+    # on-policy distillation (§9): the teacher's per-token term, token-mean, no KL
+    "opd": dict(
+        estimator="distill",
+        scale="group",
+        ratio="token",
+        eps=(0.2, 0.2),
+        aggregation="token-mean",
+        kl=(None, None, False),
+        dynamic=False,
+        soft_overlong=False,
+    ),
     # RLOO: leave-one-out advantages, otherwise GRPO's settings
     "rloo": dict(
         estimator="rloo",
@@ -86,7 +97,8 @@ TABLE = {
 @pytest.mark.parametrize("preset", sorted(TABLE))
 def test_preset_matches_algorithms_md(compose, preset):
     row = TABLE[preset]
-    a = validate(compose(f"algorithm={preset}", fast=False)).algorithm
+    teacher = ["teacher.path=a-teacher"] if row["estimator"] == "distill" else []  # validate names no folder
+    a = validate(compose(f"algorithm={preset}", *teacher, fast=False)).algorithm
     assert a.name == preset
     assert a.advantage.estimator == row["estimator"] and a.advantage.scale == row["scale"]
     assert a.ratio == row["ratio"]

@@ -506,11 +506,22 @@ def _preset_rows(compose, tmp_path, name, preset, *extra):
     return rows, recorded
 
 
+def _teacher_of(compose, tmp_path, preset) -> list[str]:
+    """opd scores with a teacher: the shipped warm start (the same tokenizer, other weights than the tests')."""
+    if preset != "opd":
+        return []
+    from rlcompare.train.export import export_policy
+
+    tr = Trainer(validate(compose("model.warm_start.steps=300")), tmp_path / "teacher_run")
+    return [f"teacher.path={export_policy(tr.policy, tr.cfg, tmp_path / 'teacher')}"]
+
+
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.slow
 def test_every_preset_trains_the_same_through_the_fast_path_and_plain_autograd(compose, tmp_path, preset):
-    fast, fast_recorded = _preset_rows(compose, tmp_path, "fast", preset)
-    plain, plain_recorded = _preset_rows(compose, tmp_path, "plain", preset, *PLAIN)
+    teacher = _teacher_of(compose, tmp_path, preset)
+    fast, fast_recorded = _preset_rows(compose, tmp_path, "fast", preset, *teacher)
+    plain, plain_recorded = _preset_rows(compose, tmp_path, "plain", preset, *PLAIN, *teacher)
     assert not any(plain_recorded)
     # the fast path ran: a batch sampled in one round carries the sampler's recording (scalerl's batch joins
     # several dynamic-sampling rounds: plain forward on both sides, its sampler still the fast one)
