@@ -960,11 +960,11 @@ def looks_bimodal(values) -> bool:
 
 
 # Below this many seeds an arm that looks bimodal gets no verdict ("inconclusive (bimodal seeds)"): the smallest
-# measured count from which every bimodal shape's difference interval (Welch's and the paired one, the intervals
-# verdicts use) covers at least the nominal 95% less 0.01 and three Monte Carlo standard errors, at that count and
-# every larger one measured (5, 8, 10, 15, 20). Measured by `python scripts/coverage.py --bimodal --trials 40000`
-# (rlcompare.report.coverage.bimodal_cells, seed 0): Welch on "1 collapse in 10 against 1 in 5" covers 0.801 at 5
-# seeds, 0.915 at 8, 0.931 at 10, 0.940 at 15, 0.953 at 20 (docs/reports.md has the table).
+# measured count (5, 8, 10, 15, 20) from which every bimodal shape's difference interval (Welch's and the paired
+# one, the intervals verdicts use) covers at least the nominal 95% less 0.01 and three Monte Carlo standard errors
+# (coverage.bimodal_seed_count). Measured by `python scripts/coverage.py --bimodal --trials 40000` (seeds 0, 1 and 2
+# all give 15): Welch on "1 collapse in 10 against 1 in 5" covers 0.803 at 5 seeds, 0.915 at 8, 0.932 at 10, 0.944
+# at 15, 0.954 at 20 (seed 0; docs/reports.md has the table).
 BIMODAL_MIN_SEEDS = 15
 
 
