@@ -45,10 +45,12 @@ def _arms(r) -> tuple[list[int], np.ndarray, list[int], np.ndarray]:
     return sa, xa, sb, xb
 
 
-def _who(runs, variant: str, reference: str) -> str:
-    """'seed 3 of `g4`' or 'seed 3 of `g4` and `base`' (a pair)."""
+def _who(runs, variant: str, reference: str, paired: bool) -> str:
+    """'seed 3 of `g4`' or, for a paired row that loses the seed's pair, 'seed 3 of `g4` and `base`'."""
     seed = next(iter(runs))[1]
     arms = [a for a in (variant, reference) if (a, seed) in runs] or sorted({a for a, _ in runs})
+    if paired and arms != [variant, reference] and any(a in (variant, reference) for a in arms):
+        arms = [variant, reference]  # one run of the pair gone: the pair goes
     return f"seed {seed} of " + " and ".join(f"`{a}`" for a in arms)
 
 
@@ -63,7 +65,7 @@ def _interval_fragile(r, alpha: float) -> str:
                 runs = {(r.reference, sb[i])}
             else:
                 runs = {(r.variant, sa[i]), (r.reference, sa[i])}
-            return _who(runs, r.variant, r.reference)
+            return _who(runs, r.variant, r.reference, paired)
     return ""
 
 
@@ -107,7 +109,7 @@ def _holm_fragile(family: pd.DataFrame, alpha: float) -> dict:
         adjusted = stats.holm_adjusted([p for p, _ in reduced])
         for r, ph, (_, diff) in zip(rows, adjusted, reduced):
             if not found[r.Index] and holm_sign(ph, diff, alpha) != holm_sign(r.p_holm, r.diff, alpha):
-                found[r.Index] = _who(runs, r.variant, r.reference)
+                found[r.Index] = _who(runs, r.variant, r.reference, r.method == "paired")
     return found
 
 
