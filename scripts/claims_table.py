@@ -22,7 +22,11 @@ in the sweep file before it was run:
 * report: the numbers only;
 * a claim whose `claim.kind` is "mechanism identity" (c4) is labelled so: its test is claim_same_rows.py, the
   row is not a statistical result;
-* fewer than --min-seeds seeds per arm: "too few seeds: inconclusive"; no rows in the CSV: "not in the CSV".
+* fewer than --min-seeds seeds per arm: "too few seeds: inconclusive"; no rows in the CSV: "not in the CSV";
+* an arm whose seeds look bimodal (stats.looks_bimodal) with fewer than stats.BIMODAL_MIN_SEEDS seeds: "inconclusive
+  (bimodal seeds)", out of Holm's family, as in the report;
+* a verdict that one seed decides (leave one seed out, the seed's pair for paired rows, the family adjusted again:
+  rlcompare.report.fragile) gets "; fragile (seed s of `arm` decides it)".
 """
 
 from __future__ import annotations
@@ -34,12 +38,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from rlcompare.report import ReportError, build_report, stats  # noqa: E402
+from rlcompare.report.fragile import fragility  # noqa: E402
 
 SEEDS_CSV = REPO / "docs" / "claims_seeds.csv"
 FIELDS = ["claim", "variant", "reference", "metric", "quantity", "arm", "seed", "value", "comparison_tokens", "source"]
@@ -133,6 +139,10 @@ def compare(rows: list[dict], claim: str, variant: str, metric: str, quantity: s
         "poi": stats.probability_of_improvement(xa, xb), "n_var": xa.size, "n_ref": xb.size,
         "tokens": float(mine[0]["comparison_tokens"]), "source": mine[0]["source"],
         "bimodal": ", ".join(lb for lb, x in ((variant, xa), ("base", xb)) if stats.looks_bimodal(x)),
+        "bimodal_n": min([n for n, x in ((xa.size, xa), (xb.size, xb)) if stats.looks_bimodal(x)], default=0),
+        "seeds_variant": " ".join(map(str, sorted(va))), "values_variant": " ".join(repr(float(x)) for x in xa),
+        "seeds_reference": " ".join(map(str, sorted(va) if paired else sorted(vb))),
+        "values_reference": " ".join(repr(float(x)) for x in xb),
     }  # fmt: skip
 
 
@@ -163,25 +173,73 @@ def claim_rows(data: dict, seeds: list[dict], min_seeds: int) -> list[dict]:
         got = compare(seeds, name, e["variant"], e["metric"])
         final = compare(seeds, name, e["variant"], e["metric"], "final")
         rows.append({**row, **(got or {}), "final": final, "kind": claim.get("kind", "")})
-    # Holm over the report's family: the variants compared with the base on one metric, within this claim
-    for metric in {r["metric"] for r in rows}:
-        family = [r for r in rows if r["metric"] == metric and "p" in r]
-        for r, ph in zip(family, stats.holm_adjusted([r["p"] for r in family])):
-            r["p_holm"], r["family"] = float(ph), len(family)
-    for r in rows:
+    _holm(rows, min_seeds)
+    fragile = _fragile(rows, name, base)
+    for i, r in enumerate(rows):
         if "p" not in r:
             r["verdict"] = "not in the CSV: rerun the sweep and --collect"
             continue
-        r["verdict"] = verdict(r["direction"], r["diff"], r["p_holm"], r["mde"], r["n_var"], r["n_ref"], min_seeds)
+        if _bimodal_too_few(r, min_seeds):
+            r["verdict"] = f"{BIMODAL_INCONCLUSIVE}; {r['bimodal']}: fewer than {stats.BIMODAL_MIN_SEEDS} seeds"
+        else:
+            r["verdict"] = verdict(r["direction"], r["diff"], r["p_holm"], r["mde"], r["n_var"], r["n_ref"], min_seeds)
         if r["kind"] == IDENTITY:
             r["verdict"] = f"{IDENTITY} (claim_same_rows.py), not a statistical result; {r['verdict']}"
-        if r["bimodal"]:
-            r["verdict"] += f"; bimodal seeds ({r['bimodal']}): more seeds needed"
+        if fragile.get(i):
+            r["verdict"] += f"; fragile ({fragile[i]} decides it)"
     return rows
+
+
+BIMODAL_INCONCLUSIVE = "inconclusive (bimodal seeds)"
+
+
+def _bimodal_too_few(r: dict, min_seeds: int) -> bool:
+    """A bimodal arm below stats.BIMODAL_MIN_SEEDS seeds (a row with too few seeds says that first)."""
+    return bool(r["bimodal"]) and r["bimodal_n"] < stats.BIMODAL_MIN_SEEDS and min(r["n_var"], r["n_ref"]) >= min_seeds
+
+
+def _decided(r: dict, min_seeds: int) -> bool:
+    return "p" in r and min(r["n_var"], r["n_ref"]) >= min_seeds and not _bimodal_too_few(r, min_seeds)
+
+
+def _holm(rows: list[dict], min_seeds: int) -> None:
+    """Holm over the report's family: the variants compared with the base on one metric, within this claim, that get
+    a verdict (a bimodal arm below stats.BIMODAL_MIN_SEEDS, or too few seeds, spends no alpha, as in the report)."""
+    for metric in {r["metric"] for r in rows}:
+        family = [r for r in rows if r["metric"] == metric and _decided(r, min_seeds)]
+        for r, ph in zip(family, stats.holm_adjusted([r["p"] for r in family])):
+            r["p_holm"], r["family"] = float(ph), len(family)
+        for r in rows:
+            if r["metric"] == metric and "p" in r and not _decided(r, min_seeds):
+                r["p_holm"], r["family"] = float("nan"), len(family)
+
+
+def _fragile(rows: list[dict], claim: str, base: str) -> dict[int, str]:
+    """Row index -> the seed that decides its Holm verdict (rlcompare.report.fragile, leaving one seed out), over
+    the decided rows ("report" rows decide nothing but sit in the family, as in the report)."""
+    decided = [i for i, r in enumerate(rows) if "p" in r and not np.isnan(r["p_holm"])]
+    if not decided:
+        return {}
+    frame = pd.DataFrame(
+        [
+            {**{k: rows[i][k] for k in ("variant", "diff", "p_holm", "seeds_variant", "values_variant")},
+             "seeds_reference": rows[i]["seeds_reference"], "values_reference": rows[i]["values_reference"],
+             "reference": base, "quantity": f"{claim}/{rows[i]['metric']}", "diff_low": rows[i]["low"],
+             "diff_high": rows[i]["high"], "method": rows[i]["method"].lower()}
+            for i in decided
+        ],
+        index=decided,
+    )  # fmt: skip
+    _, holm = fragility(frame, pd.Series(True, index=frame.index), ALPHA)
+    return {i: who for i, who in holm.items() if who and rows[i]["direction"] != "report"}
 
 
 def fmt(x: float) -> str:
     return f"{x:+.3g}" if abs(x) >= 1e-3 or x == 0 else f"{x:+.2e}"
+
+
+def _p(p: float) -> str:
+    return "–" if np.isnan(p) else f"{p:.3f}"  # a row out of Holm's family (bimodal seeds)
 
 
 HEADER = (
@@ -202,7 +260,7 @@ def markdown(rows: list[dict]) -> str:
         final = f"{fmt(f['diff'])} [{fmt(f['low'])}, {fmt(f['high'])}]" if f else "–"
         out.append(
             f"{lead} {fmt(r['diff'])} [{fmt(r['low'])}, {fmt(r['high'])}] | {r['method']} | "
-            f"{r['p']:.3f} ({r['p_holm']:.3f}, {r['family']}) | {abs(r['mde']):.3g} | {r['poi']:.2f} | "
+            f"{r['p']:.3f} ({_p(r['p_holm'])}, {r['family']}) | {abs(r['mde']):.3g} | {r['poi']:.2f} | "
             f"{r['n_var']}/{r['n_ref']} | {r['verdict']} | {final} |"
         )
     return "\n".join(out) + "\n"

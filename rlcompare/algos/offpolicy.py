@@ -76,16 +76,19 @@ def decoupled_weights(
     - ``cap_mode="truncate"``: ``min(w, cap)`` (AReaL's ``rejection_sampling.action=clamp``; = ``token-truncate``).
 
     Returns ``(weights [B, T], metrics)``: ``weight_mean``, ``masked_frac`` (weight set to 0), ``truncated_frac``
-    (weight capped), over real tokens."""
+    (weight capped), over real tokens (all 0 with no real token). ``log w`` is clamped to ±20 before ``exp`` with or
+    without a cap, as every ratio here (so a cap above ``e^20`` cuts nothing that the clamp has not)."""
     _one_of("cap_mode", cap_mode, DECOUPLED_CAP_MODES)
+    real = _real(mask, prox_logp.shape)
+    d = behaviour_log_ratio(prox_logp, behaviour_logp, real)  # clamped to ±20 on both paths
     if cap is not None:
         mode = "token-mask" if cap_mode == "mask" else "token-truncate"
-        w, mm = mismatch_weights(prox_logp, behaviour_logp, mask, mode=mode, c_min=None, c_max=cap)
+        w, mm = mismatch_weights(d, torch.zeros_like(d), real, mode=mode, c_min=None, c_max=cap)
         return w, {k: mm["mismatch_" + k] for k in ("weight_mean", "masked_frac", "truncated_frac")}
-    real = _real(mask, prox_logp.shape)
-    w = _zero_pad(real, torch.exp(behaviour_log_ratio(prox_logp, behaviour_logp, real)))
+    w = _zero_pad(real, torch.exp(d))
+    # with no real token every mean here is 0 (as the capped path's mismatch_weights and TokenRatios.mean)
     return w, {
-        "weight_mean": float(w[real].mean()) if bool(real.any()) else 1.0,
+        "weight_mean": float(w[real].mean()) if bool(real.any()) else 0.0,
         "masked_frac": 0.0,
         "truncated_frac": 0.0,
     }
@@ -95,8 +98,11 @@ def geo_sequence_mask(
     prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, *, delta: float = 0.01
 ) -> tuple[torch.Tensor, dict]:
     """SkyRL's geometric sequence mask (``off_policy_correction_utils.compute_sequence_mask``, ``"geometric"``):
-    ``g_i = exp( (1/|o_i|) sum_t log(pi_prox / pi_behav) )`` (the mean log ratio clamped to ±20), and every token of
-    row ``i`` is kept iff ``1 - delta <= g_i <= 1 + delta`` (SkyRL's ``geo_mask_low/high`` = 0.99 / 1.01).
+    ``g_i = exp( (1/|o_i|) sum_t d_t )``, ``d_t = log(pi_prox / pi_behav)``, and every token of row ``i`` is kept iff
+    ``1 - delta <= g_i <= 1 + delta`` (SkyRL's ``geo_mask_low/high`` = 0.99 / 1.01). Each ``d_t`` is clamped to ±20
+    before the mean (as every log ratio here); SkyRL clamps the mean instead. They differ only where a token's gap
+    passes 20: ``d = [25, -20]`` gives mean 0, ``g = 1`` (kept) here, mean 2.5, ``g = 12.18`` (dropped) in SkyRL
+    (docs/algorithms.md §8.2).
 
     Returns ``(keep [B, T] float 0/1, metrics)``: ``masked_seq_frac`` (rows with a real token that are dropped),
     ``over_high_frac`` / ``under_low_frac`` (of those rows), ``masked_token_frac`` (real tokens dropped)."""
@@ -104,7 +110,7 @@ def geo_sequence_mask(
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
     real = _real(mask, prox_logp.shape)
     d = behaviour_log_ratio(prox_logp, behaviour_logp, real)
-    g = torch.exp(_seq_mean(d, real).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # [B]; an empty row: 1 (kept)
+    g = torch.exp(_seq_mean(d, real))  # [B], |mean| <= 20 as each d_t is; an empty row: 1 (kept)
     over, under = g > 1.0 + delta, g < 1.0 - delta
     keep_row = ~(over | under)
     keep = real & keep_row.unsqueeze(-1)

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from . import stats
+from .fragile import fragility
 from .curves import _auc, _curve, _final_tokens, _segment, _wall_time, tokens_to_reach
 from .estimands import (
     DEFAULT_ESTIMAND,
@@ -35,6 +36,8 @@ DEFAULT_MIN_SEEDS = 5  # seeds per arm before a comparison gets a verdict (issue
 BETTER, WORSE = "better", "worse"
 NO_DIFFERENCE = "no detectable difference"
 TOO_FEW_SEEDS = "too few seeds: inconclusive"
+BIMODAL_INCONCLUSIVE = "inconclusive (bimodal seeds)"  # an arm looks bimodal below stats.BIMODAL_MIN_SEEDS seeds
+UNDECIDED = (TOO_FEW_SEEDS, BIMODAL_INCONCLUSIVE)
 
 # per-run quantities: key -> (label, kind); kind picks the number format
 QUANTITIES: list[tuple[str, str, str]] = [
@@ -121,7 +124,7 @@ def verdict(low: float, high: float, n_variant: int, n_reference: int, min_seeds
 
 
 def _holm_family_adjusted(differences: pd.DataFrame, decided: pd.Series) -> pd.Series:
-    """Holm-adjusted Welch p-values; a family = the comparisons against one reference on one quantity
+    """Holm-adjusted p-values (the row's test: paired or Welch); a family = the comparisons against one reference on one quantity
     that get a verdict (enough seeds). The others keep nan: they decide nothing, so they spend no alpha."""
     adjusted = pd.Series(np.nan, index=differences.index)
     for _, family in differences[decided].groupby(["reference", "quantity"], sort=False):
@@ -129,16 +132,30 @@ def _holm_family_adjusted(differences: pd.DataFrame, decided: pd.Series) -> pd.S
     return adjusted
 
 
+def _bimodal_too_few(r) -> bool:
+    """An arm of the row looks bimodal and holds fewer than stats.BIMODAL_MIN_SEEDS seeds."""
+    flagged = set(str(r.bimodal).split(", ")) if r.bimodal else set()
+    counts = [n for arm, n in ((r.variant, r.n_variant), (r.reference, r.n_reference)) if arm in flagged]
+    return bool(counts) and min(counts) < stats.BIMODAL_MIN_SEEDS
+
+
 def _with_verdicts(differences: pd.DataFrame, min_seeds: int) -> pd.DataFrame:
     """Add `verdict` (the 95% interval's decision), `p_holm` and `verdict_holm` (Holm-Bonferroni,
-    family-wise 5% over the variants compared with the same reference)."""
+    family-wise 5% over the variants compared with the same reference), and `fragile` / `fragile_holm` (the seed
+    that decides each, leaving one seed out: rlcompare.report.fragile). Too few seeds, or a bimodal arm below
+    stats.BIMODAL_MIN_SEEDS seeds: no verdict, and no alpha spent in Holm's family."""
     d = differences.copy()
-    d["verdict"] = [verdict(r.diff_low, r.diff_high, r.n_variant, r.n_reference, min_seeds) for r in d.itertuples()]
-    d["p_holm"] = _holm_family_adjusted(d, d["verdict"] != TOO_FEW_SEEDS)
+    words = [verdict(r.diff_low, r.diff_high, r.n_variant, r.n_reference, min_seeds) for r in d.itertuples()]
+    d["verdict"] = [
+        BIMODAL_INCONCLUSIVE if w != TOO_FEW_SEEDS and _bimodal_too_few(r) else w for r, w in zip(d.itertuples(), words)
+    ]
+    decided = ~d["verdict"].isin(UNDECIDED)
+    d["p_holm"] = _holm_family_adjusted(d, decided)
     d["verdict_holm"] = [
-        TOO_FEW_SEEDS if v == TOO_FEW_SEEDS else NO_DIFFERENCE if not ph <= ALPHA else (BETTER if diff > 0 else WORSE)
+        v if v in UNDECIDED else NO_DIFFERENCE if not ph <= ALPHA else (BETTER if diff > 0 else WORSE)
         for v, ph, diff in zip(d["verdict"], d["p_holm"], d["diff"])
     ]
+    d["fragile"], d["fragile_holm"] = fragility(d, decided, ALPHA)
     return d
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .compare import BETTER, DIFF_QUANTITIES, NO_DIFFERENCE, TOO_FEW_SEEDS, WORSE
+from . import stats
+from .compare import BETTER, BIMODAL_INCONCLUSIVE, DIFF_QUANTITIES, NO_DIFFERENCE, TOO_FEW_SEEDS, WORSE
 from .estimands import WINDOW_EVALS, estimand_label
 from .fit_section import _compute_fit_section, _write_compute_fit_csvs
 from .load import ReportError, Run
@@ -89,7 +90,13 @@ def _statistics_method(res: dict) -> list[str]:
         'the MDE".',
         "- Bimodal: an arm whose seeds split at one gap much wider than their spread inside the two groups (the "
         "gap rule, `stats.looks_bimodal`: 5% false alarms on normal seeds) — runs that learned and runs that "
-        "collapsed. The t interval of a mean covers far less than 95% there: run more seeds.",
+        "collapsed. Below "
+        f"{stats.BIMODAL_MIN_SEEDS} seeds in that arm its verdicts read *{BIMODAL_INCONCLUSIVE}*: the coverage "
+        "simulation (`scripts/coverage.py --bimodal`) shows the difference's interval covering less than 95% there "
+        "(0.80 at 5 seeds with one collapse in 10 against one in 5).",
+        "- Fragile: each verdict is judged again with one seed left out in turn (from either arm; for a paired "
+        "row the seed's pair; for Holm's, the family recomputed without that run, the seed-count rule aside). "
+        "Where a reduced set decides otherwise the verdict reads *fragile (seed s of `arm` decides it)*.",
         "- Probability of improvement (rliable): P(variant seed > reference seed) + ½ P(tie) over all seed "
         "pairs, with Newcombe's (2006) Method 5 score interval and a continuity correction of 1/(2nm).",
         f"- Verdict: *{BETTER}* / *{WORSE}* where the difference's interval excludes 0, else *{NO_DIFFERENCE}*; "
@@ -154,6 +161,20 @@ def _mde_cell(x: pd.Series) -> str:
     return f"none larger than {x['mde']:.3g}" if x["verdict"] == NO_DIFFERENCE else f"{x['mde']:.3g}"
 
 
+def _verdict_cell(x: pd.Series, holm: bool = False) -> str:
+    """The verdict, and "fragile (seed s of `arm` decides it)" where leaving that seed out changes it."""
+    word, seed = (x["verdict_holm"], x.get("fragile_holm", "")) if holm else (x["verdict"], x.get("fragile", ""))
+    return f"{word}; fragile ({seed} decides it)" if isinstance(seed, str) and seed else word
+
+
+def _bimodal_cell(x: pd.Series) -> str:
+    if not x["bimodal"]:
+        return ""
+    if x["verdict"] == BIMODAL_INCONCLUSIVE:
+        return f"⚠ bimodal seeds ({x['bimodal']}): no verdict below {stats.BIMODAL_MIN_SEEDS} seeds, run more"
+    return f"⚠ bimodal seeds ({x['bimodal']})"
+
+
 def _differences_row(v: str, ref: str, g: pd.DataFrame, estimand: str) -> list[str]:
     g = g.set_index("quantity")
     first = g.iloc[0]
@@ -165,11 +186,10 @@ def _differences_row(v: str, ref: str, g: pd.DataFrame, estimand: str) -> list[s
     ]
     x = g.loc[estimand]
     welch = "" if x["method"] == "welch" else f"{x['welch_low']:+.3f}, {x['welch_high']:+.3f}"
-    bimodal = f"⚠ bimodal seeds ({x['bimodal']}): run more seeds" if x["bimodal"] else ""
-    row += [_difference_cell(x), x["method"], welch, x["verdict"], x["verdict_holm"], _mde_cell(x), bimodal]
-    row += [_poi_cell(x)]
+    row += [_difference_cell(x), x["method"], welch, _verdict_cell(x), _verdict_cell(x, holm=True), _mde_cell(x)]
+    row += [_bimodal_cell(x), _poi_cell(x)]
     for q in _other_estimands(estimand):
-        row += [f"{_difference_cell(g.loc[q])} {g.loc[q]['verdict_holm']}" if q in g.index else "—"]
+        row += [f"{_difference_cell(g.loc[q])} {_verdict_cell(g.loc[q], holm=True)}" if q in g.index else "—"]
     return row
 
 
@@ -196,6 +216,13 @@ def _differences_section(res: dict) -> list[str]:
         "comparison against the same reference on the same quantity (see Statistics method). MDE: the smallest "
         "difference these seeds could have found."
     )
+    fragile = d[(d["fragile"] != "") | (d["fragile_holm"] != "")] if "fragile" in d else d.iloc[0:0]
+    if not fragile.empty:
+        L.append("")
+        L.append(
+            f"{len(fragile)} verdict row(s) are *fragile*: leaving out the seed named changes the verdict; one "
+            "seed decides it, so read it as a lead for more seeds, not a result."
+        )
     few = d[d["verdict"] == TOO_FEW_SEEDS].drop_duplicates(["variant", "reference"])
     if not few.empty:
         L.append("")

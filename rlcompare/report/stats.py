@@ -45,7 +45,9 @@ measured by tests/report/test_stats_coverage.py and scripts/coverage.py):
 * ``looks_bimodal``: the gap rule of ``GAP_CRITICAL`` (see there): a set of seeds split
   by one gap much wider than the spread inside the two groups (runs that learned
   and runs that collapsed). A t interval's coverage falls there (0.67 at 3 seeds,
-  scripts/coverage.py), so the report recommends more seeds.
+  scripts/coverage.py), so below ``BIMODAL_MIN_SEEDS`` seeds the report's verdict is "inconclusive (bimodal seeds)".
+* ``leave_one_out``: the difference's interval and p-value with each seed (or seed pair) dropped in turn: the
+  report marks a verdict that one seed decides.
 * ``clip_interval``: an interval cut to a quantity's physical range (accuracy in
   [0, 1], a wall time >= 0), with a flag saying it was cut.
 
@@ -92,6 +94,8 @@ __all__ = [
     "paired_mde",
     "looks_bimodal",
     "GAP_CRITICAL",
+    "BIMODAL_MIN_SEEDS",
+    "leave_one_out",
     "gap_ratios",
     "clip_interval",
     "t_quantile",
@@ -953,6 +957,37 @@ def looks_bimodal(values) -> bool:
     if v.size < GAP_MIN_SEEDS or np.isnan(v).any():
         return False
     return bool(gap_ratios(v) >= GAP_CRITICAL[min(v.size, max(GAP_CRITICAL))])
+
+
+# Below this many seeds an arm that looks bimodal gets no verdict ("inconclusive (bimodal seeds)"): the smallest
+# measured count (5, 8, 10, 15, 20) from which every bimodal shape's difference interval (Welch's and the paired
+# one, the intervals verdicts use) covers at least the nominal 95% less 0.01 and three Monte Carlo standard errors
+# (coverage.bimodal_seed_count). Measured by `python scripts/coverage.py --bimodal --trials 40000` (seeds 0, 1 and 2
+# all give 15): Welch on "1 collapse in 10 against 1 in 5" covers 0.803 at 5 seeds, 0.915 at 8, 0.932 at 10, 0.944
+# at 15, 0.954 at 20 (seed 0; docs/reports.md has the table).
+BIMODAL_MIN_SEEDS = 15
+
+
+def leave_one_out(a, b, paired: bool, alpha: float = DEFAULT_ALPHA) -> list[tuple[str, int, Interval, float]]:
+    """Each single seed dropped in turn: ``(arm, index, interval, p-value)`` of mean(a) - mean(b) on the seeds left.
+
+    ``paired``: a[i] and b[i] are one seed, dropped together (arm ``"pair"``; the paired t interval); else each seed
+    of ``a`` (arm ``"variant"``) and of ``b`` (``"reference"``) is dropped alone (Welch). Bounds and p are nan where
+    a side keeps fewer than 2 seeds."""
+    a = np.asarray(a, dtype=float).ravel()
+    b = np.asarray(b, dtype=float).ravel()
+    out = []
+    if paired:
+        a, b = _paired_vectors(a, b)
+        for i in range(a.size):
+            ra, rb = np.delete(a, i), np.delete(b, i)
+            out.append(("pair", i, paired_difference_ci(ra, rb, alpha), paired_p_value(ra, rb)))
+        return out
+    for arm, x in (("variant", a), ("reference", b)):
+        for i in range(x.size):
+            ra, rb = (np.delete(a, i), b) if arm == "variant" else (a, np.delete(b, i))
+            out.append((arm, i, difference_ci(ra, rb, alpha=alpha), welch_p_value(ra, rb)))
+    return out
 
 
 def clip_interval(interval: Interval, lower: float = -np.inf, upper: float = np.inf) -> tuple[Interval, bool]:

@@ -148,3 +148,43 @@ def test_the_dispatcher_uses_the_knobs_and_refuses_bad_ones():
             offpolicy.correction_weights("m2po", prox, BEHAV, ADV, REAL, **bad)
     with pytest.raises(ValueError, match="correction"):
         offpolicy.correction_weights("tis", prox, BEHAV, ADV, REAL)
+
+
+def test_the_capped_decoupled_weight_clamps_the_log_gap_at_20_as_the_uncapped_one():
+    # d = log(pi_prox/pi_behav) = [25, -25, 0.5]: clamped to [20, -20, 0.5] before exp (docs/algorithms.md §8.1);
+    # e^20 = 4.85165e8, e^-20 = 2.06115e-9, e^0.5 = 1.648721
+    d = torch.tensor([[25.0, -25.0, 0.5]], dtype=F64)
+    real = torch.ones(1, 3, dtype=torch.bool)
+    zero = torch.zeros_like(d)
+    e20, e_20, half = 4.851651954e8, 2.061153622e-9, 1.6487212707
+    uncapped, _ = offpolicy.decoupled_weights(d, zero, real, cap=None)
+    assert uncapped[0].tolist() == pytest.approx([e20, e_20, half], rel=1e-9)
+    masked, m = offpolicy.decoupled_weights(d, zero, real, cap=5.0, cap_mode="mask")
+    assert masked[0].tolist() == pytest.approx([0.0, e_20, half], rel=1e-9)  # not e^-25 = 1.38879e-11
+    assert m["masked_frac"] == pytest.approx(1 / 3)
+    truncated, _ = offpolicy.decoupled_weights(d, zero, real, cap=5.0, cap_mode="truncate")
+    assert truncated[0].tolist() == pytest.approx([5.0, e_20, half], rel=1e-9)
+    # a cap above e^20: the clamped e^20 is under it and kept (unclamped, e^25 = 7.2e10 would be masked)
+    big, _ = offpolicy.decoupled_weights(d, zero, real, cap=1e10, cap_mode="mask")
+    assert big[0].tolist() == pytest.approx([e20, e_20, half], rel=1e-9)
+
+
+def test_with_no_real_token_the_decoupled_metrics_are_0_with_or_without_a_cap():
+    d = torch.tensor([[0.3, -0.2]], dtype=F64)
+    none = torch.zeros(1, 2, dtype=torch.bool)
+    expected = {"weight_mean": 0.0, "masked_frac": 0.0, "truncated_frac": 0.0}
+    for cap, cap_mode in ((None, "mask"), (5.0, "mask"), (5.0, "truncate")):
+        w, m = offpolicy.decoupled_weights(d, torch.zeros_like(d), none, cap=cap, cap_mode=cap_mode)
+        assert w.tolist() == [[0.0, 0.0]] and m == expected, (cap, cap_mode)
+
+
+def test_the_geometric_mask_clamps_each_token_before_the_mean_not_the_mean():
+    # docs/algorithms.md §8.2: d = [25, -20] -> per token [20, -20] -> mean 0 -> g = exp(0) = 1: kept;
+    # SkyRL's clamp of the mean would give mean 2.5 -> exp(2.5) = 12.18249 (dropped)
+    d = torch.tensor([[25.0, -20.0]], dtype=F64)
+    real = torch.ones(1, 2, dtype=torch.bool)
+    keep, metrics = offpolicy.geo_sequence_mask(d, torch.zeros_like(d), real, delta=0.01)
+    assert keep.tolist() == [[1.0, 1.0]] and metrics["masked_seq_frac"] == 0.0
+    assert math.exp(2.5) == pytest.approx(12.18249, abs=1e-5)
+    clamped = offpolicy.behaviour_log_ratio(d, torch.zeros_like(d), real)
+    assert clamped.tolist() == [[20.0, -20.0]] and float(clamped.mean()) == 0.0

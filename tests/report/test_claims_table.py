@@ -77,3 +77,18 @@ def test_the_committed_csv_matches_the_claim_files():
         data = claims[r["claim"]]
         assert r["variant"] in {e["variant"] for e in data["claim"]["expect"]}
         assert r["reference"] == data["base"]["label"] and r["quantity"] in ("window", "final", "auc")
+
+
+def test_a_row_one_seed_decides_is_fragile_and_a_bimodal_arm_below_the_count_is_inconclusive():
+    # issue 50. g16 - g8 per seed 0.03, 0.02, 0.01, 0.04, 0.00 (p 0.047421 alone): a family of one here. Without seed
+    # 0 (0.03, the first tried): d = 0.02, 0.01, 0.04, 0.00, mean 0.0175, SS 0.000875, s = 0.017078, SE 0.008539,
+    # t = 2.0494 with 3 df (t(0.975, 3) = 3.182446): not rejected, so seed 0 decides "reproduced"
+    t = _table()
+    one = {**CLAIM, "claim": {"expect": [CLAIM["claim"]["expect"][0]]}}
+    (g16,) = t.claim_rows(one, _rows("cx", "g16", G16, G8), 5)
+    assert g16["verdict"] == "reproduced; fragile (seed 0 of `g16` and `g8` decides it)"
+    # g4's seeds 0.45, 0.46, 0.44, 0.45, 0.28 look bimodal (gap 0.16 / within 0.00816 > 7.18): 5 < 15 seeds
+    low = [0.45, 0.46, 0.44, 0.45, 0.28]
+    rows = {r["variant"]: r for r in t.claim_rows(CLAIM, _rows("cx", "g16", G16, G8) + _rows("cx", "g4", low, G8), 5)}
+    assert rows["g4"]["verdict"].startswith("inconclusive (bimodal seeds); g4: fewer than 15 seeds")
+    assert math.isnan(rows["g4"]["p_holm"]) and rows["g16"]["family"] == 1  # g4 spends no alpha

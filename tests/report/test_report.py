@@ -819,7 +819,12 @@ def test_holm_column_with_five_seeds(tmp_path):
     md = Path(res["report_path"]).read_text()
     # the table shows the window (mean of the 3 evals 0.1, 0.4, final): the shift / 3, the same t and verdicts
     assert "| up | grpo | 5 vs 5 | 200 | +0.033 [" in md and "| paired |" in md
-    assert "| better | no detectable difference |" in md
+    # issue 50, leave one seed out: up's d = (0.18, 0.14, 0.10, 0.06, 0.02) without seed 0: mean 0.08, s = sqrt(0.008
+    # / 3) = 0.051640, SE 0.025820, t(0.975, 3) = 3.182446: 0.08 - 0.082170 < 0, so seed 0 decides "better"; up2's
+    # "no detectable difference" stays with any seed out (best: seed 4 out, the same 0.08 - 0.082170 < 0)
+    assert f.loc["up", "fragile"] == "seed 0 of `up` and `grpo`" and f.loc["up2", "fragile"] == ""
+    assert set(f["fragile_holm"]) == {""}  # Holm's: no single seed makes a family of 4 reject
+    assert "| better; fragile (seed 0 of `up` and `grpo` decides it) | no detectable difference |" in md
     assert "fewer than 5 seeds on a side" not in md
     # AUC is its own family
     auc = d[d["quantity"] == "auc"]

@@ -10,7 +10,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from rlcompare.report import build_report  # noqa: E402
-from rlcompare.report.compare import NO_DIFFERENCE  # noqa: E402
+from rlcompare.report import stats  # noqa: E402
+from rlcompare.report.compare import BETTER, BIMODAL_INCONCLUSIVE, NO_DIFFERENCE  # noqa: E402
 from tests.report.test_report import make_run  # noqa: E402
 
 T5 = (0, 100, 200, 300, 400)
@@ -77,8 +78,23 @@ def test_bimodal_seeds_are_flagged_beside_the_verdict(tmp_path):
         make_run(tmp_path, f"base__s{s}", s, [0.1, 0.3, 0.45 + 0.001 * s], variant="base")
         make_run(tmp_path, f"g4__s{s}", s, [0.1, f, f], variant="g4", reference="base")
     res = build_report(tmp_path, write=True, out_dir=tmp_path / "out")
-    assert _pair(res["differences"], "g4", "final")["bimodal"] == "g4"
-    assert "bimodal seeds (g4): run more seeds" in (tmp_path / "out" / "report.md").read_text()
+    row = _pair(res["differences"], "g4", "final")
+    assert row["bimodal"] == "g4"
+    # issue 50: 5 seeds < BIMODAL_MIN_SEEDS (15): no verdict, and none spent in Holm's family
+    assert stats.BIMODAL_MIN_SEEDS == 15
+    assert row["verdict"] == row["verdict_holm"] == BIMODAL_INCONCLUSIVE and np.isnan(row["p_holm"])
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "bimodal seeds (g4): no verdict below 15 seeds, run more" in text
+
+
+def test_a_bimodal_arm_at_or_above_the_measured_seed_count_gets_its_verdict(tmp_path, monkeypatch):
+    finals = [0.45, 0.46, 0.44, 0.45, 0.28]
+    for s, f in enumerate(finals):
+        make_run(tmp_path, f"base__s{s}", s, [0.1, 0.3, 0.45 + 0.001 * s], variant="base")
+        make_run(tmp_path, f"g4__s{s}", s, [0.1, f, f], variant="g4", reference="base")
+    monkeypatch.setattr(stats, "BIMODAL_MIN_SEEDS", 5)
+    row = _pair(build_report(tmp_path, write=False)["differences"], "g4", "final")
+    assert row["bimodal"] == "g4" and row["verdict"] == NO_DIFFERENCE
 
 
 def test_one_run_per_seed_and_the_duplicate_is_named(tmp_path):
@@ -103,3 +119,58 @@ def test_bounded_quantities_get_bounded_intervals(tmp_path):
     assert h["final_high"] == 1.0 and bool(h["final_clipped"])
     assert h["wall_time_s_low"] >= 0 and h["tokens_per_s_low"] >= 0
     assert "✂" in (tmp_path / "out" / "report.md").read_text()
+
+
+def _planted(tmp_path, diffs, **kw):
+    """5 paired seeds: base's final 0.40 + 0.01 s, the variant's base + diffs[s]."""
+    for s, dv in enumerate(diffs):
+        b = 0.40 + 0.01 * s
+        make_run(tmp_path, f"base__s{s}", s, [0.1, 0.2, b], variant="base")
+        make_run(tmp_path, f"v__s{s}", s, [0.1, 0.2, b + dv], variant="v", reference="base")
+    return build_report(tmp_path, out_dir=tmp_path / "out", **kw)
+
+
+def test_a_planted_seed_that_decides_the_verdict_marks_the_row_fragile(tmp_path):
+    # issue 50. Per-seed differences d = [0.010, 0.012, 0.008, 0.010, -0.030]: mean 0.002, deviations 0.008, 0.010,
+    # 0.006, 0.008, -0.032, SS 0.001288, s = sqrt(0.001288 / 4) = 0.017944, SE 0.008025, t(0.975, 4) = 2.776445:
+    # [-0.0203, +0.0243], no detectable difference. Seed 4 left out: d = [0.010, 0.012, 0.008, 0.010], mean 0.010,
+    # s = sqrt(8e-6 / 3) = 0.001633, SE 0.000816, t(0.975, 3) = 3.182446: [0.0074, 0.0126], better. Seed 1 left
+    # out: mean -0.0005, no difference (so do seeds 0, 2, 3): only seed 4 decides it.
+    res = _planted(tmp_path, [0.010, 0.012, 0.008, 0.010, -0.030])
+    row = _pair(res["differences"], "v", "final")
+    assert row["method"] == "paired" and row["bimodal"] == ""
+    assert row["diff"] == pytest.approx(0.002) and row["diff_low"] == pytest.approx(-0.0202810, abs=1e-6)
+    assert row["verdict"] == NO_DIFFERENCE and row["fragile"] == "seed 4 of `v` and `base`"
+    assert row["fragile_holm"] == row["fragile"]  # a family of one: Holm's test is the interval's
+    loo = {i: ci for _, i, ci, _ in stats.leave_one_out(row_values(row, "variant"), row_values(row, "reference"), True)}
+    assert loo[4].low == pytest.approx(0.010 - 3.182446 * 0.0016330 / 2, abs=1e-6) and loo[4].low > 0
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "no detectable difference; fragile (seed 4 of `v` and `base` decides it)" in text
+
+
+def row_values(row, arm):
+    return np.array([float(v) for v in row[f"values_{arm}"].split()])
+
+
+def test_a_verdict_no_single_seed_decides_is_not_fragile(tmp_path):
+    # d = [0.010, 0.012, 0.008, 0.011, 0.009]: mean 0.010, s = 0.001581, SE 0.000707, [0.00804, 0.01196]; with
+    # any seed left out the mean stays in [0.00975, 0.0105] and s below 0.0018: better every time
+    res = _planted(tmp_path, [0.010, 0.012, 0.008, 0.011, 0.009])
+    row = _pair(res["differences"], "v", "final")
+    assert row["verdict"] == BETTER and row["fragile"] == "" and row["fragile_holm"] == ""
+    assert "fragile" not in (tmp_path / "out" / "report.md").read_text().split("## Differences")[1].split("##")[0]
+
+
+def test_welch_rows_name_the_arm_whose_seed_decides(tmp_path):
+    # unpaired (the variant holds seeds 10-14). Reference 0.40, 0.42, ..., 0.48 (mean 0.44, s^2 0.001); variant
+    # 0.50, 0.52, 0.54, 0.56 and a planted 0.40 (seed 14): mean 0.504, s^2 0.00388, SE sqrt((0.00388 + 0.001) / 5)
+    # = 0.03124, Welch df 5.9, t 2.45: 0.064 +- 0.077 holds 0. Seed 14 left out: mean 0.53, s^2 0.000667, SE
+    # sqrt(0.000667 / 4 + 0.001 / 5) = 0.01915, df 7.0, t 2.36: 0.09 +- 0.045, better
+    for s, b in enumerate([0.40, 0.42, 0.44, 0.46, 0.48]):
+        make_run(tmp_path, f"base__s{s}", s, [0.1, 0.2, b], variant="base")
+    for s, a in enumerate([0.50, 0.52, 0.54, 0.56, 0.40]):
+        make_run(tmp_path, f"v__s{s + 10}", s + 10, [0.1, 0.2, a], variant="v", reference="base")
+    row = _pair(build_report(tmp_path, write=False, allow_unmatched=True)["differences"], "v", "final")
+    assert row["method"] == "welch" and row["verdict"] == NO_DIFFERENCE and row["bimodal"] == ""
+    assert row["diff"] == pytest.approx(0.064)
+    assert row["fragile"] == "seed 14 of `v`"

@@ -124,3 +124,38 @@ def test_the_iqm_still_covers_where_the_mean_cannot(cells):
     limits = {(c.interval, c.seeds): c.coverage for c in C.one_sample_cells(shapes=C.LIMITS[:1], trials=2000)}
     assert limits[("mean (Student t)", 10)] < 0.90
     assert limits[("IQM (Tukey-McLaughlin)", 10)] >= 0.93
+
+
+def test_bimodal_cells_measure_both_difference_intervals_at_every_count_and_the_flagged_sets():
+    # issue 50: the measurement behind stats.BIMODAL_MIN_SEEDS (the full one: scripts/coverage.py --bimodal --trials
+    # 40000 gives 15 for seeds 0, 1 and 2); 1,000 trials here keep the test fast
+    cells = C.bimodal_cells(trials=1000, seed=0)
+    seen = {(c.interval, c.seeds) for c in cells}
+    for kind in ("difference of means (Welch)", C.PAIRED_INTERVAL):
+        for suffix in ("", C.FLAGGED):
+            assert {(kind + suffix, n) for n in C.BIMODAL_SEED_COUNTS} <= seen
+    every = {(c.shape, c.seeds): c for c in cells if c.interval == "difference of means (Welch)"}
+    worst = "learned or collapsed, 1 in 10 against 1 in 5"
+    assert every[(worst, 5)].coverage < 0.85 and every[(worst, 20)].coverage > 0.93  # 0.803 and 0.954 at 40,000
+    flagged = [c for c in cells if c.interval.endswith(C.FLAGGED)]
+    assert all(c.trials <= 1000 for c in flagged) and all(c.trials == 1000 for c in cells if c not in flagged)
+    count = C.bimodal_seed_count(cells)
+    assert count is not None and count <= stats.BIMODAL_MIN_SEEDS  # fewer trials: a wider margin, never a larger count
+
+
+def test_the_bimodal_seed_count_is_the_first_count_from_which_every_cell_covers():
+    # floor at 2,000 trials: 0.95 - 0.01 - 0.01462 = 0.92538
+    def cell(n, coverage):
+        return C.Cell("difference of means (Welch)", "s", "bimodal", n, 2000, coverage, 0.1)
+
+    assert C.bimodal_seed_count([cell(5, 0.80), cell(10, 0.93), cell(15, 0.95)]) == 10
+    assert C.bimodal_seed_count([cell(5, 0.93), cell(10, 0.92), cell(15, 0.95)]) == 15  # 10 fails: not from 5
+    assert C.bimodal_seed_count([cell(5, 0.80), cell(10, 0.90)]) is None
+    flagged_only = C.Cell("paired difference (t)" + C.FLAGGED, "s", "bimodal", 5, 100, 0.1, 0.1)
+    assert C.bimodal_seed_count([cell(5, 0.95), flagged_only]) == 5  # the flagged sets do not decide it
+
+
+def test_flagged_rows_is_looks_bimodal_row_by_row():
+    x = np.array([[0.45, 0.46, 0.44, 0.45, 0.28], [0.45, 0.46, 0.44, 0.45, 0.43]])
+    assert C.flagged_rows(x).tolist() == [stats.looks_bimodal(x[0]), stats.looks_bimodal(x[1])] == [True, False]
+    assert not C.flagged_rows(np.array([[0.45, 0.46, 0.28]])).any()  # 3 seeds: the rule does not apply
