@@ -33,6 +33,9 @@ DEFINITIONS = {
     "offpolicy/log_ratio_abs_mean": [(O, "behaviour_gap"), (OT, "gap_metrics"), (T, "_add_micro_metrics"), ACC],
     "offpolicy/geo_mask_masked_seq_frac": [(O, "geo_sequence_mask"), (OT, "apply_correction")],
     "offpolicy/decoupled_masked_frac": [(O, "decoupled_weights"), (L, "mismatch_weights"), (OT, "apply_correction")],
+    # on-policy distillation (c14)
+    "distill/reverse_kl": [("rlcompare/algos/distill.py", "mixed_advantages"), (T, "Trainer.advantages")],
+    "time/teacher_s": [(T, "Trainer._teacher_logp")],
 }
 
 
