@@ -19,6 +19,7 @@ from typing import Optional
 from rlcompare import passk
 from rlcompare.config import eval_ks
 from rlcompare.rewards.answers import distinct, marked_spans, stated_value
+from rlcompare.rewards.verifiers import ExactMatch
 from rlcompare.rollout import left_pad, sample
 from rlcompare.rollout.streams import GroupStreams
 
@@ -51,9 +52,8 @@ def canonical_answer(verifier, completion: str, max_chars: int = 10_000) -> Opti
     `spans`, else the first of the <answer>/\\boxed{}/#### markers present), as the number it states when it
     states one ("x = 17" and "17.0" are "17"), else its whitespace-collapsed text. None (no vote) when there is no
     span, or several different ones."""
-    spans_of = getattr(verifier, "spans", None)
-    if callable(spans_of):
-        _, spans = spans_of(completion)
+    if isinstance(verifier, ExactMatch):
+        _, spans = verifier.spans(completion)
     else:
         _, spans = marked_spans(completion[-max_chars:], _MARKERS)
     spans = distinct(spans)
