@@ -105,3 +105,13 @@ def test_runs_without_counts_have_no_curves(tmp_path):
     make_run(tmp_path, "grpo__s0", 0, [0.1, 0.2, 0.3])
     res = build_report(tmp_path / "exp", write=False)
     assert res["passk"] == {}
+
+
+def test_a_fingerprint_from_before_the_eval_group_matches_a_greedy_run_only():
+    from rlcompare.report.matching import fingerprint_diff
+    from tests.report.test_report import FP
+
+    greedy = {**FP, "eval": {"samples": 0, "temperature": 1.0, "top_p": 1.0, "max_new_tokens": None, "k": None,
+                             "seed": 0, "greedy": False}}  # fmt: skip
+    assert fingerprint_diff(FP, greedy) == []
+    assert fingerprint_diff(FP, {**greedy, "eval": {**greedy["eval"], "samples": 16}}) == ["eval.samples: 0 vs 16"]
