@@ -61,3 +61,40 @@ def _json_object(line: str) -> dict | None:
 def json_objects(lines) -> list[dict]:
     """The lines that parse as JSON objects, parsed; any other line is skipped."""
     return [obj for obj in map(_json_object, lines) if obj is not None]
+
+
+EVAL_COUNTS = "eval_counts.jsonl"  # one row per sampled eval: {"step", "tokens/generated", "n": [n_i], "c": [c_i]}
+
+
+def read_eval_counts(path: str | Path) -> tuple[list[dict], list[str]]:
+    """The rows of an eval_counts.jsonl file whose shapes hold (an integer step; `n` and `c` lists of one integer
+    per held-out prompt each, the same length, 0 <= c_i <= n_i, n_i >= 1), and a note per row set aside (a torn
+    or unreadable line, a bad shape). A file that is absent reads as no rows and no notes."""
+    rows, bad, _ = scan_jsonl(path)
+    notes = [f"{Path(path).name}: {bad} unreadable line(s) dropped"] if bad else []
+    kept = []
+    for i, row in enumerate(rows):
+        why = _counts_problem(row)
+        if why:
+            notes.append(f"{Path(path).name}: row {i + 1} set aside ({why})")
+        else:
+            kept.append(row)
+    return kept, notes
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _counts_problem(row: dict) -> str | None:
+    """Why an eval_counts row's shape does not hold, or None."""
+    if not _is_int(row.get("step")):
+        return "no integer step"
+    n, c = row.get("n"), row.get("c")
+    if not isinstance(n, list) or not isinstance(c, list) or not n:
+        return "n and c must be non-empty lists"
+    if len(n) != len(c):
+        return f"{len(n)} sample counts but {len(c)} correct counts"
+    if not all(_is_int(a) and _is_int(b) and a >= 1 and 0 <= b <= a for a, b in zip(n, c)):
+        return "every n_i must be an integer >= 1 and c_i an integer in 0..n_i"
+    return None

@@ -49,6 +49,8 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
     "model": ("model",),
     "prompts": ("prompts",),
     "verifier": ("verifier",),
+    # how the held-out prompts are decoded (issue 50): fingerprinted, so a variant changing it declares it
+    "eval": ("eval",),
 }
 
 

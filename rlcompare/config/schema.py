@@ -352,6 +352,20 @@ class TeacherConfig:
 
 
 @dataclass
+class EvalConfig:
+    # when and in how big forwards: trainer.eval_every and trainer.eval_batch_size (kept there)
+    samples: int = 0  # completions sampled per held-out prompt (n); 0: one greedy completion (eval/accuracy only)
+    temperature: float = 1.0  # samples > 0: the eval sampler's temperature (>= 1e-6)
+    top_p: float = 1.0  # samples > 0: the eval sampler's nucleus; 1: off
+    max_new_tokens: Optional[int] = None  # tokens generated per eval completion at most; null: budget.max_new_tokens
+    k: Any = (
+        None  # samples > 0: the k of eval/pass@k, pass^k, maj@k (each in 1..samples); null: 1, 2, 4, ... <= samples
+    )
+    seed: int = 0  # seed of the eval's own streams, keyed by (seed, prompt): the same samples for every arm at a policy
+    greedy: bool = False  # samples > 0: also decode greedily and log eval/accuracy (greedy) besides the samples
+
+
+@dataclass
 class SweepTags:
     name: Optional[str] = None  # set by rlcompare sweep: the sweep's name
     variant: Optional[str] = None  # set by rlcompare sweep: this member's label
@@ -376,6 +390,7 @@ class RunConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     sweep: SweepTags = field(default_factory=SweepTags)
 
 
@@ -445,6 +460,7 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     _one_of("device", c.device, DEVICES)
     _check_algorithm(c)
     _check_trainer(c)
+    _check_eval(c)
     _check_budget(c)
     _check_model(c)
     _check_inputs_and_places(c)
@@ -645,6 +661,50 @@ def _check_trainer(c: DictConfig) -> None:
         )
 
 
+MAX_EVAL_SAMPLES = 4096  # completions per held-out prompt: 200 prompts x 4096 is already 800k completions an eval
+
+
+def _check_eval(c: DictConfig) -> None:
+    """The eval group (issue 50): greedy (samples=0) or n samples per held-out prompt, and the k reported."""
+    e = c.eval
+    _at_least("eval.samples", e.samples, 0, "0 decodes one greedy completion per prompt")
+    if e.samples > MAX_EVAL_SAMPLES:
+        raise ConfigError(f"eval.samples={e.samples} must be <= {MAX_EVAL_SAMPLES} (completions per held-out prompt)")
+    if e.max_new_tokens is not None:
+        _at_least("eval.max_new_tokens", e.max_new_tokens, 1, "null uses budget.max_new_tokens")
+    if e.samples == 0:
+        if e.k is not None:
+            raise ConfigError(
+                f"eval.k={e.k!r} applies to sampled evaluation only; set eval.samples (e.g. 16) or eval.k=null"
+            )
+        return
+    if e.temperature < 1e-6:
+        raise ConfigError(f"eval.temperature={e.temperature} must be >= 1e-6 (sampling needs a positive temperature)")
+    if not 0 < e.top_p <= 1:
+        raise ConfigError(f"eval.top_p={e.top_p} must be in (0, 1]")
+    if e.k is None:
+        return
+    ks = None if isinstance(e.k, (str, bytes, float, bool)) else ([e.k] if isinstance(e.k, int) else list(e.k))
+    if not ks or not all(isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= e.samples for k in ks):
+        raise ConfigError(
+            f"eval.k={e.k!r} must be a list of integers in 1..eval.samples={e.samples} (e.g. [1, 4, 16]), "
+            f"or null for the powers of two up to eval.samples"
+        )
+
+
+def eval_ks(e) -> list[int]:
+    """The k reported for the eval settings `e` (eval.k sorted, or the powers of two up to eval.samples)."""
+    if e.samples == 0:
+        return []
+    if e.k is None:
+        ks, k = [], 1
+        while k <= e.samples:
+            ks.append(k)
+            k *= 2
+        return ks
+    return sorted({int(k) for k in ([e.k] if isinstance(e.k, int) else e.k)})
+
+
 MAX_STALENESS = 256  # the largest staleness M2PO (arXiv 2510.01161) trains at; the first step samples k + 1 rollouts
 
 
@@ -680,6 +740,9 @@ def _check_model(c: DictConfig) -> None:
             c.model.max_position_embeddings,
             f"model.max_position_embeddings={c.model.max_position_embeddings}",
             "lower the budget or raise the context",
+        )
+        check_eval_fits_context(
+            c, c.model.max_position_embeddings, f"model.max_position_embeddings={c.model.max_position_embeddings}"
         )
         if c.model.hidden_size % c.model.num_heads:
             raise ConfigError(
@@ -753,6 +816,17 @@ def check_fits_context(budget, ctx: int | None, where: str, fix: str = "lower th
     if ctx is not None and need > ctx:
         raise ConfigError(
             f"budget.max_prompt_tokens + budget.max_new_tokens = {need} exceeds the model's context {where}; {fix}"
+        )
+
+
+def check_eval_fits_context(c, ctx: int | None, where: str) -> None:
+    """eval.max_new_tokens, when set, must fit beside budget.max_prompt_tokens in the model's `ctx` positions."""
+    e = c.eval.max_new_tokens
+    need = c.budget.max_prompt_tokens + (e or 0)
+    if e is not None and ctx is not None and need > ctx:
+        raise ConfigError(
+            f"budget.max_prompt_tokens + eval.max_new_tokens = {need} exceeds the model's context {where}; "
+            f"lower eval.max_new_tokens (null: budget.max_new_tokens)"
         )
 
 
@@ -978,6 +1052,10 @@ RANGES: dict[str, Range] = {
     "rollout.temperature": Range(1e-6),  # float32 logits / 1e-320 are inf (the scalar rounds to 0): nan log-probs
     "rollout.top_p": Range(0, 1, low_open=True),
     "algorithm.advantage.distill_discount": Range(0, 1),
+    "eval.temperature": Range(1e-6),
+    "eval.top_p": Range(0, 1, low_open=True),
+    "eval.max_new_tokens": AT_LEAST_ONE,
+    "eval.seed": SEED,
 }
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import compute_fit  # noqa: F401 - `build.compute_fit` was public
+from . import passk_section
 from .compare import (
     ALPHA,  # noqa: F401 - public names of the module before it was split
     DEFAULT_METRIC,
@@ -119,6 +120,7 @@ def build_report(
     notes: list[str] = []  # comparability notes
 
     _assign_variants(runs, reference)
+    passk_section.recompute_from_counts(runs, metric)  # eval/pass@K, pass^K: any K, from the stored counts
     source = _metric_source(runs, metric)
     _mark_included(runs, metric, source)
     mode, T, shortest = _comparison_point(runs, at_tokens, metric, source)
@@ -160,6 +162,7 @@ def build_report(
         "plots": [],
         "report_path": None,
         "compute_fit": fit_report,
+        "passk": passk_section.curves(variants, T),  # pass@k against k (sampled evals' counts)
     }
     if write:
         _write_report(result, variants, out)

@@ -193,6 +193,7 @@ class Run:
     infinite: dict = field(default_factory=dict)  # "file: column" -> infinite values set aside (never compared)
     warnings: list[str] = field(default_factory=list)  # summary.json's `warnings` (e.g. no update was applied)
     flat_config: Optional[dict] = None  # config as dotted keys, filled when first compared (matching.config_diff)
+    eval_counts: Optional[list] = None  # eval_counts.jsonl's rows, read when first needed (passk_section.counts_of)
 
 
 def _looks_like_run(d: Path, config: dict) -> bool:

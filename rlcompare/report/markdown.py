@@ -12,6 +12,7 @@ from .compare import BETTER, BIMODAL_INCONCLUSIVE, DIFF_QUANTITIES, NO_DIFFERENC
 from .estimands import WINDOW_EVALS, estimand_label
 from .fit_section import _compute_fit_section, _write_compute_fit_csvs
 from .load import ReportError, Run
+from . import passk_section
 from .plots import _plots
 from .text import _fmt, _fmt_tokens, _isnan, _md_table, csv_safe, one_line
 
@@ -43,6 +44,7 @@ def _write_files(result: dict, variants: dict[str, list[Run]], out: Path) -> Non
         out,
         result["notes"],
         fit_report,
+        result.get("passk"),
     )
     report_path = out / "report.md"
     report_path.write_text(_markdown(result), encoding="utf-8")
@@ -243,6 +245,7 @@ def _markdown(res: dict) -> str:
     L += _md_comparability(res)
     L += _differences_section(res)
     L += _compute_fit_section(res)
+    L += passk_section.section(res)
     L += _md_plots(res)
     L += _md_runs(res)
     return "\n".join(L)

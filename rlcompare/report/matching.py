@@ -4,11 +4,13 @@ differ outside the components a sweep variant declares and outside the operation
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Any, Optional
 
 from rlcompare.config import operational
 from rlcompare.config.components import component_prefixes
 from rlcompare.config.flat import flatten
+from rlcompare.config.schema import EvalConfig
 from .load import Run
 from .text import _isnan, _short
 
@@ -64,7 +66,15 @@ def fingerprint_diff(a: dict, b: dict, allowed: list[str] = (), ignore: tuple = 
     def skip(key: str) -> bool:
         return key in ignore or _allowed(key, list(allowed)) or _operational(key)
 
-    return _differing_keys(_flatten(a), _flatten(b), skip)
+    return _differing_keys(_flatten(_with_eval(a)), _flatten(_with_eval(b)), skip)
+
+
+def _with_eval(fp: dict) -> dict:
+    """A fingerprint.json written before the eval group existed (issue 50) evaluated greedily: its `eval` is the
+    schema's default, so it still matches a greedy run written since."""
+    if not isinstance(fp, dict) or "eval" in fp:
+        return fp
+    return {**fp, "eval": asdict(EvalConfig())}
 
 
 def _differing_keys(fa: dict, fb: dict, skip) -> list[str]:

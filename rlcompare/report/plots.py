@@ -11,6 +11,7 @@ import numpy as np
 from .curves import _curve
 from .fit_section import FIT_METRIC, ComputeFitReport, _compute_fit_plot, _draw_fit_lines, _fit_lines
 from .load import Run
+from . import passk_section
 from .text import plain_label
 
 
@@ -67,6 +68,7 @@ def _plots(
     out: Path,
     notes: list[str],
     fit_report: Optional[ComputeFitReport] = None,
+    passk_curves: Optional[dict] = None,
 ) -> list[str]:
     if not variants:
         return []
@@ -115,4 +117,5 @@ def _plots(
         plt.close(fig)
         written.append(str(out / fname))
     fit_plot = _compute_fit_plot(fit_report, color, out, plt) if fit_report and not overlay else None
-    return written + ([fit_plot] if fit_plot else [])
+    passk_plot = passk_section.plot(passk_curves, color, out, plt) if passk_curves else None
+    return written + [p for p in (fit_plot, passk_plot) if p]

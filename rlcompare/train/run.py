@@ -63,7 +63,7 @@ from rlcompare.train.tracking import (
 )
 
 FINGERPRINT_SAMPLING_KEYS = ("temperature", "top_p")
-ROW_FILES = ("metrics.jsonl", "eval.jsonl", "samples.jsonl")
+ROW_FILES = ("metrics.jsonl", "eval.jsonl", "samples.jsonl", "eval_counts.jsonl")
 SIGTERM_ERROR = "terminated (SIGTERM)"
 SIGTERM_EXIT = 143  # 128 + SIGTERM, what a shell reports for a process killed by SIGTERM
 
@@ -119,7 +119,7 @@ class Terminated(SystemExit):
 
 
 def fingerprint(cfg: DictConfig, tr) -> dict:
-    """What compared runs must share: initial weights, prompts and split, verifier, budget, sampling."""
+    """What compared runs must share: initial weights, prompts and split, verifier, budget, sampling, eval."""
     c = OmegaConf.to_container(cfg, resolve=True)
     prompts = _computing(c, "prompts")
     prompts.update(
@@ -140,6 +140,9 @@ def fingerprint(cfg: DictConfig, tr) -> dict:
             "prompts_per_step": c["trainer"]["prompts_per_step"],
             "dynamic_sampling": c["algorithm"]["dynamic_sampling"],
         },
+        # how the held-out prompts are decoded: greedy or sampled, with which settings and eval seed (arXiv
+        # 2504.07086: decoding settings move scores as much as algorithms do)
+        "eval": _computing(c, "eval"),
     }
 
 
@@ -851,7 +854,7 @@ def _eval_step(tr, out: _Outputs | None) -> None:
     if out is not None:
         _evaluate(tr, out.writer, out.logger, out.recorded)
     else:
-        tr.state.note_eval(tr.evaluate()[0]["eval/accuracy"])
+        tr.state.note_eval(headline(tr.evaluate()[0]))
 
 
 # ----------------------------------------------------------------------------- data parallelism: ranks > 0
@@ -926,13 +929,21 @@ def _evaluate(tr, writer, logger, recorded: dict) -> float:
     ev, samples = tr.evaluate()
     row = {"step": st.step, "tokens/generated": st.tokens, **ev, "time/elapsed_s": st.elapsed}
     writer.evals.write(row)
+    if tr.eval_counts is not None:  # a sampled eval's per-prompt correct counts (docs/internals.md)
+        writer.write_counts({"step": st.step, "tokens/generated": st.tokens, **tr.eval_counts})
     for s in samples:
         writer.samples.write(s)
     logger.log(row, step=st.step)
     logger.log_samples(samples, step=st.step)
-    st.note_eval(ev["eval/accuracy"])
+    st.note_eval(headline(ev))
     recorded.update(eval_initial=st.eval_initial, eval_best=st.eval_best, eval_last=st.eval_last)
-    return ev["eval/accuracy"]
+    return headline(ev)
+
+
+def headline(ev: dict) -> float:
+    """The eval's one number for the trainer's counters (summary.json's eval/accuracy_*, the progress line): the
+    greedy eval/accuracy when the eval decoded greedily, else eval/avg@n."""
+    return ev["eval/accuracy"] if "eval/accuracy" in ev else ev["eval/avg@n"]
 
 
 def _drop_stray_hydra_dir(run_dir: Path) -> None:

@@ -141,6 +141,13 @@ class RunWriter:
         self.metrics = JsonlWriter(self.dir / "metrics.jsonl")
         self.evals = JsonlWriter(self.dir / "eval.jsonl")
         self.samples = JsonlWriter(self.dir / "samples.jsonl")
+        self.counts: JsonlWriter | None = None  # eval_counts.jsonl, opened by the first sampled eval
+
+    def write_counts(self, row: dict) -> None:
+        """One sampled eval's per-prompt counts: {"step", "tokens/generated", "n": [n_i], "c": [c_i]}."""
+        if self.counts is None:
+            self.counts = JsonlWriter(self.dir / "eval_counts.jsonl")
+        self.counts.write(row)
 
     def write_json(self, name: str, obj: Any) -> None:
         atomic_write_json(self.dir / name, obj)
@@ -149,8 +156,9 @@ class RunWriter:
         atomic_write_text(self.dir / name, text)
 
     def close(self) -> None:
-        for w in (self.metrics, self.evals, self.samples):
-            w.close()
+        for w in (self.metrics, self.evals, self.samples, self.counts):
+            if w is not None:
+                w.close()
 
 
 class WandbLogger:

@@ -22,13 +22,13 @@ from rlcompare import fast  # the speed layer's door: recorded_update_forward, R
 from rlcompare.algos import advantages as adv_lib
 from rlcompare.algos import losses, objective
 from rlcompare.algos.batch_stats import length_stats, weight_shares
-from rlcompare.config import ConfigError, check_fits_context
+from rlcompare.config import ConfigError, check_eval_fits_context, check_fits_context
 from rlcompare.data.prompts import Example, PromptStream, build_prompts
 from rlcompare.models import Policy, ReferenceModel, ValueModel, load_policy
 from rlcompare.rewards.verifiers import build_verifier, score_batch
 from rlcompare.rollout import Completions, grouped_sequence_logits, left_pad, lm_head_of, sample, sequence_logits
 from rlcompare.rollout.streams import GroupStreams, group_seed
-from rlcompare.train import logprobs, sharding, throughput
+from rlcompare.train import evaluation, logprobs, sharding, throughput
 from rlcompare.train.batch import Collected, RolloutBatch, Targets, TrainerState
 from rlcompare.train.parallel import GradientSum, World, merge_metrics
 from rlcompare.train import offpolicy as off_policy
@@ -133,6 +133,8 @@ class Trainer:
         self.policy: Policy = load_policy(cfg, self.splits, self.device, log=self.log)
         ctx = self.policy.context_length
         check_fits_context(cfg.budget, ctx, f"({ctx} positions)")  # the one context-length check (rlcompare.config)
+        check_eval_fits_context(cfg, ctx, f"({ctx} positions)")
+        self.eval_counts: dict | None = None  # the last sampled eval's per-prompt counts (`evaluate`)
         tok = self.policy.tokenizer
         enc = dict(
             chat=cfg.prompts.chat,
@@ -1125,6 +1127,21 @@ class Trainer:
 
     # ------------------------------------------------------------------ eval
     def evaluate(self) -> tuple[dict, list[dict]]:
+        """The held-out eval's row metrics and sample rows: greedy (eval.samples=0, `_evaluate_greedy`), else
+        eval.samples completions per prompt from the eval's own streams (`rlcompare.train.evaluation`), with the
+        greedy accuracy too when eval.greedy. The per-prompt correct counts of a sampled eval are left in
+        `self.eval_counts` ({"n": [...], "c": [...]}; None after a greedy one) for the run folder."""
+        self.eval_counts = None
+        if not self.cfg.eval.samples:
+            return self._evaluate_greedy()
+        row, samples, self.eval_counts = evaluation.evaluate_sampled(self)
+        if self.cfg.eval.greedy:
+            greedy, samples = self._evaluate_greedy()
+            row["eval/accuracy"] = greedy["eval/accuracy"]
+            row["eval/tokens"] += round(greedy["eval/mean_length"] * greedy["eval/n"])
+        return row, samples
+
+    def _evaluate_greedy(self) -> tuple[dict, list[dict]]:
         """Greedy held-out accuracy, over the chunks of `trainer.eval_batch_size` prompts. Over several ranks each
         rank decodes its share of every chunk's rows, padded to the chunk's width as one process pads the whole
         chunk, and the counts are summed: the default's 200 prompts are one chunk, which one rank alone would

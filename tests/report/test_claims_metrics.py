@@ -20,7 +20,7 @@ T, L, B = "rlcompare/train/trainer.py", "rlcompare/algos/losses.py", "rlcompare/
 O, OT = "rlcompare/algos/offpolicy.py", "rlcompare/train/offpolicy.py"
 ACC = (T, "MetricsAccumulator.reduced")  # the weighted means over micro-batches
 DEFINITIONS = {
-    "eval/accuracy": [(T, "Trainer.evaluate")],
+    "eval/accuracy": [(T, "Trainer._evaluate_greedy")],  # the greedy eval (eval.samples=0, every claim)
     "length/incorrect_mean": [(B, "length_stats")],
     "policy/entropy": [(T, "_add_micro_metrics"), ACC],
     "kl/ref": [(T, "_add_micro_metrics"), ACC],

@@ -1,0 +1,154 @@
+"""pass@k from the per-prompt counts sampled evals store (eval_counts.jsonl, issue 50): the column a `--metric
+eval/pass@K` or `eval/pass^K` is judged on, recomputed for any K up to the samples per prompt; and the pass@k
+against k curves of every variant at the comparison point beside the warm start's (the step-0 eval), with the k at
+which a variant's curve falls to the warm start's (arXiv 2504.13837). Intervals are over seeds (one run = one
+replication), never over prompts or samples (docs/reports.md)."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from rlcompare import passk
+from rlcompare.results import EVAL_COUNTS, read_eval_counts
+
+from .load import TOKENS, Run
+from .stats import mean_ci
+from .text import _fmt, _md_table, plain_label
+
+COUNTS_METRIC = re.compile(r"eval/pass(@|\^)([1-9][0-9]*)")
+_ESTIMATORS = {"@": passk.mean_pass_at_k, "^": passk.mean_pass_hat_k}
+
+
+def counts_of(r: Run) -> list[dict]:
+    """The run's eval_counts.jsonl rows (shapes checked; notes on the run for rows set aside), read once."""
+    if r.eval_counts is None:
+        r.eval_counts, notes = read_eval_counts(Path(r.path) / EVAL_COUNTS)
+        r.notes.extend(notes)
+    return r.eval_counts
+
+
+def recompute_from_counts(runs: list[Run], metric: str) -> bool:
+    """For `--metric eval/pass@K` (or pass^K): every run's eval rows get the metric recomputed from its stored
+    counts (nan where an eval sampled fewer than K per prompt); runs without counts keep what eval.jsonl logged.
+    Called before any curve is read (frames are not changed afterwards). Returns whether the metric is one."""
+    m = COUNTS_METRIC.fullmatch(metric)
+    if m is None:
+        return False
+    estimator, k = _ESTIMATORS[m.group(1)], int(m.group(2))
+    for r in runs:
+        rows = counts_of(r)
+        if not rows or r.evals.empty or "step" not in r.evals.columns:
+            continue
+        by_step = {row["step"]: row for row in rows}
+        values = [_value(by_step.get(s), estimator, k) for s in r.evals["step"].tolist()]
+        evals = r.evals.copy()
+        evals[metric] = np.asarray(values, dtype=float)
+        r.evals = evals
+    return True
+
+
+def _value(row: Optional[dict], estimator, k: int) -> float:
+    if row is None or k > min(row["n"]):
+        return float("nan")
+    return estimator(row["n"], row["c"], k)
+
+
+def _row_at(rows: list[dict], T: float) -> Optional[dict]:
+    """The last counts row at or before T generated tokens (rows without a token count are skipped)."""
+    kept = [r for r in rows if isinstance(r.get(TOKENS), (int, float)) and r[TOKENS] <= T + 1e-9 * max(1.0, T)]
+    return max(kept, key=lambda r: (r[TOKENS], r["step"])) if kept else None
+
+
+def curves(variants: dict[str, list[Run]], T: float) -> dict:
+    """{"ks", "base": warm-start pass@k (mean over runs' step-0 counts), "arms": {variant: {"mean", "low", "high",
+    "seeds", "crosses_at"}}} at the comparison point T; empty when no run stored counts."""
+    final, base = {}, []
+    for v, vr in variants.items():
+        rows = [(_row_at(counts_of(r), T), r) for r in vr]
+        final[v] = [row for row, _ in rows if row is not None]
+        base += [row for r in vr for row in counts_of(r)[:1] if row["step"] == 0]
+    every = [row for rows in final.values() for row in rows] + base
+    if not every:
+        return {}
+    ks = passk.default_ks(min(min(row["n"]) for row in every))
+    at = lambda row: [passk.mean_pass_at_k(row["n"], row["c"], k) for k in ks]  # noqa: E731
+    base_curve = np.mean([at(row) for row in base], axis=0).tolist() if base else [math.nan] * len(ks)
+    arms = {}
+    for v, rows in final.items():
+        if not rows:
+            continue
+        per_seed = np.array([at(row) for row in rows])  # (seeds, ks): the seed is the unit of replication
+        cis = [mean_ci(per_seed[:, j]) for j in range(len(ks))]
+        mean = [c.point for c in cis]
+        arms[v] = {
+            "mean": mean,
+            "low": [c.low for c in cis],
+            "high": [c.high for c in cis],
+            "seeds": len(rows),
+            "crosses_at": passk.crossing_k(ks, mean, base_curve) if base else None,
+        }
+    return {"ks": ks, "base": base_curve, "arms": arms}
+
+
+def plot(pk: dict, color: dict, out: Path, plt) -> Optional[str]:
+    """passk.png: pass@k against k (log2 axis) per variant, its seed interval as a band, the warm start dashed."""
+    if not pk or not pk["arms"]:
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    ks = pk["ks"]
+    for v, arm in pk["arms"].items():
+        c = color.get(v, "C0")
+        ax.plot(ks, arm["mean"], "-o", color=c, markersize=3, label=plain_label(f"{v} (n={arm['seeds']})"))
+        if arm["seeds"] > 1:
+            low, high = np.clip(arm["low"], 0, 1), np.clip(arm["high"], 0, 1)  # pass@k lives in [0, 1]
+            ax.fill_between(ks, low, high, color=c, alpha=0.15, linewidth=0)
+    if not all(math.isnan(b) for b in pk["base"]):
+        ax.plot(ks, pk["base"], "--", color="black", label="warm start (step 0)")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.set_xlabel("k (samples per prompt)")
+    ax.set_ylabel("pass@k")
+    ax.set_title("Held-out pass@k at the comparison point\nmean over seeds, band = 95% t interval over seeds")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small", loc="best")
+    fig.tight_layout()
+    path = out / "passk.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return str(path)
+
+
+def section(res: dict) -> list[str]:
+    """report.md's pass@k section (nothing when no run stored sampled-eval counts)."""
+    pk = res.get("passk") or {}
+    if not pk or not pk["arms"]:
+        return []
+    ks = pk["ks"]
+    head = ["variant", "seeds"] + [f"pass@{k}" for k in ks] + ["falls to the warm start at k"]
+    rows = [["warm start (step 0)", "—"] + [_fmt(b, "metric") for b in pk["base"]] + ["—"]]
+    for v, arm in pk["arms"].items():
+        cells = [
+            f"{_fmt(m, 'metric')} [{_fmt(lo, 'metric')}, {_fmt(hi, 'metric')}]"
+            for m, lo, hi in zip(arm["mean"], arm["low"], arm["high"])
+        ]
+        crosses = arm["crosses_at"]
+        rows.append([v, str(arm["seeds"])] + cells + ["never" if crosses is None else f"{crosses:.3g}"])
+    return [
+        "## pass@k against k",
+        "",
+        "From the per-prompt correct counts of the last sampled eval at the comparison point (eval_counts.jsonl), "
+        "with the unbiased estimator 1 − C(n−c, k)/C(n, k) averaged over held-out prompts; mean over seeds with a "
+        "95% Student t interval over seeds (the seed is the unit of replication: a prompt's samples are not "
+        "replications of training). The warm start's curve is the step-0 eval. *Falls to the warm start at k*: "
+        "the k (interpolated in log2 k) where the variant's mean curve, above the warm start's at small k, "
+        "meets it (the base model catching up at large k, arXiv 2504.13837); never: it stays above, or starts "
+        "below.",
+        "",
+        _md_table(head, rows),
+        "",
+    ]

@@ -1,0 +1,191 @@
+"""Sampled held-out evaluation (issue 50): `eval.samples` = n completions per held-out prompt, scored by the verifier,
+reduced to eval/pass@k, pass^k, maj@k and avg@n (the estimators of `rlcompare.passk`, docs/metrics.md).
+
+The eval draws from streams of its own: one generator per held-out prompt, seeded from (EVAL_STREAM_TAG, eval.seed,
+prompt index), never the training generator or its group streams. A prompt's n samples are then a function of the
+eval seed, the prompt's index, n and the policy's weights alone (up to the floating-point rounding of a batch of
+another shape): every arm evaluates a given policy (the warm start at step 0) on the same samples, and sampling the
+eval leaves the training stream where it was. Over several ranks each samples its share of every chunk's prompts
+and the per-prompt results are gathered (JSON, never pickled), as the greedy eval's counts are.
+
+Eval tokens are counted in eval/tokens only: they never enter the training token budget (`TrainerState.tokens`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+from rlcompare import passk
+from rlcompare.config import eval_ks
+from rlcompare.rewards.answers import distinct, marked_spans, stated_value
+from rlcompare.rewards.verifiers import ExactMatch
+from rlcompare.rollout import left_pad, sample
+from rlcompare.rollout.streams import GroupStreams
+
+# the first element of every eval stream's key: training keys are (seed, rollout, round, group), 4 integers, so
+# the two never hash alike (streams.group_seed digests the whole key, its length included)
+EVAL_STREAM_TAG = 0x6576616C  # "eval"
+_MARKERS = ("answer", "boxed", "hashes")
+
+
+@dataclass
+class PromptResult:
+    """One held-out prompt's sampled eval, the unit the ranks gather (JSON data)."""
+
+    index: int  # its position among the held-out prompts
+    n: int  # completions sampled
+    c: int  # of them scored correct
+    maj: list  # [bool] per reported k: whether the majority answer of the first k samples is correct
+    tokens: int  # generated tokens of its n completions
+    len_correct: int  # tokens of its correct completions
+    len_incorrect: int  # tokens of its incorrect completions
+
+
+def eval_streams(eval_seed: int, prompt_indices: list[int], n: int, device) -> GroupStreams:
+    """One stream per held-out prompt (its n completions a group), keyed by (tag, eval seed, prompt index)."""
+    return GroupStreams([(EVAL_STREAM_TAG, eval_seed, i) for i in prompt_indices], n, device)
+
+
+def canonical_answer(verifier, completion: str, max_chars: int = 10_000) -> Optional[str]:
+    """The completion's final answer as maj@k compares it: the verifier's final-answer span (exact_match's
+    `spans`, else the first of the <answer>/\\boxed{}/#### markers present), as the number it states when it
+    states one ("x = 17" and "17.0" are "17"), else its whitespace-collapsed text. None (no vote) when there is no
+    span, or several different ones."""
+    if isinstance(verifier, ExactMatch):
+        _, spans = verifier.spans(completion)
+    else:
+        _, spans = marked_spans(completion[-max_chars:], _MARKERS)
+    spans = distinct(spans)
+    if len(spans) != 1:
+        return None
+    value = stated_value(spans[0])
+    if value is not None:
+        return str(value)
+    text = " ".join(spans[0].split())
+    return text or None
+
+
+def prompt_results(indices, texts, correct, lengths, n: int, ks: list[int], verifier) -> list[PromptResult]:
+    """The n completions of each prompt `indices[i]` (rows i*n .. i*n+n-1 of `texts`, `correct`, `lengths`)."""
+    out = []
+    for i, index in enumerate(indices):
+        rows = range(i * n, (i + 1) * n)
+        ok = [bool(correct[r]) for r in rows]
+        lens = [int(lengths[r]) for r in rows]
+        answers = [canonical_answer(verifier, texts[r]) for r in rows]
+        out.append(
+            PromptResult(
+                index=int(index),
+                n=n,
+                c=sum(ok),
+                maj=[passk.majority_correct(answers, ok, k) for k in ks],
+                tokens=sum(lens),
+                len_correct=sum(x for x, y in zip(lens, ok) if y),
+                len_incorrect=sum(x for x, y in zip(lens, ok) if not y),
+            )
+        )
+    return out
+
+
+def summarize(results: list[PromptResult], ks: list[int]) -> dict:
+    """The eval row's sampled metrics from every prompt's result (pure; docs/metrics.md)."""
+    ns, cs = [r.n for r in results], [r.c for r in results]
+    correct, total = sum(cs), sum(ns)
+    row = {}
+    for k in ks:
+        row[f"eval/pass@{k}"] = passk.mean_pass_at_k(ns, cs, k)
+    for k in ks:
+        row[f"eval/pass^{k}"] = passk.mean_pass_hat_k(ns, cs, k)
+    for j, k in enumerate(ks):
+        row[f"eval/maj@{k}"] = sum(r.maj[j] for r in results) / len(results)
+    tokens = sum(r.tokens for r in results)
+    row.update(
+        {
+            "eval/avg@n": passk.avg_at_n(ns, cs),
+            "eval/mean_length": tokens / total,
+            "eval/mean_length_correct": sum(r.len_correct for r in results) / correct if correct else float("nan"),
+            "eval/mean_length_incorrect": (
+                sum(r.len_incorrect for r in results) / (total - correct) if total > correct else float("nan")
+            ),
+            "eval/samples": results[0].n,
+            "eval/tokens": tokens,
+        }
+    )
+    return row
+
+
+def evaluate_sampled(tr) -> tuple[dict, list[dict], dict]:
+    """The sampled eval of the trainer `tr` (`Trainer.evaluate` with eval.samples > 0): (row metrics, sample rows
+    for samples.jsonl, the per-prompt counts {"n": [...], "c": [...]} for eval_counts.jsonl). Every rank returns
+    the whole eval's."""
+    e, n = tr.cfg.eval, tr.cfg.eval.samples
+    ks = eval_ks(e)
+    per_chunk = max(1, tr.cfg.trainer.eval_batch_size // n)  # eval_batch_size completions per forward
+    mine, samples = [], []
+    for start in range(0, len(tr.eval_prompts), per_chunk):
+        chunk = tr.eval_prompts[start : start + per_chunk]
+        share = tr.world.share(len(chunk))
+        part = chunk[share]
+        if not part:  # fewer prompts in the chunk than ranks
+            continue
+        indices = list(range(start + share.start, start + share.stop))
+        texts, rewards, correct, lengths = _sample_scored(tr, part, indices, max(len(p.ids) for p in chunk))
+        mine += [asdict(r) for r in prompt_results(indices, texts, correct, lengths, n, ks, tr.verifier)]
+        samples += _logged_samples(tr, part, indices, (texts, rewards, correct), n)
+    if tr.world.size > 1:
+        parts = tr.world.gather_objects((mine, samples))
+        mine = [r for p in parts for r in p[0]]
+        samples = [tuple(s) for p in parts for s in p[1]]
+    results = sorted((PromptResult(**r) for r in mine), key=lambda r: r.index)
+    samples = [s for _, s in sorted(samples, key=lambda s: s[0])[: tr.cfg.trainer.n_samples_logged]]
+    counts = {"n": [r.n for r in results], "c": [r.c for r in results]}
+    return {**summarize(results, ks), "eval/n": len(results)}, samples, counts
+
+
+def _sample_scored(tr, part, indices: list[int], width: int):
+    """n completions of each prompt of `part` from the eval's own streams, decoded and scored."""
+    e = tr.cfg.eval
+    prompt_ids, prompt_mask = left_pad([p.ids for p in part], tr.pad_id, tr.device, width)
+    tr.policy.model.eval()
+    completions = sample(
+        tr.policy.model,
+        prompt_ids,
+        prompt_mask,
+        max_new_tokens=e.max_new_tokens or tr.cfg.budget.max_new_tokens,
+        eos_id=tr.eos_ids,
+        pad_id=tr.pad_id,
+        temperature=e.temperature,
+        top_p=e.top_p,
+        greedy=False,
+        autocast_dtype=tr.autocast,
+        repeats=e.samples,
+        kv_cache=tr.cfg.rollout.kv_cache,
+        engine=tr.cfg.rollout.engine,
+        sync_every=tr.cfg.rollout.sync_every,
+        logprobs=False,
+        streams=eval_streams(e.seed, indices, e.samples, tr.device),
+    )
+    texts, rewards, correct, _ = tr._score(part, completions, e.samples)
+    return texts, rewards.tolist(), correct.tolist(), completions.lengths.tolist()
+
+
+def _logged_samples(tr, part, indices, scored, n: int) -> list:
+    """(prompt index, samples.jsonl row) of the first sample of the first trainer.n_samples_logged prompts;
+    `scored`: (texts, rewards, correct) of every completion."""
+    t, (texts, rewards, correct) = tr.cfg.trainer, scored
+    out = []
+    for j, index in enumerate(indices):
+        if index >= t.n_samples_logged:
+            break
+        ex = part[j].example
+        row = {
+            "step": tr.state.step,
+            "prompt": ex.prompt[: t.sample_max_chars],
+            "completion": texts[j * n][: t.sample_max_chars],
+            "answer": ex.answer[: t.sample_max_chars],
+            "reward": float(rewards[j * n]),
+            "correct": bool(correct[j * n]),
+        }
+        out.append((index, row))
+    return out
