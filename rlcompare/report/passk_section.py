@@ -18,6 +18,7 @@ from rlcompare.results import EVAL_COUNTS, read_eval_counts
 
 from .load import TOKENS, Run
 from .stats import mean_ci
+from .curves import _value_at
 from .text import _fmt, _md_table, plain_label
 
 COUNTS_METRIC = re.compile(r"eval/pass(@|\^)([1-9][0-9]*)")
@@ -58,38 +59,52 @@ def _value(row: Optional[dict], estimator, k: int) -> float:
     return estimator(row["n"], row["c"], k)
 
 
-def _row_at(rows: list[dict], T: float) -> Optional[dict]:
-    """The last counts row at or before T generated tokens (rows without a token count are skipped)."""
-    kept = [r for r in rows if isinstance(r.get(TOKENS), (int, float)) and r[TOKENS] <= T + 1e-9 * max(1.0, T)]
-    return max(kept, key=lambda r: (r[TOKENS], r["step"])) if kept else None
+def _timed(rows: list[dict]) -> list[dict]:
+    """Counts rows that carry a token count, in token order (rows without one cannot be placed on the axis)."""
+    kept = [r for r in rows if isinstance(r.get(TOKENS), (int, float)) and math.isfinite(r[TOKENS])]
+    return sorted(kept, key=lambda r: (r[TOKENS], r["step"]))
+
+
+def _curve_at(rows: list[dict], T: float, ks: list[int]) -> Optional[list[float]]:
+    """pass@k for each k at T generated tokens, read the way the verdicts read a metric (curves._segment):
+    linear in tokens between the evals around T, the last eval when the run ends before T, None when its first
+    eval lies after T. A run evaluated only at its start and end is thus read between the two, never at step 0
+    because its final eval landed a few tokens past the shortest run's end."""
+    if not rows:
+        return None
+    t = np.array([r[TOKENS] for r in rows], dtype=float)
+    per_row = np.array([[passk.mean_pass_at_k(r["n"], r["c"], k) for k in ks] for r in rows])  # (evals, ks)
+    values = [_value_at(t, per_row[:, j], T)[0] for j in range(len(ks))]
+    return None if any(math.isnan(v) for v in values) else values
 
 
 def curves(variants: dict[str, list[Run]], T: float) -> dict:
     """{"ks", "base": warm-start pass@k (mean over runs' step-0 counts), "arms": {variant: {"mean", "low", "high",
     "seeds", "crosses_at"}}} at the comparison point T; empty when no run stored counts."""
-    final, base = {}, []
-    for v, vr in variants.items():
-        rows = [(_row_at(counts_of(r), T), r) for r in vr]
-        final[v] = [row for row, _ in rows if row is not None]
-        base += [row for r in vr for row in counts_of(r)[:1] if row["step"] == 0]
-    every = [row for rows in final.values() for row in rows] + base
+    timed = {v: [_timed(counts_of(r)) for r in vr] for v, vr in variants.items()}
+    base = [rows[0] for per_run in timed.values() for rows in per_run if rows and rows[0]["step"] == 0]
+    every = [row for per_run in timed.values() for rows in per_run for row in rows]
     if not every:
         return {}
     ks = passk.default_ks(min(min(row["n"]) for row in every))
-    at = lambda row: [passk.mean_pass_at_k(row["n"], row["c"], k) for k in ks]  # noqa: E731
-    base_curve = np.mean([at(row) for row in base], axis=0).tolist() if base else [math.nan] * len(ks)
+    base_curve = (
+        np.mean([[passk.mean_pass_at_k(row["n"], row["c"], k) for k in ks] for row in base], axis=0).tolist()
+        if base
+        else [math.nan] * len(ks)
+    )
     arms = {}
-    for v, rows in final.items():
-        if not rows:
+    for v, per_run in timed.items():
+        at_T = [c for c in (_curve_at(rows, T, ks) for rows in per_run) if c is not None]
+        if not at_T:
             continue
-        per_seed = np.array([at(row) for row in rows])  # (seeds, ks): the seed is the unit of replication
+        per_seed = np.array(at_T)  # (seeds, ks): the seed is the unit of replication
         cis = [mean_ci(per_seed[:, j]) for j in range(len(ks))]
         mean = [c.point for c in cis]
         arms[v] = {
             "mean": mean,
             "low": [c.low for c in cis],
             "high": [c.high for c in cis],
-            "seeds": len(rows),
+            "seeds": len(at_T),
             "crosses_at": passk.crossing_k(ks, mean, base_curve) if base else None,
         }
     return {"ks": ks, "base": base_curve, "arms": arms}
@@ -141,7 +156,8 @@ def section(res: dict) -> list[str]:
     return [
         "## pass@k against k",
         "",
-        "From the per-prompt correct counts of the last sampled eval at the comparison point (eval_counts.jsonl), "
+        "From the per-prompt correct counts of the sampled evals (eval_counts.jsonl), read at the comparison point "
+        "as the verdicts read a metric (linear in generated tokens between the evals around it), "
         "with the unbiased estimator 1 − C(n−c, k)/C(n, k) averaged over held-out prompts; mean over seeds with a "
         "95% Student t interval over seeds (the seed is the unit of replication: a prompt's samples are not "
         "replications of training). The warm start's curve is the step-0 eval. *Falls to the warm start at k*: "

@@ -115,3 +115,35 @@ def test_a_fingerprint_from_before_the_eval_group_matches_a_greedy_run_only():
                              "seed": 0, "greedy": False}}  # fmt: skip
     assert fingerprint_diff(FP, greedy) == []
     assert fingerprint_diff(FP, {**greedy, "eval": {**greedy["eval"], "samples": 16}}) == ["eval.samples: 0 vs 16"]
+
+
+def test_runs_evaluated_only_at_start_and_end_are_read_at_the_cut_not_at_step_0(tmp_path):
+    """c13's shape: every run evals at step 0 and at its end; dapo's runs end at 200 tokens, grpo's a little
+    past (210), so the comparison point is 200. Before the fix, grpo's row was its step-0 eval (the warm start);
+    now it is read as the verdicts read a metric: linear in tokens between the evals around 200."""
+    final = [8, 8, 0, 0]
+    for s in range(3):
+        for v, end in (("grpo", 210), ("dapo", 200)):
+            d = make_run(
+                tmp_path,
+                f"{v}__s{s}",
+                s,
+                [0.1, 0.3],
+                (0, end),
+                variant=v,
+                component="algorithm",
+                algorithm=v,
+                reference=None if v == "grpo" else "grpo",
+            )
+            rows = [
+                {"step": 0, "tokens/generated": 0, "n": [N] * 4, "c": BASE},
+                {"step": 1, "tokens/generated": end, "n": [N] * 4, "c": final},
+            ]
+            (d / "eval_counts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pk = build_report(tmp_path / "exp", metric="eval/pass@1", write=False)["passk"]
+    base1, final1 = passk.mean_pass_at_k([N] * 4, BASE, 1), passk.mean_pass_at_k([N] * 4, final, 1)
+    assert (base1, final1) == (0.125, 0.5)  # by hand: mean of 1/8 over prompts; (1 + 1 + 0 + 0) / 4
+    assert pk["arms"]["dapo"]["mean"][0] == pytest.approx(final1)
+    # grpo at 200 of its 0..210 span: 0.125 + (200 / 210) * (0.5 - 0.125)
+    assert pk["arms"]["grpo"]["mean"][0] == pytest.approx(0.125 + 200 / 210 * 0.375)
+    assert pk["arms"]["grpo"]["mean"][0] != pytest.approx(base1)
