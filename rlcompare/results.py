@@ -63,7 +63,8 @@ def json_objects(lines) -> list[dict]:
     return [obj for obj in map(_json_object, lines) if obj is not None]
 
 
-EVAL_COUNTS = "eval_counts.jsonl"  # one row per sampled eval: {"step", "tokens/generated", "n": [n_i], "c": [c_i]}
+# one row per sampled eval: {"step", "tokens/generated", "n": [n_i], "c": [c_i], "k": [k], "maj": [[m_ik] per k]}
+EVAL_COUNTS = "eval_counts.jsonl"
 
 
 def read_eval_counts(path: str | Path) -> tuple[list[dict], list[str]]:
@@ -77,13 +78,32 @@ def read_eval_counts(path: str | Path) -> tuple[list[dict], list[str]]:
         why = _counts_problem(row)
         if why:
             notes.append(f"{Path(path).name}: row {i + 1} set aside ({why})")
-        else:
-            kept.append(row)
+            continue
+        why = _majority_problem(row)
+        if why:  # the counts stand; only maj@k cannot be recomputed from this row
+            notes.append(f"{Path(path).name}: row {i + 1}'s majority votes set aside ({why})")
+            row = {key: v for key, v in row.items() if key not in ("k", "maj")}
+        kept.append(row)
     return kept, notes
 
 
 def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _majority_problem(row: dict) -> str | None:
+    """Why a row's optional majority votes ("k": the reported k, "maj": per k one 0/1 per prompt) do not hold."""
+    if "k" not in row and "maj" not in row:
+        return None
+    ks, maj = row.get("k"), row.get("maj")
+    if not isinstance(ks, list) or not all(_is_int(k) and k >= 1 for k in ks) or len(set(ks)) != len(ks):
+        return "k must be a list of distinct integers >= 1"
+    if not isinstance(maj, list) or len(maj) != len(ks):
+        return f"maj must hold one list per k ({len(ks)})"
+    width = len(row["n"])
+    if not all(isinstance(m, list) and len(m) == width and all(v in (0, 1) and _is_int(v) for v in m) for m in maj):
+        return f"each maj list must hold one 0 or 1 per prompt ({width})"
+    return None
 
 
 def _counts_problem(row: dict) -> str | None:

@@ -21,8 +21,8 @@ from .stats import mean_ci
 from .curves import _value_at
 from .text import _fmt, _md_table, plain_label
 
-COUNTS_METRIC = re.compile(r"eval/pass(@|\^)([1-9][0-9]*)")
-_ESTIMATORS = {"@": passk.mean_pass_at_k, "^": passk.mean_pass_hat_k}
+COUNTS_METRIC = re.compile(r"eval/(pass@|pass\^|maj@)([1-9][0-9]*)")
+_ESTIMATORS = {"pass@": passk.mean_pass_at_k, "pass^": passk.mean_pass_hat_k}
 
 
 def counts_of(r: Run) -> list[dict]:
@@ -34,13 +34,14 @@ def counts_of(r: Run) -> list[dict]:
 
 
 def recompute_from_counts(runs: list[Run], metric: str) -> bool:
-    """For `--metric eval/pass@K` (or pass^K): every run's eval rows get the metric recomputed from its stored
-    counts (nan where an eval sampled fewer than K per prompt); runs without counts keep what eval.jsonl logged.
+    """For `--metric eval/pass@K` (or pass^K, maj@K): every run's eval rows get the metric recomputed from its
+    stored counts (nan where an eval sampled fewer than K per prompt, or, for maj@K, did not report K); runs without
+    counts keep what eval.jsonl logged.
     Called before any curve is read (frames are not changed afterwards). Returns whether the metric is one."""
     m = COUNTS_METRIC.fullmatch(metric)
     if m is None:
         return False
-    estimator, k = _ESTIMATORS[m.group(1)], int(m.group(2))
+    estimator, k = _ESTIMATORS.get(m.group(1), _majority), int(m.group(2))
     for r in runs:
         rows = counts_of(r)
         if not rows or r.evals.empty or "step" not in r.evals.columns:
@@ -56,7 +57,18 @@ def recompute_from_counts(runs: list[Run], metric: str) -> bool:
 def _value(row: Optional[dict], estimator, k: int) -> float:
     if row is None or k > min(row["n"]):
         return float("nan")
+    if estimator is _majority:
+        return _majority(row, k)
     return estimator(row["n"], row["c"], k)
+
+
+def _majority(row: dict, k: int) -> float:
+    """maj@k over prompts from a row's stored votes (the trainer's first-k-samples rule, rlcompare.passk); nan
+    when the eval did not report k (maj@k needs the answers, so only the reported k are stored)."""
+    if k not in row.get("k", []):
+        return float("nan")
+    votes = row["maj"][row["k"].index(k)]
+    return sum(votes) / len(votes)
 
 
 def _timed(rows: list[dict]) -> list[dict]:

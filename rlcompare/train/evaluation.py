@@ -117,8 +117,9 @@ def summarize(results: list[PromptResult], ks: list[int]) -> dict:
 
 def evaluate_sampled(tr) -> tuple[dict, list[dict], dict]:
     """The sampled eval of the trainer `tr` (`Trainer.evaluate` with eval.samples > 0): (row metrics, sample rows
-    for samples.jsonl, the per-prompt counts {"n": [...], "c": [...]} for eval_counts.jsonl). Every rank returns
-    the whole eval's."""
+    for samples.jsonl, the per-prompt counts for eval_counts.jsonl: {"n": [n_i], "c": [c_i], "k": [reported k],
+    "maj": [[0/1 per prompt] per reported k]}, so that the report recomputes pass@K, pass^K for any K <= n and
+    maj@K for a reported K). Every rank returns the whole eval's."""
     e, n = tr.cfg.eval, tr.cfg.eval.samples
     ks = eval_ks(e)
     per_chunk = max(1, tr.cfg.trainer.eval_batch_size // n)  # eval_batch_size completions per forward
@@ -139,7 +140,12 @@ def evaluate_sampled(tr) -> tuple[dict, list[dict], dict]:
         samples = [tuple(s) for p in parts for s in p[1]]
     results = sorted((PromptResult(**r) for r in mine), key=lambda r: r.index)
     samples = [s for _, s in sorted(samples, key=lambda s: s[0])[: tr.cfg.trainer.n_samples_logged]]
-    counts = {"n": [r.n for r in results], "c": [r.c for r in results]}
+    counts = {
+        "n": [r.n for r in results],
+        "c": [r.c for r in results],
+        "k": ks,
+        "maj": [[int(r.maj[j]) for r in results] for j in range(len(ks))],  # maj@k needs the answers: kept per k
+    }
     return {**summarize(results, ks), "eval/n": len(results)}, samples, counts
 
 

@@ -21,10 +21,15 @@ GRPO = {0: [8, 8, 0, 0], 1: [8, 7, 0, 0], 2: [8, 8, 1, 0]}
 DAPO = {0: [4, 4, 2, 2], 1: [5, 4, 2, 1], 2: [4, 3, 3, 2]}
 
 
+def _votes(c: list[int]) -> list[list[int]]:
+    """Stand-in majority votes for k = 1 and 2: prompt i's majority is right when more than half its samples are."""
+    return [[int(x > N // 2) for x in c], [int(x >= N // 2) for x in c]]
+
+
 def _counts(d: Path, final: list[int]) -> None:
     mid = [(b + f) // 2 for b, f in zip(BASE, final)]
     rows = [
-        {"step": i, "tokens/generated": t, "n": [N] * 4, "c": c}
+        {"step": i, "tokens/generated": t, "n": [N] * 4, "c": c, "k": [1, 2], "maj": _votes(c)}
         for i, (t, c) in enumerate(zip(TOKENS3, [BASE, mid, final]))
     ]
     (d / "eval_counts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -60,6 +65,15 @@ def test_metric_pass_at_k_is_recomputed_from_counts_and_judged(tmp_path):
     hat = build_report(_folder(tmp_path / "b"), metric="eval/pass^2", estimand="final", write=False)
     want = sum(passk.mean_pass_hat_k([N] * 4, c, 2) for c in GRPO.values()) / 3
     assert row(hat["headline"], "grpo")["final"] == pytest.approx(want, abs=1e-12)
+
+
+def test_metric_maj_at_k_is_read_from_the_stored_votes(tmp_path):
+    res = build_report(_folder(tmp_path), metric="eval/maj@2", estimand="final", write=False)
+    # by hand from _votes at k = 2 (c >= 4 of 8): grpo's finals 2, 2, 2 of 4 prompts; dapo's 2, 2, 1 of 4
+    assert row(res["headline"], "grpo")["final"] == pytest.approx(0.5)
+    assert row(res["headline"], "dapo")["final"] == pytest.approx((0.5 + 0.5 + 0.25) / 3)
+    with pytest.raises(ReportError, match="eval/maj@4"):  # k = 4 was not reported: no votes stored for it
+        build_report(_folder(tmp_path / "b"), metric="eval/maj@4", write=False)
 
 
 def test_a_k_beyond_the_samples_is_refused(tmp_path):

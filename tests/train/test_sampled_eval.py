@@ -44,6 +44,8 @@ def test_sampled_eval_logs_its_rows_and_counts_and_leaves_training_alone(compose
             assert row[f"eval/pass@{k}"] == pytest.approx(passk.mean_pass_at_k(c["n"], c["c"], k), abs=1e-12)
             assert row[f"eval/pass^{k}"] == pytest.approx(passk.mean_pass_hat_k(c["n"], c["c"], k), abs=1e-12)
             assert 0 <= row[f"eval/maj@{k}"] <= 1
+            votes = c["maj"][c["k"].index(k)]  # the stored votes are what the logged maj@k averages
+            assert len(votes) == 16 and row[f"eval/maj@{k}"] == sum(votes) / 16
         assert row["eval/avg@n"] == pytest.approx(sum(c["c"]) / 64) == row["eval/pass@1"]
         assert row["eval/tokens"] >= 64 + 16  # every completion has a token; the greedy ones counted too
     fp, fp_ref = (json.loads((d / "fingerprint.json").read_text()) for d in (run, ref))
@@ -132,6 +134,21 @@ def test_eval_counts_with_bad_shapes_are_set_aside(tmp_path):
     p.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"torn')
     kept, notes = read_eval_counts(p)
     assert kept == rows[:1] and len(notes) == 4
+
+
+def test_bad_majority_votes_are_set_aside_and_the_counts_kept(tmp_path):
+    p = tmp_path / "eval_counts.jsonl"
+    good = {"step": 0, "n": [4, 4], "c": [1, 4], "k": [1, 4], "maj": [[0, 1], [1, 1]]}
+    bad = [
+        {"step": 1, "n": [4, 4], "c": [1, 4], "k": [1, 4], "maj": [[0, 1]]},  # one list for two k
+        {"step": 2, "n": [4, 4], "c": [1, 4], "k": [1], "maj": [[0, 2]]},  # a vote of 2
+        {"step": 3, "n": [4, 4], "c": [1, 4], "k": [1, 1], "maj": [[0, 1], [0, 1]]},  # k twice
+        {"step": 4, "n": [4, 4], "c": [1, 4], "maj": [[0, 1]]},  # votes without their k
+    ]
+    p.write_text("".join(json.dumps(r) + "\n" for r in [good, *bad]))
+    kept, notes = read_eval_counts(p)
+    assert kept[0] == good and len(notes) == 4 and all("majority votes set aside" in n for n in notes)
+    assert [set(r) for r in kept[1:]] == [{"step", "n", "c"}] * 4  # pass@k still reads them
 
 
 def test_two_ranks_gather_the_counts_one_process_computes(compose, tmp_path):
