@@ -72,16 +72,6 @@ def teacher_tokenizer(path: str):
     return AutoTokenizer.from_pretrained(full if os.path.isdir(full) else path, trust_remote_code=False)
 
 
-def _resolved(device: str) -> str:
-    """`auto` as the trainer resolves it (cuda when one is visible), so a mismatch is refused here, before the
-    run folder, not at the trainer's start. torch is imported by the tokenizer check below in any case."""
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def check_teacher(cfg) -> None:
     """Everything about `teacher` that can be refused before the run folder exists and before any model loads:
     the folder (no pickle, no code), the device, and the tokenizer against the student's."""
@@ -90,8 +80,8 @@ def check_teacher(cfg) -> None:
     path = str(cfg.teacher.path)
     if not is_run_folder(path):
         check_teacher_folder(path, key="teacher.path")
-    if cfg.teacher.device is not None:
-        check_same_device(_resolved(str(cfg.teacher.device)), _resolved(str(cfg.device)))
+    if cfg.teacher.device is not None and cfg.device != "auto":  # auto: the trainer compares once resolved
+        check_same_device(str(cfg.teacher.device), str(cfg.device))
     try:
         teacher_tok = teacher_tokenizer(path)
     except (OSError, ValueError) as e:

@@ -162,14 +162,3 @@ def test_a_teacher_on_another_device_is_refused(compose, student_copy):
     cfg = validate(compose(WARM, "algorithm=opd", f"teacher.path={student_copy}", "device=cpu", "teacher.device=cuda"))
     with pytest.raises(ConfigError, match="not the policy's device"):
         check_teacher(cfg)
-
-
-def test_a_teacher_on_another_device_than_device_auto_is_refused_before_the_run_folder(tmp_path, student_copy):
-    """device=auto resolves to cpu on this CUDA-less machine: teacher.device=cuda is refused by the command
-    line's check, one line, and no run folder is made."""
-    results = tmp_path / "cli_results"
-    overrides = [*FAST, WARM, f"results_dir={results}", "algorithm=opd", f"teacher.path={student_copy}"]
-    err = check_job([*overrides, "device=auto", "teacher.device=cuda"])
-    assert err is not None and "teacher.device='cuda' is not the policy's device 'cpu'" in err and "\n" not in err
-    assert not results.exists()
-    assert check_job([*overrides, "device=auto", "teacher.device=cpu"]) is None
