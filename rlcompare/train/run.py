@@ -411,6 +411,13 @@ def _check_writable(path: Path, what: str) -> None:
         )
 
 
+def _resolved_device(name: str) -> str:
+    """`device=auto` as the trainer resolves it (`trainer.pick_device`: cuda when one is visible)."""
+    import torch
+
+    return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
+
+
 def preflight(cfg: DictConfig, run_dir: Path | None = None):
     """Checks that need more than the config but nothing heavy: build the prompt set and the verifier, read the
     model's context length, check the run folder is writable. Raises ConfigError naming the key.
@@ -421,9 +428,11 @@ def preflight(cfg: DictConfig, run_dir: Path | None = None):
 
     check_model(cfg.model)  # no model code to run, no pickle weights, safetensors headers that read
     if cfg.teacher.path is not None:  # on-policy distillation's teacher: its folder, device and tokenizer
-        from rlcompare.train.teacher_check import check_teacher
+        from rlcompare.train.teacher_check import check_same_device, check_teacher
 
-        check_teacher(cfg)
+        check_teacher(cfg)  # torch-free (the command line's check runs it): device=auto is left to this one
+        if cfg.teacher.device is not None and "auto" in (cfg.device, cfg.teacher.device):
+            check_same_device(_resolved_device(str(cfg.teacher.device)), _resolved_device(str(cfg.device)))
     splits = build_prompt_set(cfg)
     verifier = build_run_verifier(cfg)
     ctx = model_context_length(cfg)

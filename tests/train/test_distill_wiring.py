@@ -162,3 +162,16 @@ def test_a_teacher_on_another_device_is_refused(compose, student_copy):
     cfg = validate(compose(WARM, "algorithm=opd", f"teacher.path={student_copy}", "device=cpu", "teacher.device=cuda"))
     with pytest.raises(ConfigError, match="not the policy's device"):
         check_teacher(cfg)
+
+
+def test_a_teacher_on_another_device_than_device_auto_is_refused_before_the_run_folder(compose, tmp_path, student_copy):
+    """device=auto resolves to cpu on this CUDA-less machine: teacher.device=cuda is refused by the run's
+    preflight (the torch-free command-line check leaves auto to it), one line, before the run folder is made."""
+    from rlcompare.train.run import train
+
+    results = tmp_path / "results"
+    overrides = [WARM, f"results_dir={results}", "logger=none", "algorithm=opd", f"teacher.path={student_copy}"]
+    with pytest.raises(ConfigError, match="teacher.device='cuda' is not the policy's device 'cpu'") as e:
+        train(compose(*overrides, "device=auto", "teacher.device=cuda"))
+    assert "\n" not in str(e.value)
+    assert not any(p.is_dir() for p in results.rglob("*") if p.name.startswith("opd")), list(results.rglob("*"))
