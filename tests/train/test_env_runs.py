@@ -85,3 +85,20 @@ def test_sigkill_mid_multi_turn_run_then_resume_equals_the_uninterrupted_run(com
     assert out.returncode == 0, out.stderr[-3000:]
     ref = train(compose(*KILL, "run_name=ref"))
     _assert_same_as(run, Path(ref["run_dir"]), 6)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["algorithm=ppo", "algorithm.kl.coef=0.05"],  # critic, GAE across the holes, a reference model
+        ["algorithm=dapo"],  # dynamic sampling refills, overlong filter, token-mean
+        ["rollout.staleness=1", "algorithm.off_policy.correction=decoupled", "trainer.recompute_old_logp=true"],
+        ["rollout.streams=group", "algorithm=drgrpo"],  # per-episode streams for later turns; seq-mean-token-sum-norm
+    ],
+    ids=["ppo", "dapo", "stale", "group_streams"],
+)
+def test_env_runs_through_every_kind_of_update(compose, overrides):
+    out = train(compose(*ENV, *overrides, "run_name=kinds"))
+    rows = read_jsonl(Path(out["run_dir"]) / "metrics.jsonl")
+    assert len(rows) == 2 and all(r["optim/nonfinite"] == 0 for r in rows)
+    assert all(r["tokens/env"] >= 0 for r in rows)
