@@ -76,7 +76,8 @@ class Outcome:
     ends: list[str]  # (B,) why each episode ended: one of ENDS or ERRORS
     turns: torch.Tensor  # (B,) long: policy turns taken
     env_tokens: int  # environment tokens appended, over the batch
-    texts: list[str] = field(default_factory=list)  # (B,) each episode decoded, the environment's text included
+    # (B,) each episode decoded as samples.jsonl logs it: the environment's text between « and » (`marked_text`)
+    texts: list[str] = field(default_factory=list)
 
     @property
     def errors(self) -> int:
@@ -242,7 +243,7 @@ def _completions(tokenizer, eps: list[_Episode], pad_id: int, device) -> Complet
         ends=[e.end for e in eps],
         turns=torch.tensor([e.turns for e in eps], dtype=torch.long),
         env_tokens=int(env.sum()),
-        texts=[tokenizer.decode(e.tokens, skip_special_tokens=True) for e in eps],
+        texts=[marked_text(tokenizer, e.tokens, e.env) for e in eps],
     )
     return Completions(
         ids.to(device),
@@ -253,6 +254,18 @@ def _completions(tokenizer, eps: list[_Episode], pad_id: int, device) -> Complet
         env_mask=env.to(device),
         outcome=outcome,
     )
+
+
+def marked_text(tokenizer, tokens: list[int], env: list[int]) -> str:
+    """An episode's text with each environment span between « and », so that a logged episode shows which
+    tokens the loss skipped: "9«lower\n3+5=»8" (special tokens such as EOS left out, as in single-turn samples)."""
+    out, start = [], 0
+    for i in range(1, len(tokens) + 1):
+        if i == len(tokens) or env[i] != env[start]:
+            text = tokenizer.decode(tokens[start:i], skip_special_tokens=True)
+            out.append(f"«{text}»" if env[start] else text)
+            start = i
+    return "".join(out)
 
 
 def metrics(outcomes: list[Outcome]) -> dict[str, float]:

@@ -93,6 +93,7 @@ def test_a_two_turn_feedback_episode_token_by_token():
     assert o.rewards.tolist() == [1.0, 1.0] and o.correct.tolist() == [True, True]
     assert o.ends == ["done", "done"] and o.turns.tolist() == [2, 1] and o.env_tokens == 10
     assert not c.truncated.any()
+    assert o.texts == ["9«lower\n3+5=»8", "8"]  # as samples.jsonl logs it: the environment's spans marked
     assert pids.shape[0] == 2 and (pids[0] == pids[1]).all()  # both members share the group's prompt
 
 
