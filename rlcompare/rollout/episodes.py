@@ -114,11 +114,13 @@ def run(
     first = session.reset()
     group_prompts = []
     for g, p in enumerate(prompts):
-        r0 = first[g * G]  # one seed per group: the group's first observation is every member's
         for r in range(g * G, (g + 1) * G):
-            if _error_of(first[r], settings) is not None:
-                eps[r].end = _error_of(first[r], settings)
-        group_prompts.append(list(p) + _encode(tokenizer, r0.observation if eps[g * G].end is None else ""))
+            eps[r].end = _error_of(first[r], settings)
+        opening = _opening(tokenizer, first[g * G], settings) if eps[g * G].end is None else []
+        if opening is None:  # one seed per group: the group's first observation is every member's
+            for r in range(g * G, (g + 1) * G):
+                eps[r].end = "huge_observation"
+        group_prompts.append(list(p) + (opening or []))
     for turn in range(settings.max_turns):
         live = [r for r in range(B) if eps[r].end is None]
         if not live:
@@ -225,6 +227,15 @@ def _answer(tokenizer, e: _Episode, res, turn: int, settings: EpisodeSettings) -
     e.tokens += obs
     e.logp += [0.0] * len(obs)
     e.env += [1] * len(obs)
+
+
+def _opening(tokenizer, res: StepResult, settings: EpisodeSettings) -> list[int] | None:
+    """The tokens of `reset`'s observation (put after the prompt), or None when over max_observation_tokens."""
+    text = res.observation or ""
+    if len(text) > 16 * settings.max_observation_tokens:
+        return None
+    ids = _encode(tokenizer, text)
+    return ids if len(ids) <= settings.max_observation_tokens else None
 
 
 def _encode(tokenizer, text: str | None) -> list[int]:

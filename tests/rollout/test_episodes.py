@@ -162,3 +162,26 @@ def test_a_lying_environment_ends_its_episode_with_the_reason_and_reward_zero(ho
     row = episodes.metrics([c.outcome])
     assert row[f"env/errors/{reason}"] == 1 and row["env/errors"] == 1 and row["env/ends/max_turns"] == 1
     assert row["tokens/env"] == len(_ids("again\n")) and not math.isnan(row["env/turns_mean"])
+
+
+class HugeStart(NeverDone):
+    def reset(self, example, seed):
+        return "b" * 100
+
+
+def test_a_huge_first_observation_ends_the_group_before_any_turn():
+    _, (pids, _, c) = _run({}, [HugeStart(), HugeStart()], [Example("1+0=", "1")] * 2, [_ids("1+0=")], G=2)
+    assert c.outcome.ends == ["huge_observation"] * 2 and c.mask.sum() == 0 and c.lengths.tolist() == [0, 0]
+    assert TOK.decode(pids[0]) == "1+0="  # the prompt alone: nothing of the observation entered it
+
+
+def test_the_first_observation_is_put_after_the_prompt_for_the_whole_group():
+    class Opening(NeverDone):
+        def reset(self, example, seed):
+            return "go\n"
+
+    _, (pids, pmask, c) = _run(
+        {0: ["1", "1"]}, [Opening(), Opening()], [Example("1+0=", "1")] * 2, [_ids("1+0=")], G=2, max_turns=1
+    )
+    assert [TOK.decode(p[m.bool()]) for p, m in zip(pids, pmask)] == ["1+0=go\n"] * 2
+    assert c.env_mask.sum() == 0  # in the prompt, not in the episode's tokens
