@@ -125,3 +125,14 @@ def build(cfg: Any, world) -> EnvRollout | None:
             "launch without torchrun (trainer.parallel=none)".format(cfg.env.name)
         )
     return EnvRollout(cfg)
+
+
+def overlong_lengths(completions, cfg: Any):
+    """DAPO's soft overlong punishment (Eq. 13) reads how close a response came to where it is cut: a single-turn
+    completion's length against `budget.max_new_tokens`; an episode's whole length after the prompt (the policy's
+    and the environment's tokens) against `env.max_tokens`, where the rollout cuts an episode. Returns
+    ([B] lengths on the CPU, L_max)."""
+    if completions.env_mask is None:
+        return completions.lengths.cpu(), int(cfg.budget.max_new_tokens)
+    env_tokens = (completions.env_mask * completions.mask).sum(1)
+    return (completions.lengths + env_tokens).cpu(), int(cfg.env.max_tokens)

@@ -403,9 +403,10 @@ class Trainer:
             gen_tokens += int(completions.lengths.sum())
             rewards = verifier_rewards.clone()
             if algo.overlong.soft_punishment:
+                lengths, max_len = env_rollout.overlong_lengths(completions, cfg)
                 rewards = rewards + losses.overlong_penalty(
-                    completions.lengths.cpu(),
-                    max_len=cfg.budget.max_new_tokens,
+                    lengths,
+                    max_len=max_len,
                     cache_len=algo.overlong.cache_len,
                     factor=algo.overlong.factor,
                 )

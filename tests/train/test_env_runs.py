@@ -7,6 +7,7 @@ import signal
 from pathlib import Path
 
 import pytest
+import torch
 
 from rlcompare.config import ConfigError, validate
 from rlcompare.train.run import train
@@ -102,3 +103,25 @@ def test_env_runs_through_every_kind_of_update(compose, overrides):
     rows = read_jsonl(Path(out["run_dir"]) / "metrics.jsonl")
     assert len(rows) == 2 and all(r["optim/nonfinite"] == 0 for r in rows)
     assert all(r["tokens/env"] >= 0 for r in rows)
+
+
+def test_dapo_soft_overlong_reads_an_episode_against_env_max_tokens():
+    """An episode is cut at env.max_tokens after the prompt (policy and environment tokens): DAPO's Eq. 13 reads
+    it there. 5 policy + 3 environment tokens, L_max = env.max_tokens = 10, L_cache = 4: 8 > 10 - 4, so the
+    penalty is (6 - 8) / 4 = -0.5. Counting the policy's 5 against budget.max_new_tokens = 10 would give 0."""
+    from types import SimpleNamespace
+
+    from rlcompare.algos import losses
+    from rlcompare.rollout.sampler import Completions
+    from rlcompare.train.env_rollout import overlong_lengths
+
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1, 1, 1, 0, 0]])
+    env_mask = torch.tensor([[0, 0, 1, 1, 1, 0, 0, 0, 0, 0]])
+    ep = Completions(mask.clone(), mask, None, torch.tensor([False]), torch.tensor([5]), env_mask=env_mask)
+    cfg = SimpleNamespace(budget=SimpleNamespace(max_new_tokens=10), env=SimpleNamespace(max_tokens=10))
+    lengths, max_len = overlong_lengths(ep, cfg)
+    assert lengths.tolist() == [8] and max_len == 10
+    assert losses.overlong_penalty(lengths, max_len=max_len, cache_len=4).tolist() == [-0.5]
+    single = Completions(mask.clone(), mask, None, torch.tensor([False]), torch.tensor([8]))
+    assert overlong_lengths(single, cfg)[0].tolist() == [8]  # single-turn: its own length, budget.max_new_tokens
+    assert overlong_lengths(single, SimpleNamespace(budget=SimpleNamespace(max_new_tokens=16), env=None))[1] == 16
