@@ -51,6 +51,9 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
     "verifier": ("verifier",),
     # how the held-out prompts are decoded (issue 50): fingerprinted, so a variant changing it declares it
     "eval": ("eval",),
+    # multi-turn / tool-use episodes (issue 51): the environment and its turns, budget and reward (env.*)
+    "env": ("env",),
+    "environment": ("env",),
 }
 
 

@@ -352,6 +352,22 @@ class TeacherConfig:
 
 
 @dataclass
+class EnvConfig:
+    name: str = (
+        "none"  # none: single-turn (one completion per prompt) | feedback | calc | custom (docs/environments.md)
+    )
+    target: Optional[str] = (
+        None  # custom: "module:attribute", the environment's class or factory (called with settings)
+    )
+    max_turns: int = 3  # policy turns per episode at most; an environment that never says done ends there
+    max_tokens: int = 40  # tokens after the prompt per episode at most, the policy's and the environment's
+    reward: str = "sum"  # sum: the turns' rewards summed | last: the last turn's reward
+    stop: Any = field(default_factory=list)  # strings a policy turn also ends at, kept in the turn (calc: </calc>)
+    max_observation_tokens: int = 32  # a longer observation ends its episode (env/errors/huge_observation)
+    settings: Any = field(default_factory=dict)  # keyword arguments of the environment's class
+
+
+@dataclass
 class EvalConfig:
     # when and in how big forwards: trainer.eval_every and trainer.eval_batch_size (kept there)
     samples: int = 0  # completions sampled per held-out prompt (n); 0: one greedy completion (eval/accuracy only)
@@ -391,6 +407,7 @@ class RunConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
     sweep: SweepTags = field(default_factory=SweepTags)
 
 
@@ -461,6 +478,7 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     _check_algorithm(c)
     _check_trainer(c)
     _check_eval(c)
+    _check_env(c)
     _check_budget(c)
     _check_model(c)
     _check_inputs_and_places(c)
@@ -692,6 +710,63 @@ def _check_eval(c: DictConfig) -> None:
         )
 
 
+ENV_NAMES = ("none", "feedback", "calc", "custom")  # = rlcompare.envs.builtin.NAMES (torch-free, no import here)
+ENV_REWARDS = ("sum", "last")
+
+
+def _check_env(c: DictConfig) -> None:
+    """The env group (issue 51): a known environment with settings a multi-turn rollout can run."""
+    e = c.env
+    _one_of("env.name", e.name, ENV_NAMES)
+    if e.name == "none":
+        return
+    _one_of("env.reward", e.reward, ENV_REWARDS)
+    _at_least("env.max_turns", e.max_turns, 1)
+    _at_least("env.max_tokens", e.max_tokens, 1, "it bounds the policy's and the environment's tokens per episode")
+    _at_least("env.max_observation_tokens", e.max_observation_tokens, 1)
+    if e.max_tokens < c.budget.max_new_tokens:
+        raise ConfigError(
+            f"env.max_tokens={e.max_tokens} is below budget.max_new_tokens={c.budget.max_new_tokens}: an episode "
+            f"could not hold one full policy turn; raise env.max_tokens or lower budget.max_new_tokens"
+        )
+    stops = list(e.stop) if OmegaConf.is_list(e.stop) or isinstance(e.stop, (list, tuple)) else None
+    if stops is None or not all(isinstance(x, str) and x for x in stops):
+        raise ConfigError(f"env.stop={e.stop!r} must be a list of non-empty strings (e.g. ['</calc>']) or []")
+    if e.name == "custom":
+        if not isinstance(e.target, str) or ":" not in e.target:
+            raise ConfigError(
+                f"env.target={e.target!r}: env.name=custom needs env.target='module:attribute' (the environment's class)"
+            )
+        _check_env_target(e.target)
+    elif e.target is not None:
+        raise ConfigError(f"env.target={e.target!r} applies to env.name=custom only; set env.target=null")
+    if c.eval.samples:
+        raise ConfigError(
+            f"eval.samples={c.eval.samples}: runs with env.name={e.name} evaluate greedy episodes only; set eval.samples=0"
+        )
+    if c.algorithm.advantage.estimator == "distill":
+        raise ConfigError(
+            "env.name is not supported with the distill estimator (the teacher would score the environment's tokens); set env=none"
+        )
+
+
+def _check_env_target(target: str) -> None:
+    import importlib
+
+    module, _, attr = target.partition(":")
+    try:
+        obj = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except Exception as err:
+        raise ConfigError(
+            f"env.target={target!r} cannot be loaded ({type(err).__name__}: {err}); give an importable "
+            f"'module:attribute' (the module on PYTHONPATH)"
+        ) from None
+    if not callable(obj):
+        raise ConfigError(f"env.target={target!r} is not callable; name the environment's class or factory")
+
+
 def eval_ks(e) -> list[int]:
     """The k reported for the eval settings `e` (eval.k sorted, or the powers of two up to eval.samples)."""
     if e.samples == 0:
@@ -820,7 +895,14 @@ def check_fits_context(budget, ctx: int | None, where: str, fix: str = "lower th
 
 
 def check_eval_fits_context(c, ctx: int | None, where: str) -> None:
-    """eval.max_new_tokens, when set, must fit beside budget.max_prompt_tokens in the model's `ctx` positions."""
+    """eval.max_new_tokens, when set, must fit beside budget.max_prompt_tokens in the model's `ctx` positions; so
+    must a whole episode, env.max_tokens, when an environment is set."""
+    env = c.get("env")
+    if env is not None and env.name != "none" and ctx is not None and c.budget.max_prompt_tokens + env.max_tokens > ctx:
+        raise ConfigError(
+            f"budget.max_prompt_tokens + env.max_tokens = {c.budget.max_prompt_tokens + env.max_tokens} exceeds the "
+            f"model's context {where}; lower env.max_tokens"
+        )
     e = c.eval.max_new_tokens
     need = c.budget.max_prompt_tokens + (e or 0)
     if e is not None and ctx is not None and need > ctx:

@@ -22,7 +22,7 @@ import random
 import re
 from typing import Any
 
-FORMS = ("answer", "sums", "steps")
+FORMS = ("answer", "sums", "steps", "calc")  # calc: the tool-use environment's (env=calc, prompts=chain_calc)
 
 
 def partial_sums(terms: list[int]) -> list[int]:
@@ -52,6 +52,8 @@ def write_form(terms: list[int], form: str, slip: tuple[int, int] | None = None)
     if form == "steps":
         prev = [terms[0], *sums[:-1]]
         return "\n".join(f"{a}+{t}={s}" for a, t, s in zip(prev, terms[1:], sums))
+    if form == "calc":  # a call, the tool's answer (always right), then the final answer (where a slip shows)
+        return f"<calc>{'+'.join(map(str, terms))}</calc>{sum(terms)}\n{sums[-1]}"
     raise ValueError(f"unknown chain form {form!r}; use one of: {', '.join(FORMS)}")
 
 

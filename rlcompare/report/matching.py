@@ -27,6 +27,8 @@ _COMPONENT_ALIASES = {
     "prompts": ["prompts", "init_weights_hash", "warm_start_key"],
     # fingerprint.sampling.dynamic_sampling comes from the algorithm preset
     "algorithm": ["sampling.dynamic_sampling"],
+    # the multi-turn environment (issue 51): fingerprint.json's `env`, present only when one is set
+    "environment": ["env"],
 }
 
 

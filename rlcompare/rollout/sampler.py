@@ -31,6 +31,17 @@ class Completions:
     # the speed layer's opaque handle on the sampler's projection outputs (`sample(record=True)` where
     # `fast.decoder_for` keeps them), for the first update to reuse (`fast.recorded_update_forward`); else None
     recording: fast.Recording | None = None
+    # multi-turn episodes (rlcompare.rollout.episodes): [B,T] 1 on the environment's tokens, which `mask` covers
+    # (they are context, attended) but the loss does not (`policy_mask`); None: every real token is the policy's
+    env_mask: torch.Tensor | None = None
+    # multi-turn episodes: their rewards, correct flags and end reasons (`episodes.Outcome`), read by the scoring
+    # in place of the verifier; None for single-turn completions
+    outcome: object | None = None
+
+    @property
+    def policy_mask(self) -> torch.Tensor:
+        """[B,T] 1 on the policy's own tokens: the loss mask (`mask` itself when no environment spoke)."""
+        return self.mask if self.env_mask is None else self.mask * (1 - self.env_mask)
 
     def select(self, rows: torch.Tensor) -> "Completions":
         """The completions `rows` (a [B] bool mask, CPU), on their device, with their recording."""
@@ -42,6 +53,7 @@ class Completions:
             self.truncated[at],
             self.lengths[at],
             recording=self.recording.select(rows) if self.recording is not None else None,
+            env_mask=self.env_mask[at] if self.env_mask is not None else None,
         )
 
 

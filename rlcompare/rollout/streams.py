@@ -30,6 +30,7 @@ class GroupStreams:
 
     def __init__(self, keys: list[tuple[int, ...]], group_size: int, device):
         self.group_size = group_size
+        self.keys = [tuple(k) for k in keys]  # each group's key (multi-turn episodes key their later turns by it)
         self.device = torch.device(device)
         self.generators = []
         for key in keys:

@@ -68,6 +68,7 @@ class RolloutBatch:
             comps("logp", 0.0) if parts[0].completions.logp is not None else None,
             torch.cat([p.completions.truncated for p in parts]),
             torch.cat([p.completions.lengths for p in parts]),
+            env_mask=comps("env_mask", 0) if parts[0].completions.env_mask is not None else None,
         )
         return RolloutBatch(
             prompts("prompt_ids", pad_id),

@@ -143,6 +143,8 @@ def fingerprint(cfg: DictConfig, tr) -> dict:
         # how the held-out prompts are decoded: greedy or sampled, with which settings and eval seed (arXiv
         # 2504.07086: decoding settings move scores as much as algorithms do)
         "eval": _computing(c, "eval"),
+        # multi-turn episodes (issue 51): only when an environment is set, so single-turn fingerprints stay as they were
+        **({"env": _computing(c, "env")} if c.get("env", {}).get("name", "none") != "none" else {}),
     }
 
 

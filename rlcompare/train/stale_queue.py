@@ -72,6 +72,7 @@ def _plain(q: Queued, index: dict) -> dict:
             "prompt_ids": b.prompt_ids,
             "prompt_mask": b.prompt_mask,
             **{k: getattr(b.completions, k) for k in _COMPLETION_FIELDS},
+            "env_mask": b.completions.env_mask,  # multi-turn episodes' environment tokens, else None
             "rewards": b.rewards,
             "verifier_rewards": b.verifier_rewards,
             "correct": b.correct,
@@ -118,10 +119,14 @@ def _batch(b, train_prompts: list, group_size: int, device) -> RolloutBatch:
     _need(b["mask"].shape == width, "completions' mask")
     _need(b.get("logp") is None or (tensor("logp", torch.float32, "BT") and b["logp"].shape == width), "log-probs")
     _need(tensor("truncated", torch.bool, "B") and tensor("lengths", torch.long, "B"), "completions' lengths")
-    _need(bool((b["lengths"] == b["mask"].sum(1)).all()), "completions' lengths")
+    env = b.get("env_mask")  # multi-turn episodes: their lengths count the policy's tokens only
+    _need(env is None or (tensor("env_mask", torch.long, "BT") and env.shape == width), "environment mask")
+    policy = b["mask"] if env is None else b["mask"] * (1 - env)
+    _need(bool((b["lengths"] == policy.sum(1)).all()), "completions' lengths")
     _need(tensor("rewards", torch.float32, "B") and tensor("verifier_rewards", torch.float32, "B"), "rewards")
     _need(tensor("correct", torch.bool, "B"), "correct flags")
     completions = Completions(*(None if b[k] is None else b[k].to(device) for k in _COMPLETION_FIELDS))
+    completions.env_mask = None if env is None else env.to(device)
     prompts = [train_prompts[i] for i in idx]
     prompt_ids, prompt_mask = b["prompt_ids"].to(device), b["prompt_mask"].to(device)
     return RolloutBatch(

@@ -28,7 +28,7 @@ from rlcompare.models import Policy, ReferenceModel, ValueModel, load_policy
 from rlcompare.rewards.verifiers import build_verifier, score_batch
 from rlcompare.rollout import Completions, grouped_sequence_logits, left_pad, lm_head_of, sample, sequence_logits
 from rlcompare.rollout.streams import GroupStreams, group_seed
-from rlcompare.train import evaluation, logprobs, sharding, throughput
+from rlcompare.train import env_rollout, evaluation, logprobs, sharding, throughput
 from rlcompare.train.batch import Collected, RolloutBatch, Targets, TrainerState
 from rlcompare.train.parallel import GradientSum, World, merge_metrics
 from rlcompare.train import offpolicy as off_policy
@@ -183,6 +183,7 @@ class Trainer:
         self.shuffle_gen.manual_seed(cfg.seed + 1)
         self.stream = PromptStream(self.train_prompts, cfg.prompts.data_seed)
         self.state = TrainerState()
+        self.env = env_rollout.build(cfg, self.world)  # multi-turn episodes (env.name), or None: single-turn
         # the surrogate and its typed settings (objective.total_loss's `policy`), checked once here
         self.policy_settings = losses.PolicySettings.from_knobs(
             surrogate=algo.surrogate,
@@ -238,6 +239,8 @@ class Trainer:
         only then is anything recorded for the update to rebuild from, and never for fsdp's sharded copy.
         width: the prompts' padded width (the whole round's, over several ranks: the recording's then fits the
         gathered batch); else the longest of these."""
+        if self.env is not None:  # multi-turn episodes: the same sampler, turn after turn (rlcompare.train.env_rollout)
+            return self.env.sample(self, prompts, repeat=repeat, greedy=greedy, streams=streams)
         prompt_ids, prompt_mask = left_pad([p.ids for p in prompts], self.pad_id, self.device, width)
         own = self.world.size == 1 or (trains_these and not self.world.shards)
         record = not greedy and repeat > 1 and bool(self.cfg.trainer.update_from_rollout) and own
@@ -296,6 +299,8 @@ class Trainer:
         )
 
     def _score(self, prompts: list[EncodedPrompt], completions, repeat: int):
+        if completions.outcome is not None:  # episodes: scored by their environment
+            return env_rollout.scored(completions.outcome)
         texts = self._decode(completions)
         answers = [p.example.answer for p in prompts for _ in range(repeat)]
         scores = score_batch(self.verifier, texts, answers, timeout_s=self.cfg.verifier.timeout_s)
@@ -398,9 +403,10 @@ class Trainer:
             gen_tokens += int(completions.lengths.sum())
             rewards = verifier_rewards.clone()
             if algo.overlong.soft_punishment:
+                lengths, max_len = env_rollout.overlong_lengths(completions, cfg)
                 rewards = rewards + losses.overlong_penalty(
-                    completions.lengths.cpu(),
-                    max_len=cfg.budget.max_new_tokens,
+                    lengths,
+                    max_len=max_len,
                     cache_len=algo.overlong.cache_len,
                     factor=algo.overlong.factor,
                 )
@@ -556,7 +562,7 @@ class Trainer:
         algo, completions = self.cfg.algorithm, batch.completions
         targets = Targets(
             loss_mask=objective.loss_mask(
-                completions.mask, completions.truncated, overlong_filter=algo.overlong.filter
+                completions.policy_mask, completions.truncated, overlong_filter=algo.overlong.filter
             ),
             advantages=torch.empty(0),
         )
@@ -564,7 +570,9 @@ class Trainer:
             targets.ref_logp = self._token_logp_by_rank(batch, self.ref)
         kl = None  # KL in the reward: -beta * sg(kl_t) on each real token, from the sampler's log-probs
         if targets.ref_logp is not None and algo.kl.placement == "in_reward":
-            kl = objective.reward_kl(completions.logp, targets.ref_logp, completions.mask, estimator=algo.kl.estimator)
+            kl = objective.reward_kl(
+                completions.logp, targets.ref_logp, completions.policy_mask, estimator=algo.kl.estimator
+            )
         values = teacher_logp = None
         if algo.advantage.estimator == "gae":  # PPO: the critic's values at rollout time
             values = self._by_rank(batch, self._values_of(batch))
@@ -573,7 +581,7 @@ class Trainer:
         est = objective.advantages(
             algo.advantage.estimator,
             batch.rewards.to(self.device),
-            completions.mask,
+            completions.policy_mask,
             group_size=self.cfg.trainer.group_size,
             scale=algo.advantage.scale,
             std_ddof=algo.advantage.std_ddof,
@@ -629,7 +637,7 @@ class Trainer:
             ids, mask = completions.ids[r], completions.mask[r]
             return (
                 run_on(lambda m: self._completion_stats(m, batch.prompt_ids[r], batch.prompt_mask[r], ids, mask))[0]
-                * mask
+                * completions.policy_mask[r]  # 0 on padding and on an episode's environment tokens
             )
 
         return self._by_rank(batch, logp)
@@ -813,7 +821,7 @@ class Trainer:
         """Idle-row skipping (trainer.skip_zero_advantage): the rows not computed still count, with objective 0, in
         the token means."""
         if len(idle_rows):
-            idle_mask = batch.completions.mask[idle_rows]
+            idle_mask = batch.completions.policy_mask[idle_rows]
             metrics.add("objective_per_token", 0.0, weight=float(idle_mask.sum()), kind="weighted")
             metrics.add("objective_per_response", 0.0, weight=_responses(idle_mask), kind="weighted")
 
@@ -833,16 +841,17 @@ class Trainer:
         algo, train_cfg = self.cfg.algorithm, self.cfg.trainer
         completions = batch.completions
         ids, mask, loss_mask = completions.ids[idx], completions.mask[idx], targets.loss_mask[idx]
+        own = completions.policy_mask[idx]  # the policy's tokens (mask less the environment's, in episodes)
         # the entropy bonus needs its gradient; otherwise it is a metric (and DHPO's mix weight): no graph
         logp, entropy = self._update_stats(batch, idx, plan.grouped, first_minibatch, algo.entropy_coef > 0)
-        logp = logp * mask
+        logp = logp * own
         old = old_logp[idx] if old_logp is not None else logp.detach()
         if selection is None:
             selection = self._token_selection(targets, idx, logp.detach(), old, entropy.detach())
         token_weight, extra = self._token_weight(targets, idx, loss_mask, selection.get("keep"))
         if off_policy.logs_gap(algo, self.cfg.rollout):  # |log pi_theta / pi_behav| of the policy being updated
             extra.update(
-                off_policy.gap_metrics(logp, completions.logp[idx] if completions.logp is not None else None, mask)
+                off_policy.gap_metrics(logp, completions.logp[idx] if completions.logp is not None else None, own)
             )
         mixes_entropy = algo.ratio == "hybrid" and algo.clip.mix == "entropy"
         values = (
@@ -859,7 +868,7 @@ class Trainer:
             logp,
             old,
             targets.advantages[idx],
-            mask,
+            own,
             loss_mask,
             aggregation=algo.aggregation,
             norm=norm,
@@ -883,7 +892,7 @@ class Trainer:
             loss = loss * float("nan")
         total = float(loss.detach())
         loss.backward()
-        _add_micro_metrics(metrics, parts, extra, mask, entropy.detach())
+        _add_micro_metrics(metrics, parts, extra, own, entropy.detach())
         return total
 
     def _update_stats(self, batch: RolloutBatch, idx, grouped: bool, first_minibatch: bool, entropy_grad: bool):
@@ -978,7 +987,7 @@ class Trainer:
                 grouped=grouped,
                 entropy=True,
             )
-            logps.append(logp * mask)
+            logps.append(logp * completions.policy_mask[idx])
             entropies.append(entropy)
         rows = torch.cat(micro)
         logp = torch.cat(logps)
@@ -1022,6 +1031,7 @@ class Trainer:
             "sampling/rounds": collected.rounds,
             "sampling/groups_drawn": collected.groups_drawn,
             "sampling/groups_dropped": collected.groups_dropped,
+            **(self.env.metrics() if self.env is not None else {}),  # tokens/env, env/* (episodes)
         }
 
     def _batch_metrics(self, batch: RolloutBatch) -> dict[str, Any]:
