@@ -1,7 +1,8 @@
 """Drive a `verifiers` (PrimeIntellect, PyPI 0.4) environment through rlcompare's `Environment` (#51).
 
-verifiers 0.4 has no `MultiTurnEnv` any more (`env_response` / `is_completed` / `Rubric` were verifiers <= 0.1's
-API; 0.4 ships only `verifiers.v1`). A v1 environment is a `Taskset` (its `Task`s, each scoring a finished `Trace`
+verifiers 0.4.0's wheel has no `MultiTurnEnv` any more (`env_response` / `is_completed` / `Rubric`, in
+`verifiers/envs/multiturn_env.py` up to 0.3.0, moved to `verifiers.legacy` in the repository and left out of the
+wheel): it ships only `verifiers.v1`, and that is what this adapter drives. A v1 environment is a `Taskset` (its `Task`s, each scoring a finished `Trace`
 with its `@vf.reward` methods) and an `Env` whose `async run(task, agents)` is the episode's control flow: it
 calls `agents.<role>.interaction(task)` and `await interaction.turn(text)` to hand the model a user turn and get
 the model's reply. The model is called from inside the environment, so this adapter inverts the control:
@@ -21,10 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import itertools
+import json
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rlcompare.data.types import Example
@@ -34,7 +38,7 @@ TASK_KEY = "vf_task"  # Example.meta key: the task's position in the taskset's i
 
 
 class VerifiersSetupError(ValueError):
-    """A bad `env.*` setting for a verifiers environment (raised before any episode runs)."""
+    """A bad `env.settings.*` value for a verifiers environment (raised before any episode runs)."""
 
 
 @dataclass(frozen=True)
@@ -43,24 +47,29 @@ class VerifiersSettings:
     env_id: str = ""  # verifiers' `--env.id` (an Env package); "" = the taskset's own Env, else SingleAgentEnv
     env_args: dict = field(default_factory=dict)  # the taskset config's fields (verifiers' `--env.taskset.*`)
     role: str = ""  # the env's agent seat the policy plays; "" = its only seat
-    turn_timeout_s: float = 60.0  # longest the env may take to answer one turn (then the episode ends, recorded)
+    turn_timeout_s: float = 60.0  # longest the env may take on one turn (then VerifiersEpisodeError from step)
 
 
 def settings_from(cfg: Mapping[str, Any]) -> VerifiersSettings:
-    """`env.*` keys -> settings, with one-line errors naming the key and the fix (no verifiers import)."""
+    """`env.settings.*` -> settings, with one-line errors naming the key and the fix (no verifiers import)."""
     known = set(VerifiersSettings.__dataclass_fields__)
-    unknown = sorted(set(cfg) - known - {"kind", "max_turns", "max_tokens"})
+    unknown = sorted(set(cfg) - known)
     if unknown:
-        raise VerifiersSetupError(f"env.{unknown[0]}: not a verifiers adapter key; known: {sorted(known)}")
+        raise VerifiersSetupError(f"env.settings.{unknown[0]}: not a verifiers adapter key; known: {sorted(known)}")
     module = cfg.get("module") or ""
     if not isinstance(module, str) or not module.strip():
-        raise VerifiersSetupError("env.module: set it to the verifiers taskset's import name (env.module=my_taskset)")
+        raise VerifiersSetupError(
+            "env.settings.module: set it to the verifiers taskset's import name (env.settings.module=my_taskset)"
+        )
     args = cfg.get("env_args") or {}
     if not isinstance(args, Mapping):
-        raise VerifiersSetupError(f"env.env_args: a mapping of the taskset's config fields, not {args!r}")
-    timeout = float(cfg.get("turn_timeout_s", 60.0))
+        raise VerifiersSetupError(f"env.settings.env_args: a mapping of the taskset's config fields, not {args!r}")
+    try:
+        timeout = float(cfg.get("turn_timeout_s", 60.0))
+    except (TypeError, ValueError):
+        timeout = math.nan
     if not (math.isfinite(timeout) and timeout > 0):
-        raise VerifiersSetupError(f"env.turn_timeout_s={timeout}: must be a positive number of seconds")
+        raise VerifiersSetupError(f"env.settings.turn_timeout_s={timeout}: must be a positive number of seconds")
     return VerifiersSettings(
         module.strip(), str(cfg.get("env_id") or ""), dict(args), str(cfg.get("role") or ""), timeout
     )
@@ -81,7 +90,9 @@ def load_env(settings: VerifiersSettings):
         env = vf.load_environment(vf.resolve_env_config(raw))
     except (ImportError, TypeError, ValueError, AttributeError) as e:  # pydantic's ValidationError is a ValueError
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise VerifiersSetupError(f"env.module={settings.module!r} / env.env_args: verifiers refused it: {first}")
+        raise VerifiersSetupError(
+            f"env.settings.module={settings.module!r} / env.settings.env_args: verifiers refused it: {first}"
+        )
     _check_role(env, settings.role)
     return env
 
@@ -89,9 +100,11 @@ def load_env(settings: VerifiersSettings):
 def _check_role(env, role: str) -> str:
     seats = list(env._agent_specs)
     if role and role not in seats:
-        raise VerifiersSetupError(f"env.role={role!r}: this verifiers env's seats are {seats}; pick one")
+        raise VerifiersSetupError(f"env.settings.role={role!r}: this verifiers env's seats are {seats}; pick one")
     if not role and len(seats) != 1:
-        raise VerifiersSetupError(f"env.role: this verifiers env has seats {seats}; name the one the policy plays")
+        raise VerifiersSetupError(
+            f"env.settings.role: this verifiers env has seats {seats}; name the one the policy plays"
+        )
     return role or seats[0]
 
 
@@ -106,34 +119,36 @@ def verifiers_examples(env, limit: int | None = None) -> list[Example]:
     return out
 
 
-class VerifiersEnvFactory:
-    """`factory(example) -> VerifiersEnvironment`, one per episode. Picklable: holds settings only; each worker
-    process loads the env once, on its first episode."""
-
-    def __init__(self, settings: VerifiersSettings, env=None):
-        self.settings = settings
-        self._env = env
-
-    def env(self):
-        if self._env is None:
-            self._env = load_env(self.settings)
-        return self._env
-
-    def __getstate__(self):
-        return {"settings": self.settings, "_env": None}
-
-    def __call__(self, example: Example) -> VerifiersEnvironment:
-        return VerifiersEnvironment(self, example)
+_LOADED: dict[VerifiersSettings, Any] = {}  # one loaded env per process and settings (a worker reuses it)
 
 
-def build_verifiers_env(cfg: Mapping[str, Any], *, load: bool = True) -> VerifiersEnvFactory:
-    """The builder the env config calls for `env.kind=verifiers`: checks the keys, loads the env once (so a bad
-    module or argument fails before anything heavy), returns the per-episode factory."""
+def loaded_env(settings: VerifiersSettings):
+    key = replace(settings, env_args=json.dumps(settings.env_args, sort_keys=True, default=str))
+    if key not in _LOADED:
+        _LOADED[key] = load_env(settings)
+    return _LOADED[key]
+
+
+def build_verifiers_env(cfg: Mapping[str, Any]) -> Callable[[Example], VerifiersEnv]:
+    """The check and builder for the env config: the `env.settings` keys checked and the env loaded once (a bad
+    module, argument or seat fails here, before anything heavy); returns `factory(example) -> Environment`."""
     settings = settings_from(cfg)
-    factory = VerifiersEnvFactory(settings)
-    if load:
-        factory.env()
-    return factory
+    loaded_env(settings)
+    return functools.partial(_for_example, dataclasses.asdict(settings))
+
+
+def _for_example(settings: dict, example: Example) -> VerifiersEnv:
+    return VerifiersEnv(**settings)
+
+
+def export_prompts(path: str, module: str, env_args: Mapping | None = None, env_id: str = "", limit=None) -> int:
+    """The taskset's tasks as a prompt file for `prompts.kind=file` (`{"question": prompt text, "answer": task
+    position}` per line); returns the number of rows written."""
+    env = loaded_env(settings_from({"module": module, "env_args": dict(env_args or {}), "env_id": env_id}))
+    rows = [{"question": e.prompt, "answer": str(e.meta[TASK_KEY])} for e in verifiers_examples(env, limit)]
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    return len(rows)
 
 
 def _text_of(message) -> str:
@@ -235,24 +250,43 @@ class _Agents:
     def __getattr__(self, name: str):
         policy = self.__dict__.get("_policy")
         if policy is None or name != policy.name:
-            raise AttributeError(f"seat {name!r} needs a model: only the policy's seat (env.role) is driven here")
+            raise AttributeError(
+                f"seat {name!r} needs a model: only the policy's seat (env.settings.role) is driven here"
+            )
         return policy
 
 
-class VerifiersEnvironment:
-    """One episode of a verifiers env as an rlcompare `Environment`: `reset` starts the env's `run(task, agents)` on
-    an event loop of its own and runs it to its first request for the policy; each `step` resumes it with the
-    policy's text until its next request (an observation) or its end (done, the task's score as the reward). The
-    env raising, or taking over `env.turn_timeout_s` on one turn, ends the episode with reward 0 and the reason in
-    `info["error"]`. Picklable until `reset` (a live episode holds its loop)."""
+class VerifiersEpisodeError(RuntimeError):
+    """The verifiers env failed in an episode (raised, took over `turn_timeout_s` on a turn, its scoring raised):
+    raised from `step` so that the rollout's runner ends the episode and counts the reason (env/errors/raised)."""
 
-    def __init__(self, factory: VerifiersEnvFactory, example: Example):
-        if TASK_KEY not in example.meta:
-            raise VerifiersSetupError(
-                f"env=verifiers: the example has no meta[{TASK_KEY!r}]; use the verifiers env's own prompts "
-                "(prompts=verifiers, built by verifiers_examples)"
-            )
-        self.factory, self.example = factory, example
+
+def task_for(env, example: Example):
+    """The verifiers task an example stands for: `meta["vf_task"]` (verifiers_examples), else the task position a
+    prompt file of `export_prompts` holds as the answer (its prompt text must be in the example's prompt)."""
+    idx = example.meta.get(TASK_KEY)
+    from_file = idx is None and example.answer.strip().isdigit()
+    if from_file:
+        idx = int(example.answer)
+    task = next(itertools.islice(iter(env.taskset), idx, None), None) if isinstance(idx, int) else None
+    if task is None or (from_file and task.data.prompt_text not in example.prompt):
+        raise VerifiersSetupError(
+            f"env.settings.module: no task of the verifiers taskset matches the example {example.prompt[:60]!r}; use "
+            "its own prompts (export_prompts(...) then prompts.kind=file prompts.path=<that file>)"
+        )
+    return task
+
+
+class VerifiersEnv:
+    """One episode of a verifiers env as an rlcompare `Environment` (`env.name=custom env.target=
+    rlcompare.envs.verifiers_adapter:VerifiersEnv env.settings.module=<taskset import name>`). `reset` starts the
+    env's `run(task, agents)` on an event loop of its own and runs it to its first request for the policy; each
+    `step` resumes it with the policy's text until its next request (an observation) or its end (done, the task's
+    weighted reward sum, NaN passed on for the runner to refuse). Deterministic given the env's code: the runner
+    replays an episode's turns in a fresh object. Picklable until `reset` (a live episode holds its loop)."""
+
+    def __init__(self, **settings: Any):
+        self.settings = settings_from(settings)
         self._loop = self._run = self._exchange = None
         self._traces: list = []
         self._done = False
@@ -263,22 +297,14 @@ class VerifiersEnvironment:
             raise TypeError("a verifiers episode cannot be pickled once reset (it holds its event loop)")
         return self.__dict__
 
-    def _task(self):
-        env, idx = self.factory.env(), self.example.meta[TASK_KEY]
-        task = next(itertools.islice(iter(env.taskset), idx, None), None)
-        if task is None:
-            raise VerifiersSetupError(f"env=verifiers: the taskset has no task {idx} (meta[{TASK_KEY!r}])")
-        return env, task
-
     def reset(self, example: Example, seed: int) -> str:
         self.close()
-        self.example = example
-        env, task = self._task()
-        role = _check_role(env, self.factory.settings.role)
+        env = loaded_env(self.settings)
+        task = task_for(env, example)
         self._loop = asyncio.new_event_loop()
         self._exchange = _Exchange(self._loop)
         self._traces, self._done, self._final = [], False, None
-        agents = _Agents(_PolicyAgent(role, self._exchange, self._traces))
+        agents = _Agents(_PolicyAgent(_check_role(env, self.settings.role), self._exchange, self._traces))
         self._run = self._loop.create_task(env.run(task, agents))
         result = self._advance()
         if result.done:  # the env ended without asking the policy anything: step() reports it
@@ -287,7 +313,7 @@ class VerifiersEnvironment:
         return result.observation
 
     def step(self, policy_text: str) -> StepResult:
-        if self._final is not None:  # the env ended in reset, before asking the policy anything
+        if self._final is not None:
             result, self._final = self._final, None
             return result
         if self._done or self._loop is None:
@@ -296,50 +322,44 @@ class VerifiersEnvironment:
         return self._advance()
 
     def _advance(self) -> StepResult:
-        waiting = {self._run, self._exchange.observation}
+        waiting, limit = {self._run, self._exchange.observation}, self.settings.turn_timeout_s
         try:
-            done, _ = self._loop.run_until_complete(
-                asyncio.wait(waiting, timeout=self.factory.settings.turn_timeout_s, return_when="FIRST_COMPLETED")
-            )
-        except BaseException as e:  # KeyboardInterrupt etc.: clean up, then let it through
+            done, _ = self._loop.run_until_complete(asyncio.wait(waiting, timeout=limit, return_when="FIRST_COMPLETED"))
+        except BaseException:  # KeyboardInterrupt etc.: clean up, then let it through
             self.close()
-            raise e
+            raise
         if self._exchange.observation in done:
             return StepResult(self._exchange.observation.result(), 0.0, False)
         if not done:
-            return self._end(
-                0.0,
-                {"error": f"timeout: the verifiers env took over {self.factory.settings.turn_timeout_s}s on one turn"},
-            )
+            self._fail(f"timeout: the verifiers env took over {limit}s on one turn")
         if self._run.exception() is not None:
             e = self._run.exception()
-            return self._end(0.0, {"error": f"verifiers env raised {type(e).__name__}: {e}"[:500]})
+            self._fail(f"verifiers env raised {type(e).__name__}: {e}")
         return self._score()
 
     def _score(self) -> StepResult:
         if not self._traces:
-            return self._end(
-                0.0, {"error": "the verifiers env ended without opening an interaction on the policy's seat"}
-            )
+            self._fail("the verifiers env ended without opening an interaction on the policy's seat")
         task, trace = self._traces[-1]
         try:
-            self._loop.run_until_complete(asyncio.wait_for(task.score(trace), self.factory.settings.turn_timeout_s))
+            self._loop.run_until_complete(asyncio.wait_for(task.score(trace), self.settings.turn_timeout_s))
         except Exception as e:
-            return self._end(0.0, {"error": f"verifiers task scoring raised {type(e).__name__}: {e}"[:500]})
+            self._fail(f"verifiers task scoring raised {type(e).__name__}: {e}")
         rewards = {name: (r.score if r is not None else None) for name, r in trace.rewards.items()}
-        reward = trace.reward
-        if not math.isfinite(reward):
-            return self._end(0.0, {"error": f"verifiers reward is not finite ({reward})", "vf_rewards": rewards})
-        return self._end(float(reward), {"vf_rewards": rewards, "vf_metrics": dict(trace.metrics)})
-
-    def _end(self, reward: float, info: dict) -> StepResult:
+        reward = float(trace.reward)
         self._done = True
         self.close()
+        info = {"correct": bool(reward > 0), "vf_rewards": rewards, "vf_metrics": dict(trace.metrics)}
         return StepResult(None, reward, True, info)
 
+    def _fail(self, reason: str):
+        self._done = True
+        self.close()
+        raise VerifiersEpisodeError(reason[:500])
+
     def close(self) -> None:
-        """Cancel a live episode's `run` and close its loop (the rollout calls it when it stops an episode early;
-        it is also called at the episode's end)."""
+        """Cancel a live episode's `run` and close its loop (at the episode's end; the rollout may call it when it
+        stops an episode early, and an object dropped mid-episode closes on collection)."""
         if self._loop is None:
             return
         if self._run is not None and not self._run.done():

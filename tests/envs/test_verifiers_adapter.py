@@ -9,6 +9,7 @@ Rewards, worked by hand: `solved` (weight 1) is 1 when the last guess is the sec
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import pickle
 import sys
@@ -17,11 +18,16 @@ import pytest
 
 vf = pytest.importorskip("verifiers.v1", reason="the verifiers extra is not installed (pip install .[verifiers])")
 
+from rlcompare.data.types import Example  # noqa: E402
 from rlcompare.envs.base import Environment  # noqa: E402
 from rlcompare.envs.verifiers_adapter import (  # noqa: E402
     TASK_KEY,
+    VerifiersEnv,
+    VerifiersEpisodeError,
     VerifiersSetupError,
     build_verifiers_env,
+    export_prompts,
+    loaded_env,
     settings_from,
     verifiers_examples,
 )
@@ -80,20 +86,21 @@ class GuessEnv(vf.SingleAgentEnv):
 __all__ = ["GuessTaskset", "GuessEnv"]
 
 
-def _episode(cfg=None, game=0):
-    factory = build_verifiers_env({"kind": "verifiers", "module": MODULE, **(cfg or {})})
-    examples = verifiers_examples(factory.env())
-    env = factory(examples[game])
-    return env, examples[game], env.reset(examples[game], seed=0)
+def _episode(settings=None, game=0):
+    settings = {"module": MODULE, **(settings or {})}
+    factory = build_verifiers_env(settings)
+    example = verifiers_examples(loaded_env(settings_from(settings)))[game]
+    env = factory(example)
+    return env, example, env.reset(example, seed=0)
 
 
 def test_the_taskset_becomes_prompts_and_each_task_an_episode():
-    factory = build_verifiers_env({"module": MODULE, "env_args": {"secrets": [6, 2, 9]}})
-    examples = verifiers_examples(factory.env())
+    settings = {"module": MODULE, "env_args": {"secrets": [6, 2, 9]}}
+    examples = verifiers_examples(loaded_env(settings_from(settings)))
     assert [e.prompt for e in examples] == [f"Guess my number from 1 to 9 (game {i})." for i in range(3)]
     assert [e.meta[TASK_KEY] for e in examples] == [0, 1, 2]
-    assert verifiers_examples(factory.env(), limit=2) == examples[:2]
-    assert isinstance(factory(examples[0]), Environment)
+    assert verifiers_examples(loaded_env(settings_from(settings)), limit=2) == examples[:2]
+    assert isinstance(build_verifiers_env(settings)(examples[0]), Environment)
 
 
 def test_a_scripted_game_gets_the_env_replies_and_the_tasks_weighted_reward():
@@ -107,6 +114,7 @@ def test_a_scripted_game_gets_the_env_replies_and_the_tasks_weighted_reward():
     assert r3.observation is None and r3.done
     assert r3.reward == pytest.approx(1.0 + 0.5 / 3)
     assert r3.info["vf_rewards"] == pytest.approx({"solved": 1.0, "brevity": 1 / 3})
+    assert r3.info["correct"] is True
     with pytest.raises(RuntimeError, match="after the episode ended"):
         env.step("6")
 
@@ -117,6 +125,7 @@ def test_running_out_of_guesses_ends_unsolved():
     assert [r.observation for r in results[:4]] == ["lower", "lower", "lower", "higher"]
     assert [r.done for r in results] == [False, False, False, False, True]
     assert results[-1].reward == pytest.approx(0.5 * (1 / 5))
+    assert results[-1].info["vf_rewards"] == pytest.approx({"solved": 0.0, "brevity": 0.2})
 
 
 def test_a_user_opened_task_gives_the_opening_turn_from_reset():
@@ -125,24 +134,33 @@ def test_a_user_opened_task_gives_the_opening_turn_from_reset():
     assert env.step("6").reward == pytest.approx(1.0 + 0.5)
 
 
+def test_replaying_an_episode_in_a_fresh_object_gives_the_same_steps():
+    # the rollout's runner rebuilds an episode in its worker: a new VerifiersEnv(**settings), reset, the turns so far
+    env, example, _ = _episode()
+    first = [env.step(g) for g in ["3", "8"]]
+    again = VerifiersEnv(module=MODULE)
+    assert again.reset(example, seed=0) == ""
+    assert [again.step(g) for g in ["3", "8"]] == first
+
+
 def test_an_env_that_raises_ends_its_episode_with_the_reason():
     env, _, _ = _episode({"env_args": {"mode": "raise"}})
-    r = env.step("3")
-    assert (r.observation, r.reward, r.done) == (None, 0.0, True)
-    assert r.info["error"] == "verifiers env raised RuntimeError: the board broke"
+    with pytest.raises(VerifiersEpisodeError, match="^verifiers env raised RuntimeError: the board broke$"):
+        env.step("3")
+    with pytest.raises(RuntimeError, match="after the episode ended"):
+        env.step("3")
 
 
 def test_an_env_that_hangs_is_stopped_after_the_turn_timeout():
     env, _, _ = _episode({"env_args": {"mode": "hang"}, "turn_timeout_s": 0.2})
-    r = env.step("3")
-    assert r.done and r.reward == 0.0 and r.info["error"].startswith("timeout: the verifiers env took over 0.2s")
+    with pytest.raises(VerifiersEpisodeError, match="^timeout: the verifiers env took over 0.2s on one turn"):
+        env.step("3")
 
 
-def test_a_nan_reward_is_refused_and_recorded():
+def test_a_nan_reward_is_passed_on_for_the_runner_to_refuse():
     env, _, _ = _episode({"env_args": {"mode": "nan"}})
     r = env.step("6")
-    assert r.done and r.reward == 0.0 and "not finite" in r.info["error"]
-    assert math.isnan(r.info["vf_rewards"]["solved"])
+    assert r.done and math.isnan(r.reward) and math.isnan(r.info["vf_rewards"]["solved"])
 
 
 def test_an_episode_stopped_early_is_closed_and_a_reset_starts_afresh():
@@ -153,44 +171,51 @@ def test_an_episode_stopped_early_is_closed_and_a_reset_starts_afresh():
     assert env.step("6").reward == pytest.approx(1.5)
 
 
-def test_the_factory_and_a_fresh_episode_pickle_a_live_one_refuses():
-    factory = build_verifiers_env({"module": MODULE})
-    example = verifiers_examples(factory.env())[0]
-    env = pickle.loads(pickle.dumps(factory(example)))  # sent to a worker before reset; the env reloads there
-    assert env.reset(example, seed=0) == "" and env.step("6").done
-    live = factory(example)
-    live.reset(example, seed=0)
+def test_a_fresh_episode_pickles_a_live_one_refuses():
+    env, example, _ = _episode()
     with pytest.raises(TypeError, match="cannot be pickled once reset"):
-        pickle.dumps(live)
-    live.close()
+        pickle.dumps(env)
+    env.close()
+    fresh = pickle.loads(pickle.dumps(VerifiersEnv(module=MODULE)))
+    assert fresh.reset(example, seed=0) == "" and fresh.step("6").done
+
+
+def test_a_prompt_file_of_the_taskset_drives_the_same_tasks(tmp_path):
+    path = tmp_path / "guess.jsonl"
+    assert export_prompts(str(path), MODULE, {"secrets": [6, 2]}) == 2
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert rows == [{"question": f"Guess my number from 1 to 9 (game {i}).", "answer": str(i)} for i in range(2)]
+    env = VerifiersEnv(module=MODULE)
+    example = Example(prompt="Q: " + rows[1]["question"], answer=rows[1]["answer"])  # a template around it
+    env.reset(example, seed=0)
+    assert env.step("2").reward == pytest.approx(1.5)  # game 1's secret is 2
+    with pytest.raises(VerifiersSetupError, match="no task of the verifiers taskset matches"):
+        env.reset(Example(prompt=rows[0]["question"], answer="1"), seed=0)  # answer and prompt disagree
+    with pytest.raises(VerifiersSetupError, match="prompts.kind=file"):
+        env.reset(Example(prompt="2+2=", answer="4"), seed=0)
 
 
 @pytest.mark.parametrize(
-    "cfg, message",
+    "settings, message",
     [
-        ({}, "env.module: set it"),
-        ({"module": MODULE, "modul": "x"}, "env.modul: not a verifiers adapter key"),
-        ({"module": MODULE, "turn_timeout_s": 0}, "env.turn_timeout_s=0.0: must be a positive"),
-        ({"module": MODULE, "env_args": [1]}, "env.env_args: a mapping"),
+        ({}, "env.settings.module: set it"),
+        ({"module": MODULE, "modul": "x"}, "env.settings.modul: not a verifiers adapter key"),
+        ({"module": MODULE, "turn_timeout_s": 0}, "env.settings.turn_timeout_s=0.0: must be a positive"),
+        ({"module": MODULE, "turn_timeout_s": "soon"}, "env.settings.turn_timeout_s=nan: must be a positive"),
+        ({"module": MODULE, "env_args": [1]}, "env.settings.env_args: a mapping"),
     ],
 )
-def test_bad_settings_name_the_key(cfg, message):
+def test_bad_settings_name_the_key(settings, message):
     with pytest.raises(VerifiersSetupError, match=message):
-        settings_from(cfg)
+        settings_from(settings)
+    with pytest.raises(VerifiersSetupError, match=message):
+        VerifiersEnv(**settings)
 
 
-def test_a_module_that_is_not_installed_or_a_wrong_role_is_refused_before_any_episode():
-    with pytest.raises(VerifiersSetupError, match="env.module='no_such_taskset_xyz'"):
+def test_a_module_that_is_not_installed_or_a_wrong_seat_is_refused_before_any_episode():
+    with pytest.raises(VerifiersSetupError, match="env.settings.module='no_such_taskset_xyz'"):
         build_verifiers_env({"module": "no_such_taskset_xyz"})
-    with pytest.raises(VerifiersSetupError, match=r"env.role='solver': this verifiers env's seats are \['agent'\]"):
+    with pytest.raises(VerifiersSetupError, match=r"env.settings.role='solver': this verifiers env's seats are"):
         build_verifiers_env({"module": MODULE, "role": "solver"})
-    with pytest.raises(VerifiersSetupError, match="env.module=.*verifiers refused it"):
+    with pytest.raises(VerifiersSetupError, match="env.settings.module=.*verifiers refused it"):
         build_verifiers_env({"module": MODULE, "env_args": {"secrets": "six"}})
-
-
-def test_an_example_from_another_prompt_set_is_refused():
-    factory = build_verifiers_env({"module": MODULE})
-    from rlcompare.data.types import Example
-
-    with pytest.raises(VerifiersSetupError, match="prompts=verifiers"):
-        factory(Example(prompt="2+2", answer="4"))
