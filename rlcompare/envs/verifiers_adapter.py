@@ -27,6 +27,7 @@ import functools
 import itertools
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -34,6 +35,7 @@ from typing import Any
 from rlcompare.data.types import Example
 from rlcompare.envs.base import StepResult
 
+_TOP_LEVEL = re.compile(r"([\w-]+/)?[A-Za-z_][\w-]*(@[\w.+-]+)?")  # verifiers' ids: [owner/]name[@version]
 TASK_KEY = "vf_task"  # Example.meta key: the task's position in the taskset's iteration (verifiers_examples)
 
 
@@ -60,6 +62,11 @@ def settings_from(cfg: Mapping[str, Any]) -> VerifiersSettings:
     if not isinstance(module, str) or not module.strip():
         raise VerifiersSetupError(
             "env.settings.module: set it to the verifiers taskset's import name (env.settings.module=my_taskset)"
+        )
+    if not _TOP_LEVEL.fullmatch(module.strip()):
+        raise VerifiersSetupError(
+            f"env.settings.module={module!r}: verifiers loads a taskset by a top-level import name (an installed "
+            "package, e.g. my_taskset, or a hub id owner/my-taskset@0.1); a dotted path is not found by its loader"
         )
     args = cfg.get("env_args") or {}
     if not isinstance(args, Mapping):

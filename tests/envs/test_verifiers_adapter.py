@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import pickle
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -203,6 +205,7 @@ def test_a_prompt_file_of_the_taskset_drives_the_same_tasks(tmp_path):
         ({"module": MODULE, "turn_timeout_s": 0}, "env.settings.turn_timeout_s=0.0: must be a positive"),
         ({"module": MODULE, "turn_timeout_s": "soon"}, "env.settings.turn_timeout_s=nan: must be a positive"),
         ({"module": MODULE, "env_args": [1]}, "env.settings.env_args: a mapping"),
+        ({"module": "mypkg.envs.guess"}, "env.settings.module='mypkg.envs.guess': verifiers loads a taskset by a top"),
     ],
 )
 def test_bad_settings_name_the_key(settings, message):
@@ -219,3 +222,28 @@ def test_a_module_that_is_not_installed_or_a_wrong_seat_is_refused_before_any_ep
         build_verifiers_env({"module": MODULE, "role": "solver"})
     with pytest.raises(VerifiersSetupError, match="env.settings.module=.*verifiers refused it"):
         build_verifiers_env({"module": MODULE, "env_args": {"secrets": "six"}})
+
+
+def test_episodes_through_the_rollouts_worker_pool(tmp_path, monkeypatch):
+    """The env engineer's runner (rlcompare.envs.runner, after the merge): `env.name=custom` with the adapter as
+    `env.target`, each step replayed in a fresh worker interpreter under the verifier's limits. The workers import
+    this file's env under its alias through a one-line module on their PYTHONPATH."""
+    runner = pytest.importorskip("rlcompare.envs.runner", reason="the multi-turn runner is on the env branch")
+    (tmp_path / f"{MODULE}.py").write_text(
+        f"from {__name__} import *  # noqa\nfrom {__name__} import __all__  # noqa\n"
+    )
+    here = str(Path(__file__).parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), here, os.environ.get("PYTHONPATH", "")]))
+    spec = {"name": "custom", "target": "rlcompare.envs.verifiers_adapter:VerifiersEnv", "settings": {"module": MODULE}}
+    examples = verifiers_examples(loaded_env(settings_from(spec["settings"])))
+    replay = runner.EnvReplay(spec, workers=1)
+    try:
+        # the first call in a worker imports verifiers (about 12 s on a busy 2-core host): hence the long limit
+        s = runner.EnvSession(replay, examples, [0, 0], timeout_s=120.0, batch_timeout_s=300.0)
+        assert [r.observation for r in s.reset()] == ["", ""]
+        assert [(r.observation, r.done) for r in s.step([0, 1], ["3", "2"])] == [("higher", False), (None, True)]
+        last = s.step([0], ["6"])[0]  # episode 0 replayed: reset, "3", "6"
+        assert (last.observation, last.done, last.info) == (None, True, {"correct": True})
+        assert last.reward == pytest.approx(1.0 + 0.5 / 2)
+    finally:
+        replay.close()
