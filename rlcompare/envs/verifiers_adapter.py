@@ -299,6 +299,11 @@ class VerifiersEnv:
         self._done = False
         self._final: StepResult | None = None
 
+    @staticmethod
+    def check(settings: Mapping[str, Any]) -> None:
+        """For the env config's check (before anything heavy): the settings' keys, the env loaded, the seat."""
+        build_verifiers_env(settings)
+
     def __getstate__(self):
         if self._loop is not None:
             raise TypeError("a verifiers episode cannot be pickled once reset (it holds its event loop)")
