@@ -737,7 +737,7 @@ def _check_env(c: DictConfig) -> None:
             raise ConfigError(
                 f"env.target={e.target!r}: env.name=custom needs env.target='module:attribute' (the environment's class)"
             )
-        _check_env_target(e.target)
+        _check_env_target(e.target, e.settings)
     elif e.target is not None:
         raise ConfigError(f"env.target={e.target!r} applies to env.name=custom only; set env.target=null")
     if c.eval.samples:
@@ -750,7 +750,9 @@ def _check_env(c: DictConfig) -> None:
         )
 
 
-def _check_env_target(target: str) -> None:
+def _check_env_target(target: str, settings: Any) -> None:
+    """The target loads and is callable; a target with a `check(settings)` (the verifiers adapter's) refuses bad
+    `env.settings` here, before anything heavy, instead of in every episode's worker."""
     import importlib
 
     module, _, attr = target.partition(":")
@@ -765,6 +767,13 @@ def _check_env_target(target: str) -> None:
         ) from None
     if not callable(obj):
         raise ConfigError(f"env.target={target!r} is not callable; name the environment's class or factory")
+    check = getattr(obj, "check", None)
+    if callable(check):
+        plain = OmegaConf.to_container(settings) if OmegaConf.is_config(settings) else dict(settings or {})
+        try:
+            check(plain)
+        except ValueError as err:  # the target's own one-line message names the env.settings key
+            raise ConfigError(str(err).splitlines()[0]) from None
 
 
 def eval_ks(e) -> list[int]:

@@ -247,3 +247,15 @@ def test_episodes_through_the_rollouts_worker_pool(tmp_path, monkeypatch):
         assert last.reward == pytest.approx(1.0 + 0.5 / 2)
     finally:
         replay.close()
+
+
+def test_env_verifiers_with_bad_settings_is_refused_by_the_config_check(compose):
+    """`validate` calls the target's `check(settings)`: a taskset that is not installed, or a misspelt key, is one
+    ConfigError naming the key, before the run folder or any worker exists."""
+    from rlcompare.config import ConfigError, validate
+
+    with pytest.raises(ConfigError, match="env.settings.module='no_such_taskset_xyz'") as e:
+        validate(compose("env=verifiers", "env.settings.module=no_such_taskset_xyz"))
+    assert "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match="env.settings.modul: not a verifiers adapter key"):
+        validate(compose("env=verifiers", f"env.settings.module={MODULE}", "+env.settings.modul=x"))
