@@ -147,19 +147,10 @@ class Trainer:
         self.eos_ids = torch.tensor(self.policy.eos_ids(), device=self.device)
         self.pad_id = tok.pad_token_id
         model = self.policy.model
-        self.autocast = (
-            torch.bfloat16
-            if self.device == "cuda"
-            and torch.cuda.is_bf16_supported()
-            and next(model.parameters()).dtype == torch.float32
-            else None
-        )
+        self.autocast = _autocast_dtype(self.device, model)
         # how the update, the reference and the recomputed old log-probs run a model over completions
         self.forward = logprobs.CompletionForward(
-            group_size=cfg.trainer.group_size,
-            temperature=cfg.rollout.temperature,
-            autocast=self.autocast,
-            share_prompts=not cfg.model.gradient_checkpointing,
+            cfg.trainer.group_size, cfg.rollout.temperature, self.autocast, not cfg.model.gradient_checkpointing
         )
         # what the update trains: the policy itself, or under trainer.parallel=fsdp its sharded copy, whose weights
         # are gathered into the policy after every optimizer step (rlcompare.train.sharding)
@@ -717,6 +708,13 @@ class Trainer:
     def _recompute_logp(self, batch: RolloutBatch) -> torch.Tensor:
         self.policy.model.eval()
         return self._token_logp_by_rank(batch, lambda fn: fn(self.policy.model))
+
+
+def _autocast_dtype(device: str, model) -> torch.dtype | None:
+    """bfloat16 autocast on a CUDA device that supports it, for float32 weights; else None (the weights' dtype)."""
+    if device == "cuda" and torch.cuda.is_bf16_supported() and next(model.parameters()).dtype == torch.float32:
+        return torch.bfloat16
+    return None
 
 
 def _adamw(params, **kw):
