@@ -3,7 +3,7 @@ it computes. Defined here once, each with its reason; plain Python (no torch, no
 
 Who reads them:
 
-- resume (`rlcompare.train.run`): a resumed run may differ from the original in `RESUME_IGNORED` only (every operational
+- resume (`rlcompare.train.resume`): a resumed run may differ from the original in `RESUME_IGNORED` only (every operational
   key but `RESUME_FIXED`, which would move the run to another folder, W&B run or comparison);
 - the derived run name (conf/config.yaml's `hydra.job.config.override_dirname.exclude_keys`, which cannot import
   Python; tests/config/test_operational.py keeps it equal to `RUN_NAME_EXCLUDED`);

@@ -91,7 +91,7 @@ def _pad_left(x, width, value):
 
 @dataclass
 class Collected:
-    """What one `Trainer.collect` drew: the batch (None when dynamic sampling kept no informative group) and
+    """What one `collect.collect` drew: the batch (None when dynamic sampling kept no informative group) and
     how it was drawn."""
 
     batch: RolloutBatch | None
@@ -101,6 +101,7 @@ class Collected:
     generated_tokens: int  # real completion tokens sampled, over all rounds
     rollout_s: float  # seconds in the sampler
     scoring_s: float  # seconds in the verifier
+    verifier_errors: int = 0  # completions the verifier failed on, over all rounds (counted when collected)
 
 
 @dataclass

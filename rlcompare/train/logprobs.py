@@ -14,13 +14,14 @@ weight gradient is summed over positions (and, on some BLAS builds, the last bit
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
 from rlcompare.algos import losses
-from rlcompare.rollout import token_logp
+from rlcompare.rollout import grouped_sequence_logits, lm_head_of, sequence_logits, token_logp
 
 # Logits elements one forward may hold at once (64M: 256 MB in float32; 441 positions of a 151,936-token
 # vocabulary). Read at call time, so a test can lower it to force chunking on a small model.
@@ -116,3 +117,55 @@ def completion_stats(
 def _vocab(head: torch.nn.Module) -> int:
     out = getattr(head, "out_features", None)  # nn.Linear, and peft's LoRA layer around one
     return int(out) if out is not None else int(head.weight.shape[0])
+
+
+@dataclass(frozen=True)
+class CompletionForward:
+    """How the trainer runs a model over completions (the update, the reference, the recomputed old log-probs):
+    temperature applied, under the run's autocast, rows in whole groups sharing their prompt's forward."""
+
+    group_size: int  # G: the completions of one prompt, contiguous rows
+    temperature: float  # rollout.temperature: the log-probs are the sampler's distribution's
+    autocast: torch.dtype | None  # bfloat16 on a CUDA device that supports it for float32 weights, else None
+    share_prompts: bool  # whole groups share their prompt's forward (off under model.gradient_checkpointing)
+
+    def logits(self, model, prompt_ids, prompt_mask, ids, mask, grouped: bool = True, hidden: bool = False):
+        """Completion logits (B, T, V), or with `hidden` the final hidden states (B, T, H); rows in whole groups
+        share their prompt's forward (and backward)."""
+        G = self.group_size
+        if grouped and G > 1 and ids.shape[0] % G == 0 and self.share_prompts:
+            return grouped_sequence_logits(
+                model, prompt_ids, prompt_mask, ids, mask, group_size=G, autocast_dtype=self.autocast, hidden=hidden
+            )
+        return sequence_logits(model, prompt_ids, prompt_mask, ids, mask, autocast_dtype=self.autocast, hidden=hidden)
+
+    def stats(
+        self,
+        model,
+        prompt_ids,
+        prompt_mask,
+        ids,
+        mask,
+        *,
+        grouped=True,
+        entropy=False,
+        entropy_grad=False,
+        rebuilt=None,
+    ):
+        """(log p [b,T], entropy [b,T] or None) of the completions `ids`, through the LM head in chunks of
+        positions where the whole logits would be large (`completion_stats`); rebuilt(hidden): the speed layer's
+        forward from the rollout's record, or None where it declines (then the plain forward)."""
+
+        def forward(hidden: bool) -> torch.Tensor:
+            out = rebuilt(hidden) if rebuilt is not None else None
+            return out if out is not None else self.logits(model, prompt_ids, prompt_mask, ids, mask, grouped, hidden)
+
+        return completion_stats(
+            forward,
+            lm_head_of(model),
+            ids,
+            temperature=self.temperature,
+            entropy=entropy,
+            entropy_grad=entropy_grad,
+            autocast_dtype=self.autocast,
+        )

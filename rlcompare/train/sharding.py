@@ -15,7 +15,7 @@ Gradients are reduce-scattered as a sum (divide factor 1): every loss is already
 totals, so the sum over ranks is the gradient one process computes, as `parallel.GradientSum` gives DDP.
 
 FSDP's collectives run inside every forward and backward of the trained copy, so every rank must run the same
-number of them: the trainer pads a rank with fewer micro-batches with zero-weight ones (`Trainer._pad_micro_steps`).
+number of them: the trainer pads a rank with fewer micro-batches with zero-weight ones (`update._pad_micro_steps`).
 
 Checkpoints hold the full weights and the full optimizer state (`full_optimizer_state`), the format every
 parallel mode reads: a run checkpointed under fsdp resumes under ddp or in one process, and back.

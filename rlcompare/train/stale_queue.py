@@ -23,7 +23,7 @@ from rlcompare.train.batch import Collected, RolloutBatch
 @dataclass
 class Queued:
     """A rollout waiting for its update: what `Trainer.collect` drew, the step whose weights sampled it, and the
-    mini-batch order of its groups drawn with it (`Trainer._group_order`)."""
+    mini-batch order of its groups drawn with it (`collect.group_order`)."""
 
     collected: Collected
     sampled_at: int

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 from rlcompare.config import operational
 from rlcompare.report import build as report
 from rlcompare.sweep import runner as sweep
-from rlcompare.train import run
+from rlcompare.train import resume, run
 from rlcompare.train.app import conf_dir
 from rlcompare.config import RunConfig
 from rlcompare.config.flat import flatten
@@ -55,7 +55,7 @@ def test_docs_components_lists_the_keys_a_sweep_never_counts():
 
 
 def test_resume_sweep_fingerprint_and_report_read_the_same_keys():
-    assert run.RESUME_IGNORED == set(operational.OPERATIONAL) - set(operational.RESUME_FIXED)
+    assert resume.RESUME_IGNORED == set(operational.OPERATIONAL) - set(operational.RESUME_FIXED)
     assert sweep.IGNORED_KEYS == operational.SWEEP_IGNORED
     for key in operational.OPERATIONAL:
         assert sweep._ignored(key), key

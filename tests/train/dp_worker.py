@@ -74,13 +74,15 @@ def _run(cfg, world, run_dir: Path, steps: int, nan_rank: int | None = None) -> 
 
     tr._sample = counted_sample
     if nan_rank == world.rank:  # this rank alone sees a NaN loss in step 1 (its gradients stay finite)
-        micro_step = tr._micro_step
+        from rlcompare.train import update as update_lib
+
+        micro_step = update_lib.micro_step  # run_update's call, looked up at each micro-batch
 
         def nan_micro_step(*a, **kw):
             total = micro_step(*a, **kw)
             return float("nan") if tr.state.step == 1 else total
 
-        tr._micro_step = nan_micro_step
+        update_lib.micro_step = nan_micro_step  # this worker process's alone
     with _counted_rebuilt_rows() as rebuilt:
         evals = [tr.evaluate()[0]]
         rows = [tr.step() for _ in range(steps)]

@@ -21,7 +21,8 @@ from conftest import FAST
 from rlcompare.train import checkpoint
 from rlcompare.cli import conf_dir, main, quote_resume_path
 from rlcompare.config import ConfigError
-from rlcompare.train.run import RESUME_IGNORED, SIGTERM_EXIT, train
+from rlcompare.train.resume import RESUME_IGNORED
+from rlcompare.train.run import SIGTERM_EXIT, train
 from rlcompare.train.tracking import read_jsonl
 from rlcompare.train.trainer import TIMING_PREFIXES  # what varies with the machine, not the run
 
