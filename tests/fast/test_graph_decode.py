@@ -33,9 +33,9 @@ def _eos_often(model, boost: float):
     return model
 
 
-def _pair(model, *, repeats, sync_every=16, full_width=False, monkeypatch=None, **kw):
+def _pair(model, *, repeats, sync_every=16, full_width=False, warm_up=False, monkeypatch=None, **kw):
     """(eager, engine) completions of PROMPTS with the same group streams, and the engine's compactions
-    ((rows, bucket) of each)."""
+    ((rows, bucket) of each); `warm_up`: the engine runs the warm-up it runs before a capture (without one)."""
     kw = dict(max_new_tokens=24, eos_id=EOS, pad_id=PAD, repeats=repeats) | kw
     pi, pm = left_pad(PROMPTS, PAD, "cpu")
     eager = sample(model, pi, pm, streams=_streams(repeats), engine="eager", **kw)
@@ -49,7 +49,7 @@ def _pair(model, *, repeats, sync_every=16, full_width=False, monkeypatch=None, 
     real_init = graph_decode.GraphDecoder.__init__
 
     def init(self, *a, **k):
-        real_init(self, *a, **{**k, "full_width": full_width})
+        real_init(self, *a, **{**k, "full_width": full_width, "warm_up": warm_up})
 
     monkeypatch.setattr(graph_decode.GraphDecoder, "_compact", compact)
     monkeypatch.setattr(graph_decode.GraphDecoder, "__init__", init)
@@ -98,10 +98,12 @@ def test_the_engine_samples_the_eager_decoders_tokens_as_rows_finish_and_move_to
     ],
     ids=["top-p", "greedy", "bf16-autocast"],
 )
-def test_in_batches_of_the_same_rows_the_engine_equals_the_eager_decoder_bit_for_bit(kw, monkeypatch):
-    """No row ends (an end id never sampled), so both decode every row at every step: the same batch shapes."""
+@pytest.mark.parametrize("warm_up", [False, True], ids=["", "warmed-up"])
+def test_in_batches_of_the_same_rows_the_engine_equals_the_eager_decoder_bit_for_bit(kw, warm_up, monkeypatch):
+    """No row ends (an end id never sampled), so both decode every row at every step: the same batch shapes.
+    With the capture's warm-up run first (three steps per bucket, each undone), the tokens are the same."""
     eager, engine, buckets = _pair(
-        _model("qwen2"), repeats=4, sync_every=4, monkeypatch=monkeypatch, **{"eos_id": 10_000, **kw}
+        _model("qwen2"), repeats=4, sync_every=4, warm_up=warm_up, monkeypatch=monkeypatch, **{"eos_id": 10_000, **kw}
     )
     assert torch.equal(engine.ids, eager.ids) and torch.equal(engine.logp, eager.logp)
     assert buckets == [] and bool(engine.truncated.all())
@@ -117,6 +119,74 @@ def test_attention_over_the_whole_cache_as_the_graphs_run_it_samples_the_same_to
     assert torch.equal(engine.ids, eager.ids)
     # the masked positions add exact zeros; only the order of the softmax's sums differs
     torch.testing.assert_close(engine.logp, eager.logp, atol=2e-6, rtol=0)
+
+
+def _snapshot(engine) -> dict:
+    """Every buffer a step reads or writes (the state, the mask as the rollout's start sets it, the cache)."""
+    s = engine.state
+    snap = {k: getattr(s, k).clone() for k in ("tok", "pos", "rows", "live", "slot", "t", "ids", "logp", "u")}
+    mask = engine.mask if engine.mask is not None else static_decode.additive_mask(engine.key_mask, torch.float32)
+    snap["mask"] = mask.reshape(len(engine.key_mask), -1).clone()
+    snap |= {f"cache{k}": v.clone() for k, v in engine.cache.items()}
+    return snap
+
+
+def test_the_warm_up_leaves_state_outputs_mask_and_cache_bit_identical():
+    """Two rollouts on one engine (the second under another sampling setting: another warm-up, the mask built by
+    then); before and after each warm-up every buffer holds the same bits."""
+    from rlcompare.rollout import sampler
+
+    model = _model("llama")
+    pi, pm = left_pad(PROMPTS, PAD, "cpu")
+    repeats, new = 4, 5
+    engine = graph_decode.GraphDecoder(
+        model,
+        pi.shape[1] + new,
+        rollout_weights.RolloutWeights(model, torch.float32),
+        capture=False,
+        sync_every=2,
+        warm_up=True,
+    )
+    calls = []
+    real = engine._capture_all
+
+    def capture_all(B, plan, autocast_dtype):
+        before = _snapshot(engine)
+        real(B, plan, autocast_dtype)
+        after = _snapshot(engine)
+        calls.append((B, before["t"].item(), before["slot"].item()))
+        assert before.keys() == after.keys()
+        for k in before:
+            assert torch.equal(before[k], after[k]), k
+
+    engine._capture_all = capture_all
+    kw = dict(max_new_tokens=new, eos_id=10_000, pad_id=PAD, repeats=repeats, decoder=engine)
+    with torch.inference_mode():
+        sampler._sample(model, pi, pm, streams=_streams(repeats), **kw)
+        assert engine.mask is not None  # built by the first warm-up, kept
+        sampler._sample(model, pi, pm, streams=_streams(repeats), temperature=0.5, **kw)
+    # at each rollout's start: the first choice not made yet (t 0), the slot before the prompt's end
+    assert calls == [(12, 0, pi.shape[1] - 1)] * 2
+    assert engine.warmed == {(b, key) for b in graph_decode.bucket_sizes(12) for key in {k for _, k in engine.warmed}}
+    assert len(engine.warmed) == 2 * len(graph_decode.bucket_sizes(12))
+
+
+@pytest.mark.parametrize("new", [1, 2])
+def test_fewer_new_tokens_than_buckets_warm_up_and_sample_the_eager_tokens(new, monkeypatch):
+    """24 rows decode in 6 buckets (1, 2, 4, 8, 16, 24): a warm-up that advanced the step index would write past
+    the output's last column from the second bucket on."""
+    assert len(graph_decode.bucket_sizes(24)) == 6
+    eager, engine, _ = _pair(
+        _model("llama"),
+        repeats=8,
+        sync_every=1,
+        warm_up=True,
+        monkeypatch=monkeypatch,
+        max_new_tokens=new,
+        eos_id=10_000,
+    )
+    assert engine.ids.shape == (24, new)
+    assert torch.equal(engine.ids, eager.ids) and torch.equal(engine.logp, eager.logp)
 
 
 def test_one_stream_per_batch_draws_every_row_each_step(monkeypatch):
