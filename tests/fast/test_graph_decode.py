@@ -189,6 +189,35 @@ def test_fewer_new_tokens_than_buckets_warm_up_and_sample_the_eager_tokens(new, 
     assert torch.equal(engine.ids, eager.ids) and torch.equal(engine.logp, eager.logp)
 
 
+@pytest.mark.parametrize("warm_up", [False, True], ids=["", "warmed-up"])
+def test_a_rollout_prefills_once_after_the_refresh_of_the_weights(warm_up, monkeypatch):
+    """The sampler hands the graph engine the prompts unprefilled: one prefill per rollout, the first after the
+    rollout copy is rewritten (the engine's first rollout, warm-up included, and a second on the same engine)."""
+    from rlcompare.rollout import sampler
+
+    events = []
+    real_prefill, real_refresh = static_decode.StaticDecoder.prefill, rollout_weights.RolloutWeights.refresh
+    monkeypatch.setattr(
+        static_decode.StaticDecoder, "prefill", lambda self, *a: events.append("prefill") or real_prefill(self, *a)
+    )
+    monkeypatch.setattr(
+        rollout_weights.RolloutWeights, "refresh", lambda self: events.append("refresh") or real_refresh(self)
+    )
+    model = _model("llama")
+    pi, pm = left_pad(PROMPTS, PAD, "cpu")
+    weights = rollout_weights.RolloutWeights(model, torch.float32)
+    engine = graph_decode.GraphDecoder(model, pi.shape[1] + 6, weights, capture=False, sync_every=2, warm_up=warm_up)
+    kw = dict(max_new_tokens=6, eos_id=EOS, pad_id=PAD, repeats=2, decoder=engine)
+    with torch.inference_mode():
+        first = sampler._sample(model, pi, pm, streams=_streams(2), **kw)
+        sampler._sample(model, pi, pm, streams=_streams(2, seed=1), **kw)
+    assert events == ["refresh", "prefill"] * 2
+    eager = sample(
+        model, pi, pm, streams=_streams(2), engine="eager", **{k: v for k, v in kw.items() if k != "decoder"}
+    )
+    assert torch.equal(first.ids, eager.ids)
+
+
 def test_one_stream_per_batch_draws_every_row_each_step(monkeypatch):
     """With the run's generator the engine draws `[rows, V]` uniforms at every position, as the eager loop does
     while no row has ended (after that the eager loop draws for its remaining rows only): with an end id never
