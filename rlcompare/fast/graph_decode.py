@@ -64,9 +64,9 @@ class SamplingPlan:
     """What the sampler decides per token, handed to the engine.
 
     pick(logits [b, V] float32, u [b, V] | None) -> (tokens [b], log-probs [b] | None): the sampler's choice
-    (temperature, top-p, Gumbel-max or argmax), run inside the graph; uniforms(V) -> [rows, V]: the next position's
-    U[0, 1) draws for every row of the rollout (None when greedy), drawn outside the graph; key: what `pick`
-    computes (graphs are captured per key)."""
+    (temperature, top-p, Gumbel-max or argmax), run inside the graph; uniforms(out [rows, V]): the next position's
+    U[0, 1) draws for every row of the rollout written into the engine's buffer `out` in place (None when greedy),
+    drawn outside the graph; key: what `pick` computes (graphs are captured per key)."""
 
     pick: Callable
     uniforms: Callable | None
@@ -170,7 +170,7 @@ class GraphDecoder(StaticDecoder):
         if self.warm_up and any((b, plan.key) not in done for b in bucket_sizes(B)):
             self._capture_all(B, plan, autocast_dtype)  # each warm-up run undone: the state is as before
         if plan.uniforms is not None:
-            s.u.copy_(plan.uniforms(V))
+            plan.uniforms(s.u)
         self._choose(logits, B, plan)  # the first token, from the prefill's logits
         b = B
         for t in range(1, plan.max_new_tokens):
@@ -184,7 +184,7 @@ class GraphDecoder(StaticDecoder):
                     self._compact(live, nb)
                     b = nb
             if plan.uniforms is not None:
-                s.u.copy_(plan.uniforms(V))
+                plan.uniforms(s.u)
             if self.flop_observer is not None:
                 self.flop_observer.record(b, 1, P + t, False)
             if self.capture:

@@ -229,9 +229,9 @@ def _plan(B, eos, pad_id, max_new_tokens, temperature, top_p, greedy, logprobs, 
     if greedy:
         uniforms = None
     elif streams is not None:
-        uniforms = streams.uniform
-    else:
-        uniforms = lambda V: torch.rand((B, V), generator=generator, device=device)  # noqa: E731
+        uniforms = streams.uniform_
+    else:  # what torch.rand((B, V), generator=generator) draws, into the engine's buffer
+        uniforms = lambda out: out.uniform_(0.0, 1.0, generator=generator)  # noqa: E731
     settings = dict(temperature=temperature, top_p=top_p, greedy=greedy, logprobs=logprobs)
     return fast.SamplingPlan(
         pick=functools.partial(_pick, **settings),

@@ -218,6 +218,27 @@ def test_a_rollout_prefills_once_after_the_refresh_of_the_weights(warm_up, monke
     assert torch.equal(first.ids, eager.ids)
 
 
+def test_the_engine_draws_its_uniforms_into_its_own_buffer(monkeypatch):
+    """No new `[rows, V]` tensor per position: the group streams fill the engine's buffer in place (a call of
+    `uniform` would raise), the buffer's address the same at every position, and the tokens the eager loop's."""
+    seen = []
+    real = GroupStreams.uniform_
+
+    def uniform_(self, out):
+        seen.append(out.data_ptr())
+        return real(self, out)
+
+    monkeypatch.setattr(GroupStreams, "uniform_", uniform_)
+    eager, _, _ = _pair(_model("llama"), repeats=2, sync_every=3, monkeypatch=monkeypatch, eos_id=10_000)
+    seen.clear()
+    monkeypatch.setattr(GroupStreams, "uniform", lambda *a: pytest.fail("a fresh [rows, V] draw"))
+    pi, pm = left_pad(PROMPTS, PAD, "cpu")
+    kw = dict(max_new_tokens=24, eos_id=10_000, pad_id=PAD, repeats=2)
+    engine = sample(_model("llama"), pi, pm, streams=_streams(2), engine="graphs", sync_every=3, **kw)
+    assert len(seen) == 24 and len(set(seen)) == 1
+    assert torch.equal(engine.ids, eager.ids) and torch.equal(engine.logp, eager.logp)
+
+
 def test_one_stream_per_batch_draws_every_row_each_step(monkeypatch):
     """With the run's generator the engine draws `[rows, V]` uniforms at every position, as the eager loop does
     while no row has ended (after that the eager loop draws for its remaining rows only): with an end id never
