@@ -1,7 +1,7 @@
 """The rollout engines' own bench, torch and transformers only (scripts/gpu_check.sh part 1, issue #53).
 
     python -m rlcompare.bench.engine [--size qwen2.5-0.5b] [--rows 128] [--new 512] [--engines eager,graphs]
-                                     [--small] [--profile] [--layers N] [--json]
+                                     [--small] [--profile] [--layers N] [--json] [--save F]
 
 A random-initialised Qwen2 of a `QWEN_SIZES` shape (from its config: nothing downloaded, no tokenizer), random
 prompt ids, `rows` completions of exactly `new` tokens (the end id is the vocabulary size: no LM head row scores
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import torch
 
@@ -175,9 +176,12 @@ def main(argv=None) -> None:
     ap.add_argument("--small", action="store_true", help="a CPU-test shape (seconds)")
     ap.add_argument("--profile", action="store_true", help="ops per token step (torch.profiler)")
     ap.add_argument("--json", action="store_true", help="one JSON line instead of the report")
+    ap.add_argument("--save", default=None, help="also write the JSON to this file")
     args = ap.parse_args(argv)
     with torch.inference_mode(False):
         out = run(args)
+    if args.save:
+        Path(args.save).write_text(json.dumps(out) + "\n")
     print(json.dumps(out) if args.json else report(out), flush=True)
 
 

@@ -18,7 +18,7 @@ REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
 
 def _args(**kw):
     base = dict(size="qwen2.5-0.5b", rows=128, new=512, engines="eager,graphs", device="cpu", layers=None,
-                small=True, profile=False, json=True)  # fmt: skip
+                small=True, profile=False, json=True, save=None)  # fmt: skip
     return SimpleNamespace(**{**base, **kw})
 
 
