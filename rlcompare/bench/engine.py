@@ -1,7 +1,7 @@
 """The rollout engines' own bench, torch and transformers only (scripts/gpu_check.sh part 1, issue #53).
 
     python -m rlcompare.bench.engine [--size qwen2.5-0.5b] [--rows 128] [--new 512] [--engines eager,graphs]
-                                     [--small] [--profile] [--layers N] [--json] [--save F]
+                                     [--small] [--profile] [--layers N] [--autocast A] [--json] [--save F]
 
 A random-initialised Qwen2 of a `QWEN_SIZES` shape (from its config: nothing downloaded, no tokenizer), random
 prompt ids, `rows` completions of exactly `new` tokens (the end id is the vocabulary size: no LM head row scores
@@ -88,12 +88,19 @@ def ops_per_step(model, prompts: torch.Tensor, autocast_dtype, short: int = 4, l
         with _uncaptured(model, prompts, new, autocast_dtype), profile(activities=activities) as prof:
             rollout(model, prompts, new, "graphs", autocast_dtype, sync_every=long)
         events = prof.events()
-        aten = sum(1 for e in events if e.cpu_parent is None and e.name.startswith("aten::"))
+        aten = [e for e in events if e.name.startswith("aten::")]
+        top = sum(1 for e in aten if e.cpu_parent is None)
+        # the ops that call no other op: what does the work (autocast's casts show here, inside their op's call)
+        leaf = sum(1 for e in aten if not any(c.name.startswith("aten::") for c in e.cpu_children))
         kernels = sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA) if cuda else None
-        counts.append((aten, kernels))
+        counts.append((top, leaf, kernels))
     steps = long - short
-    (a0, k0), (a1, k1) = counts
-    return {"aten_ops_per_step": (a1 - a0) / steps, "kernels_per_step": (k1 - k0) / steps if cuda else None}
+    (t0, l0, k0), (t1, l1, k1) = counts
+    return {
+        "aten_ops_per_step": (t1 - t0) / steps,
+        "leaf_ops_per_step": (l1 - l0) / steps,
+        "kernels_per_step": (k1 - k0) / steps if cuda else None,
+    }
 
 
 class _uncaptured:
@@ -131,7 +138,8 @@ def run(args) -> dict:
     if rows % GROUP:
         raise SystemExit(f"--rows {rows} must be a multiple of the group size {GROUP}")
     model, spec = build_model(size, device, layers=args.layers, vocab=vocab)
-    autocast_dtype = torch.bfloat16 if device.type == "cuda" else None
+    cast = {"auto": "bf16" if device.type == "cuda" else "none"}.get(args.autocast, args.autocast)
+    autocast_dtype = {"bf16": torch.bfloat16, "none": None}[cast]
     prompts = torch.randint(1, spec["vocab"], (rows // GROUP, PROMPT), generator=torch.Generator().manual_seed(0))
     prompts = prompts.to(device)
     out = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
@@ -161,7 +169,8 @@ def report(out: dict) -> str:
     if "profile" in out:
         p = out["profile"]
         kernels = f", {p['kernels_per_step']:.0f} CUDA kernels" if p["kernels_per_step"] is not None else ""
-        lines.append(f"  one token step of the graph body: {p['aten_ops_per_step']:.0f} top-level aten ops{kernels}")
+        lines.append(f"  one token step of the graph body: {p['aten_ops_per_step']:.0f} top-level aten ops, "
+                     f"{p['leaf_ops_per_step']:.0f} leaf ops{kernels}")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -173,6 +182,7 @@ def main(argv=None) -> None:
     ap.add_argument("--engines", default="eager,graphs")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--layers", type=int, default=None, help="override the shape's layer count")
+    ap.add_argument("--autocast", default="auto", choices=["auto", "bf16", "none"], help="auto: bf16 on CUDA only")
     ap.add_argument("--small", action="store_true", help="a CPU-test shape (seconds)")
     ap.add_argument("--profile", action="store_true", help="ops per token step (torch.profiler)")
     ap.add_argument("--json", action="store_true", help="one JSON line instead of the report")

@@ -18,7 +18,7 @@ REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
 
 def _args(**kw):
     base = dict(size="qwen2.5-0.5b", rows=128, new=512, engines="eager,graphs", device="cpu", layers=None,
-                small=True, profile=False, json=True, save=None)  # fmt: skip
+                small=True, profile=False, json=True, save=None, autocast="auto")  # fmt: skip
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -42,9 +42,11 @@ def test_the_profile_counts_a_whole_number_of_ops_per_step_growing_by_the_same_c
     for layers in (1, 2, 3):
         p = engine.ops_per_step(*_small(layers), None)
         assert p["kernels_per_step"] is None
-        per[layers] = p["aten_ops_per_step"]
-        assert per[layers] == int(per[layers]) > 0
-    assert per[3] - per[2] == per[2] - per[1] > 0
+        per[layers] = p["aten_ops_per_step"], p["leaf_ops_per_step"]
+        assert all(n == int(n) > 0 for n in per[layers])
+        assert per[layers][1] > per[layers][0]  # a linear's call holds its product
+    for i in (0, 1):
+        assert per[3][i] - per[2][i] == per[2][i] - per[1][i] > 0
 
 
 def _small(layers):
