@@ -153,6 +153,8 @@ class GraphDecoder(StaticDecoder):
         """Left-padded prompts `[n, P]` (positions `pos`) -> (ids `[n*repeats, steps]`, log-probs or None), `steps`
         the last position any row decoded (its EOS, or `max_new_tokens`), pad after each row's EOS."""
         self.weights.refresh()
+        # under autocast every norm's output is cast to the copy's dtype by the product it feeds: written so at once
+        self.norm_dtype = self.weights.dtype if autocast_dtype == self.weights.dtype else None
         ctx = _autocast(ids.device, autocast_dtype)
         with ctx:
             logits = self.prefill(ids, mask, pos, repeats).float()
@@ -228,8 +230,10 @@ class GraphDecoder(StaticDecoder):
                 attn_mask=mask,
                 scale=layer.self_attn.scaling,
             )
-            x = layer_output(layer, x, a.reshape(b, 1, nh * hd), per_module, lambda h: gated_mlp(h, per_module))
-        return F.linear(rms_norm(self.body.norm, x[:, -1]), self.weights.lm_head, self.weights.lm_head_bias)
+            mlp = lambda h: gated_mlp(h, per_module)  # noqa: E731
+            x = layer_output(layer, x, a.reshape(b, 1, nh * hd), per_module, mlp, self.norm_dtype)
+        h = rms_norm(self.body.norm, x[:, -1], self.norm_dtype)
+        return F.linear(h, self.weights.lm_head, self.weights.lm_head_bias)
 
     def _choose(self, logits: torch.Tensor, b: int, plan: SamplingPlan) -> None:
         """The next token of the first `b` rows from their logits (`plan.pick`, uniforms of each row's rollout row),

@@ -308,3 +308,37 @@ def test_decoder_for_picks_the_engine_by_setting_device_and_model():
 
 def test_the_accepted_engines_are_the_config_s():
     assert fast.ENGINES == schema.ROLLOUT_ENGINES
+
+
+def test_a_norm_written_in_bf16_is_the_float32_norm_rounded_once():
+    """x = (3, 4): mean of squares 12.5, n = x / sqrt(12.5) = (0.8485281, 1.1313708); weight (1, 0.5) gives
+    (0.8485281, 0.5656854); bf16 steps are 2^-9 in [0.5, 1): 434.45 and 289.63 steps round to 434 and 290."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    norm = LlamaRMSNorm(2, eps=0.0)
+    with torch.no_grad():
+        norm.weight.copy_(torch.tensor([1.0, 0.5]))
+        y = static_decode.rms_norm(norm, torch.tensor([[3.0, 4.0]]), torch.bfloat16)
+        assert y.dtype == torch.bfloat16 and y.tolist() == [[434 / 512, 290 / 512]]
+        # at a model's width: the bits of the float32 norm cast by autocast before a product
+        wide = _model("llama").model.norm
+        x = torch.randn(6, wide.weight.numel(), generator=torch.Generator().manual_seed(0))
+        assert torch.equal(static_decode.rms_norm(wide, x, torch.bfloat16), static_decode.rms_norm(wide, x).bfloat16())
+        assert static_decode.rms_norm(wide, x, torch.float32).dtype == torch.float32
+
+
+def test_under_bf16_autocast_the_engine_writes_its_norms_in_the_copy_s_dtype(monkeypatch):
+    seen = []
+    real = static_decode.rms_norm
+
+    def rms_norm(norm, x, out_dtype=None):
+        seen.append(out_dtype)
+        return real(norm, x, out_dtype)
+
+    monkeypatch.setattr(graph_decode, "rms_norm", rms_norm)
+    monkeypatch.setattr(static_decode, "rms_norm", rms_norm)
+    eager, engine, _ = _pair(
+        _model("llama"), repeats=2, sync_every=4, monkeypatch=monkeypatch, eos_id=10_000, autocast_dtype=torch.bfloat16
+    )
+    assert seen.count(torch.bfloat16) > 0  # the engine's steps (the eager decoder's norms have no out_dtype)
+    assert torch.equal(engine.ids, eager.ids) and torch.equal(engine.logp, eager.logp)
