@@ -114,13 +114,13 @@ class _uncaptured:
             self.engine = fast.decoder_for(model, capacity, engine="graphs", rows=rows, autocast_dtype=autocast_dtype)
 
     def __enter__(self):
-        if self.engine is not None:
-            self.engine.capture = False
+        if self.engine is not None:  # no warm-up either: the two counted rollouts then run the same kinds of work
+            self.engine.capture = self.engine.warm_up = False
         return self
 
     def __exit__(self, *a):
         if self.engine is not None:
-            self.engine.capture = True
+            self.engine.capture = self.engine.warm_up = True
         return False
 
 
