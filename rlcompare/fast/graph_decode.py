@@ -7,7 +7,9 @@ count back every token. Here (the pattern of nano-vllm's `ModelRunner.capture_cu
 * the KV cache, the step's inputs and the sampler's outputs live in buffers allocated once per engine
   (`_State`); a step reads and writes only them, so it has fixed shapes and addresses;
 * one graph per batch bucket (`bucket_sizes`: powers of two below the rollout's rows, and the rows) and sampling
-  setting, captured once (largest first, one memory pool) and replayed every token;
+  setting, captured once (largest first, one memory pool) and replayed every token; before each capture three
+  eager warm-up runs, each undone (state, outputs, mask and cache column restored: the rollout starts as if none
+  had run), with SDPA pinned to the kernels that take a mask;
 * the token is chosen on the device by the sampler's own `pick` (the same Gumbel-max draws from the same uniforms,
   which are drawn outside the graph, group streams included) and written into the output with the step index
   held on the device; finished rows keep decoding pad tokens and write to a trash row;
@@ -24,6 +26,7 @@ tests/fast/test_cuda_engine.py the graphs against the eager steps on a GPU.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -61,9 +64,9 @@ class SamplingPlan:
     """What the sampler decides per token, handed to the engine.
 
     pick(logits [b, V] float32, u [b, V] | None) -> (tokens [b], log-probs [b] | None): the sampler's choice
-    (temperature, top-p, Gumbel-max or argmax), run inside the graph; uniforms(V) -> [rows, V]: the next position's
-    U[0, 1) draws for every row of the rollout (None when greedy), drawn outside the graph; key: what `pick`
-    computes (graphs are captured per key)."""
+    (temperature, top-p, Gumbel-max or argmax), run inside the graph; uniforms(out [rows, V]): the next position's
+    U[0, 1) draws for every row of the rollout written into the engine's buffer `out` in place (None when greedy),
+    drawn outside the graph; key: what `pick` computes (graphs are captured per key)."""
 
     pick: Callable
     uniforms: Callable | None
@@ -116,12 +119,16 @@ class GraphDecoder(StaticDecoder):
         capture: bool,
         sync_every: int,
         full_width: bool = False,
+        warm_up: bool | None = None,
         flop_observer=None,
     ):
         super().__init__(model, capacity, flop_observer=flop_observer)
         self.weights = weights
         self.layers = [(layer, projections) for (layer, _), projections in zip(self.layers, weights.projections)]
         self.capture, self.sync_every = capture, sync_every
+        # the warm-up runs before each capture; `warm_up=True` without capture runs it alone (the CPU tests)
+        self.warm_up = capture if warm_up is None else warm_up
+        self.warmed: set[tuple] = set()  # (bucket, plan key) warmed up without capture
         self.full_width = full_width or capture  # a graph attends over the whole cache (fixed shapes)
         self.can_select = False  # compaction is the engine's own (`_compact`)
         self.state: _State | None = None
@@ -146,6 +153,8 @@ class GraphDecoder(StaticDecoder):
         """Left-padded prompts `[n, P]` (positions `pos`) -> (ids `[n*repeats, steps]`, log-probs or None), `steps`
         the last position any row decoded (its EOS, or `max_new_tokens`), pad after each row's EOS."""
         self.weights.refresh()
+        # under autocast every norm's output is cast to the copy's dtype by the product it feeds: written so at once
+        self.norm_dtype = self.weights.dtype if autocast_dtype == self.weights.dtype else None
         ctx = _autocast(ids.device, autocast_dtype)
         with ctx:
             logits = self.prefill(ids, mask, pos, repeats).float()
@@ -157,15 +166,13 @@ class GraphDecoder(StaticDecoder):
         s = self.state
         s.reset(last_pos, P, plan.pad_id)
         self.eos.setdefault(plan.key, plan.eos.clone())
-        if self.capture and any((b, plan.key) not in self.graphs for b in bucket_sizes(B)):
-            self._capture_all(B, plan, autocast_dtype)  # overwrites the cache and state: prefill again
-            with ctx:
-                logits = self.prefill(ids, mask, pos, repeats).float()
-            s.reset(last_pos, P, plan.pad_id)
         if self.mask is not None:
             self.mask.copy_(additive_mask(self.key_mask, self.mask.dtype)[:, None, None, :])
+        done = self.graphs if self.capture else self.warmed
+        if self.warm_up and any((b, plan.key) not in done for b in bucket_sizes(B)):
+            self._capture_all(B, plan, autocast_dtype)  # each warm-up run undone: the state is as before
         if plan.uniforms is not None:
-            s.u.copy_(plan.uniforms(V))
+            plan.uniforms(s.u)
         self._choose(logits, B, plan)  # the first token, from the prefill's logits
         b = B
         for t in range(1, plan.max_new_tokens):
@@ -179,7 +186,7 @@ class GraphDecoder(StaticDecoder):
                     self._compact(live, nb)
                     b = nb
             if plan.uniforms is not None:
-                s.u.copy_(plan.uniforms(V))
+                plan.uniforms(s.u)
             if self.flop_observer is not None:
                 self.flop_observer.record(b, 1, P + t, False)
             if self.capture:
@@ -223,8 +230,10 @@ class GraphDecoder(StaticDecoder):
                 attn_mask=mask,
                 scale=layer.self_attn.scaling,
             )
-            x = layer_output(layer, x, a.reshape(b, 1, nh * hd), per_module, lambda h: gated_mlp(h, per_module))
-        return F.linear(rms_norm(self.body.norm, x[:, -1]), self.weights.lm_head, self.weights.lm_head_bias)
+            mlp = lambda h: gated_mlp(h, per_module)  # noqa: E731
+            x = layer_output(layer, x, a.reshape(b, 1, nh * hd), per_module, mlp, self.norm_dtype)
+        h = rms_norm(self.body.norm, x[:, -1], self.norm_dtype)
+        return F.linear(h, self.weights.lm_head, self.weights.lm_head_bias)
 
     def _choose(self, logits: torch.Tensor, b: int, plan: SamplingPlan) -> None:
         """The next token of the first `b` rows from their logits (`plan.pick`, uniforms of each row's rollout row),
@@ -255,21 +264,53 @@ class GraphDecoder(StaticDecoder):
                 buf[:nb] = buf[:b].index_select(0, keep)
 
     def _capture_all(self, B: int, plan: SamplingPlan, autocast_dtype) -> None:
-        """One graph per bucket for `plan` (largest first, sharing one memory pool), each after an eager warm-up on a
-        side stream (which also builds the mask and the rope table); the runs scribble over cache and state."""
-        ctx = lambda: _autocast(self.state.ids.device, autocast_dtype)  # noqa: E731
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
+        """One graph per bucket for `plan` (largest first, sharing one memory pool), each after `WARM_UP_RUNS` eager
+        runs on a side stream (PyTorch's advice; the first also builds the mask and the rope table), every run
+        undone (`_undone`); attention's kernels pinned for both (`_pinned_attention`). Capture records the step's
+        kernels without running them, so the state is left as it was. Without capture (`warm_up` alone), the
+        warm-up runs on the current device and nothing is recorded."""
+        device = self.state.ids.device
+        ctx = lambda: _autocast(device, autocast_dtype)  # noqa: E731
+        side = torch.cuda.Stream() if self.capture else None
+        if side is not None:
+            side.wait_stream(torch.cuda.current_stream())
         for b in reversed(bucket_sizes(B)):
-            with torch.cuda.stream(side), ctx():
-                self._body(b, plan, None)
+            with _on_stream(side), _pinned_attention(device), ctx():
+                for _ in range(WARM_UP_RUNS):
+                    with self._undone():
+                        self._body(b, plan, None)
+            if side is None:
+                self.warmed.add((b, plan.key))
+                continue
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool), ctx():
+            with torch.cuda.graph(graph, pool=self.pool), _pinned_attention(device), ctx():
                 self._body(b, plan, None)
             self.pool = graph.pool() if self.pool is None else self.pool
             self.graphs[(b, plan.key)] = graph
-        torch.cuda.synchronize()
+        if side is not None:
+            torch.cuda.synchronize()
+
+    @contextlib.contextmanager
+    def _undone(self):
+        """Whatever one step writes, restored after it: the step inputs, live rows, positions `slot` and `t`, the
+        outputs `ids` / `logp`, the mask and the cache column at `slot` (a warm-up leaves the rollout as it was, so
+        a rollout of fewer new tokens than buckets never writes past its last column)."""
+        s = self.state
+        kept = [(buf, buf.clone()) for buf in (s.tok, s.pos, s.rows, s.live, s.slot, s.t, s.ids, s.logp)]
+        had_mask = self.mask is not None
+        column = [(buf, buf.index_select(2, s.slot)) for buf in self.cache.values()]
+        mask_column = self.mask.index_select(-1, s.slot) if had_mask else None
+        slot = s.slot.clone()
+        yield
+        for buf, old in column:
+            buf.index_copy_(2, slot, old)
+        if had_mask:
+            self.mask.index_copy_(-1, slot, mask_column)
+        else:  # built by the step: as a rollout's start sets it (`generate`)
+            self.mask.copy_(additive_mask(self.key_mask, self.mask.dtype)[:, None, None, :])
+        for buf, old in kept:
+            buf.copy_(old)
 
     def _output(self, B: int, plan: SamplingPlan):
         """The decoded ids and log-probs up to the last position any row decoded (what the eager loop returns)."""
@@ -280,6 +321,25 @@ class GraphDecoder(StaticDecoder):
         steps = int(is_eos.int().argmax(1).max()) + 1 if bool(ended.all()) else plan.max_new_tokens
         logp = s.logp[:B, :steps].clone() if plan.logprobs else None
         return ids[:, :steps].clone(), logp
+
+
+WARM_UP_RUNS = 3  # eager runs of a step before its capture (PyTorch's CUDA-graph notes use three)
+
+
+def _on_stream(stream):
+    """`torch.cuda.stream(stream)`, or nothing when `stream` is None."""
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+
+
+def _pinned_attention(device):
+    """On CUDA, SDPA restricted to the memory-efficient and math kernels (the ones that take an additive mask),
+    so that warm-up and capture choose the same kernel; nothing elsewhere (the CPU's choice is left as the eager
+    decoder's, the same numbers)."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 def _autocast(device, dtype):

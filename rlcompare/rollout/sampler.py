@@ -168,12 +168,13 @@ def _sample(
     ctx = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype is not None else _nullctx()
     pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
     decoder = decoder if decoder is not None else CacheDecoder(model)
-    with ctx:
-        logits = decoder.prefill(prompt_ids, prompt_mask, pos, repeats).float()
-    if getattr(decoder, "runs_rollout", False):  # the speed layer's graph engine runs the whole loop itself
+    if getattr(decoder, "runs_rollout", False):  # the speed layer's graph engine runs the whole loop itself,
+        # its one prefill included (after the refresh of its copy of the weights)
         plan = _plan(B, eos, pad_id, max_new_tokens, temperature, top_p, greedy, logprobs, generator, streams, device)
         ids, logp = decoder.generate(prompt_ids, prompt_mask, pos, repeats, plan, autocast_dtype)
         return _completions(ids, logp, eos, pad_id)
+    with ctx:
+        logits = decoder.prefill(prompt_ids, prompt_mask, pos, repeats).float()
     next_pos = pos[:, -1:].repeat_interleave(repeats, 0) + 1
     ids = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
     logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device) if logprobs else None
@@ -240,9 +241,9 @@ def _plan(B, eos, pad_id, max_new_tokens, temperature, top_p, greedy, logprobs, 
     if greedy:
         uniforms = None
     elif streams is not None:
-        uniforms = streams.uniform
-    else:
-        uniforms = lambda V: torch.rand((B, V), generator=generator, device=device)  # noqa: E731
+        uniforms = streams.uniform_
+    else:  # what torch.rand((B, V), generator=generator) draws, into the engine's buffer
+        uniforms = lambda out: out.uniform_(0.0, 1.0, generator=generator)  # noqa: E731
     settings = dict(temperature=temperature, top_p=top_p, greedy=greedy, logprobs=logprobs)
     return fast.SamplingPlan(
         pick=functools.partial(_pick, **settings),

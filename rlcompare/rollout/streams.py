@@ -49,3 +49,13 @@ class GroupStreams:
                 for g in self.generators
             ]
         )
+
+    def uniform_(self, out: torch.Tensor) -> torch.Tensor:
+        """`uniform(out.shape[1], out.dtype)` written into `out` (`[len(self), vocab]`, contiguous) in place, group by
+        group: the same draws (`torch.rand` fills its new tensor with `uniform_` from the generator) without a new
+        `[rows, vocab]` tensor each position (the graph engine's preallocated buffer)."""
+        if out.shape[0] != len(self) or not out.is_contiguous():
+            raise ValueError(f"uniform_ needs a contiguous [{len(self)}, vocab] tensor, got {tuple(out.shape)}")
+        for i, g in enumerate(self.generators):
+            out[i * self.group_size : (i + 1) * self.group_size].uniform_(0.0, 1.0, generator=g)
+        return out
