@@ -6,27 +6,34 @@ count back every token. Here (the pattern of nano-vllm's `ModelRunner.capture_cu
 
 * the KV cache, the step's inputs and the sampler's outputs live in buffers allocated once per engine
   (`_State`); a step reads and writes only them, so it has fixed shapes and addresses;
-* one graph per batch bucket (`bucket_sizes`: powers of two below the rollout's rows, and the rows) and sampling
-  setting, captured once (largest first, one memory pool) and replayed every token; before each capture three
-  eager warm-up runs, each undone (state, outputs, mask and cache column restored: the rollout starts as if none
-  had run), with SDPA pinned to the kernels that take a mask;
+* one graph per batch bucket (`bucket_sizes`: powers of two below the rollout's rows, and the rows), key width
+  (`key_width`: the positions written so far rounded up to `KEY_BLOCK`, so a step reads about the keys it needs,
+  not the whole capacity under a -inf mask) and sampling setting, captured when a step first needs it (`_graph`)
+  and replayed at every later use; before each capture three eager warm-up runs, each undone (state, outputs,
+  mask and cache column restored: the rollout goes on as if none had run), with SDPA pinned to the kernels that
+  take a mask;
 * the token is chosen on the device by the sampler's own `pick` (the same Gumbel-max draws from the same uniforms,
   which are drawn outside the graph, group streams included) and written into the output with the step index
   held on the device; finished rows keep decoding pad tokens and write to a trash row;
 * every `sync_every` tokens the host reads which rows are still live (the only synchronisation), stops when none
   is, and moves the live rows into the next smaller bucket;
 * the prefill is the preallocated-cache decoder's (`StaticDecoder.prefill`: SDPA over each prompt, copied per
-  group), into the engine's own cache; the products run on the rollout copy of the weights (`rollout_weights.py`).
+  group), into the KV cache of a store shared by the model's engines (`CacheStore`: the training and the eval
+  engine never decode at once, so one cache of the largest size serves both, and their graphs share one memory
+  pool); the products run on the rollout copy of the weights (`rollout_weights.py`).
 
 Without capture (the CPU, or `capture=False`) the same steps run eagerly, attention over the positions written so
-far (`full_width=False`, the eager decoder's own slices) or over the whole cache under the mask (what the graphs
-run): tests/fast/test_graph_decode.py checks both against the eager decoder on the CPU, and
+far (`full_width=False`, the eager decoder's own slices) or over `key_width` keys under the mask (what the graphs
+run): tests/fast/test_graph_decode.py checks both against the eager decoder on the CPU (and the lazy capture's
+bookkeeping with a graph stood in for by the eager step), and
 tests/fast/test_cuda_engine.py the graphs against the eager steps on a GPU.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
+import weakref
 from dataclasses import dataclass
 from typing import Callable
 
@@ -57,6 +64,58 @@ def bucket_sizes(rows: int) -> list[int]:
 def bucket_for(n: int, sizes: list[int]) -> int:
     """The smallest bucket holding `n` rows."""
     return next(b for b in sizes if b >= n)
+
+
+KEY_BLOCK = 128  # the key widths a captured step attends over: multiples of this, up to the capacity
+
+
+def key_width(n: int, capacity: int, block: int = KEY_BLOCK) -> int:
+    """The keys a step attends over once `n` positions are written: `n` rounded up to a multiple of `block`, at
+    most `capacity` (the positions past `n` are masked)."""
+    return min(capacity, -(-n // block) * block)
+
+
+class CacheStore:
+    """The KV cache memory of one model's graph engines (training and eval rows), shared: each engine's cache is a
+    view of the front of one flat buffer per layer and keys / values, sized to the largest engine's need. When an
+    engine needs more, every engine's views and graphs are dropped first (`GraphDecoder.release`) and the buffers
+    freed, then allocated at the new size: the old and the new cache never exist at once. `pool`: the one memory
+    pool of the engines' graphs (each graph's outputs are state buffers allocated outside it, so what a graph
+    leaves in the pool is scratch, reused by the next: graphs run one at a time, on one stream)."""
+
+    def __init__(self):
+        self.flat: dict[tuple[int, bool], torch.Tensor] = {}
+        self.engines: "weakref.WeakSet" = weakref.WeakSet()
+        self._pool = None
+
+    def view(self, engine, layer: int, keys: bool, shape: tuple, dtype, device) -> torch.Tensor:
+        """`engine`'s cache of `layer`'s keys (else values) of `shape`, zeroed where never written (a step reads
+        positions not written yet under a -inf mask, and a weight of 0 times an uninitialised NaN is NaN)."""
+        self.engines.add(engine)
+        numel = math.prod(shape)
+        buf = self.flat.get((layer, keys))
+        if buf is not None and (buf.numel() < numel or buf.dtype != dtype or buf.device != torch.device(device)):
+            self.release()
+            buf = None
+        if buf is None:
+            buf = self.flat[(layer, keys)] = torch.zeros(numel, dtype=dtype, device=device)
+        return buf[:numel].view(shape)
+
+    def release(self) -> None:
+        """Every engine's views and graphs dropped, then the buffers: nothing refers to the old cache."""
+        for engine in list(self.engines):
+            engine.release()
+        self.flat.clear()
+
+    def numel(self) -> int:
+        """The elements the store holds (all layers, keys and values)."""
+        return sum(buf.numel() for buf in self.flat.values())
+
+    def pool(self):
+        """The engines' one graph memory pool (`torch.cuda.graph_pool_handle`)."""
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        return self._pool
 
 
 @dataclass(frozen=True)
@@ -121,6 +180,8 @@ class GraphDecoder(StaticDecoder):
         full_width: bool = False,
         warm_up: bool | None = None,
         flop_observer=None,
+        store: CacheStore | None = None,
+        key_block: int = KEY_BLOCK,
     ):
         super().__init__(model, capacity, flop_observer=flop_observer)
         self.weights = weights
@@ -128,26 +189,36 @@ class GraphDecoder(StaticDecoder):
         self.capture, self.sync_every = capture, sync_every
         # the warm-up runs before each capture; `warm_up=True` without capture runs it alone (the CPU tests)
         self.warm_up = capture if warm_up is None else warm_up
-        self.warmed: set[tuple] = set()  # (bucket, plan key) warmed up without capture
-        self.full_width = full_width or capture  # a graph attends over the whole cache (fixed shapes)
+        self.warmed: set[tuple] = set()  # (bucket, key width, plan key) warmed up without capture
+        self.full_width = full_width or capture  # a graph attends over fixed key widths (`key_width`)
+        self.key_block = key_block
+        self.store = store if store is not None else CacheStore()
         self.can_select = False  # compaction is the engine's own (`_compact`)
         self.state: _State | None = None
         self.cache: dict[tuple[int, bool], torch.Tensor] = {}  # (layer, keys) -> [rows, kvh, capacity, hd]
         self.mask: torch.Tensor | None = None  # [rows, 1, 1, capacity] additive: 0 on real keys
         # rope of every cache position, built at the first step and kept (the prefill drops `rope_table`)
         self.rope_rows: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
+        self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}  # (bucket, key width, plan key) -> graph
         self.eos: dict[tuple, torch.Tensor] = {}  # each plan's end ids, in a tensor of its own (its graphs read it)
-        self.pool = None
 
     def _cache_buffer(self, layer: int, keys: bool, shape: tuple, like: torch.Tensor) -> torch.Tensor:
-        """The engine's own cache, allocated once and zeroed: a step over the whole cache reads positions not
-        written yet under a -inf mask, and a weight of 0 times an uninitialised NaN would still be NaN."""
-        buf = self.cache.get((layer, keys))
-        if buf is None or buf.shape != shape or buf.dtype != like.dtype:
-            buf = self.cache[(layer, keys)] = torch.zeros(shape, dtype=like.dtype, device=like.device)
-            self.graphs.clear()  # they read the old buffers
+        """The engine's view of the model's shared cache (`CacheStore.view`); a view at another address or of
+        another shape than the last one drops the graphs (they read the old one)."""
+        buf = self.store.view(self, layer, keys, shape, like.dtype, like.device)
+        old = self.cache.get((layer, keys))
+        if old is None or old.data_ptr() != buf.data_ptr() or old.shape != buf.shape or old.dtype != buf.dtype:
+            self.graphs.clear()
+        self.cache[(layer, keys)] = buf
         return buf
+
+    def release(self) -> None:
+        """Drop every reference to the cache (views, the prefill's lists) and the graphs that read it."""
+        self.graphs.clear()
+        self.warmed.clear()
+        self.cache.clear()
+        self.keys.clear()  # in place: a prefill that grew the store is filling these lists
+        self.values.clear()
 
     def generate(self, ids, mask, pos, repeats: int, plan: SamplingPlan, autocast_dtype=None):
         """Left-padded prompts `[n, P]` (positions `pos`) -> (ids `[n*repeats, steps]`, log-probs or None), `steps`
@@ -168,9 +239,6 @@ class GraphDecoder(StaticDecoder):
         self.eos.setdefault(plan.key, plan.eos.clone())
         if self.mask is not None:
             self.mask.copy_(additive_mask(self.key_mask, self.mask.dtype)[:, None, None, :])
-        done = self.graphs if self.capture else self.warmed
-        if self.warm_up and any((b, plan.key) not in done for b in bucket_sizes(B)):
-            self._capture_all(B, plan, autocast_dtype)  # each warm-up run undone: the state is as before
         if plan.uniforms is not None:
             plan.uniforms(s.u)
         self._choose(logits, B, plan)  # the first token, from the prefill's logits
@@ -189,21 +257,32 @@ class GraphDecoder(StaticDecoder):
                 plan.uniforms(s.u)
             if self.flop_observer is not None:
                 self.flop_observer.record(b, 1, P + t, False)
-            if self.capture:
-                self.graphs[(b, plan.key)].replay()
-            else:
-                with ctx:
-                    self._body(b, plan, None if self.full_width else P + t)
+            self._step(b, P + t, plan, autocast_dtype)
         return self._output(B, plan)
 
-    def _body(self, b: int, plan: SamplingPlan, n_keys: int | None) -> None:
+    def _step(self, b: int, n: int, plan: SamplingPlan, autocast_dtype) -> None:
+        """One token for the first `b` cache rows, `n` positions written once its key is: the graph of its bucket
+        and key width replayed (captured at its first use), or the same step run eagerly over the same key width
+        (over exactly `n` keys without `full_width`), after the warm-up a capture would have run (`warm_up`)."""
+        width = key_width(n, self.capacity, self.key_block) if self.full_width else n
+        if self.capture:
+            self._graph(b, width, plan, autocast_dtype).replay()
+            return
+        if self.warm_up and (b, width, plan.key) not in self.warmed:
+            self._warm_up(b, width, plan, autocast_dtype)
+            self.warmed.add((b, width, plan.key))
+        device = self.state.ids.device
+        with _autocast(device, autocast_dtype), _pinned_attention(device):
+            self._body(b, plan, width)
+
+    def _body(self, b: int, plan: SamplingPlan, n_keys: int) -> None:
         """One token for the first `b` cache rows: the model's step, then the choice (what a graph holds)."""
         self._choose(self._fixed_step(b, n_keys), b, plan)
 
-    def _fixed_step(self, b: int, n_keys: int | None) -> torch.Tensor:
+    def _fixed_step(self, b: int, n_keys: int) -> torch.Tensor:
         """`StaticDecoder._step_forward` over the state's buffers: the token `tok` of the first `b` rows at rope
         position `pos`, written at cache position `slot` (device tensors); attention over the first `n_keys`
-        positions, or (None) over the whole cache under the mask. Returns logits `[b, V]`."""
+        positions under the mask. Returns logits `[b, V]`."""
         s, nh, kvh, hd = self.state, self.nh, self.kvh, self.hd
         x = self.body.embed_tokens(s.tok[:b, None])
         if self.rope_rows is None:  # [capacity, 1, 1, hd], as the eager decoder's `rope_table`
@@ -220,9 +299,7 @@ class GraphDecoder(StaticDecoder):
             K, V = self.cache[(li, True)][:b], self.cache[(li, False)][:b]
             K.index_copy_(2, s.slot, k.to(K.dtype))
             V.index_copy_(2, s.slot, v.to(V.dtype))
-            mask = self.mask[:b]
-            if n_keys is not None:
-                K, V, mask = K[:, :, :n_keys], V[:, :, :n_keys], mask[..., :n_keys]
+            K, V, mask = K[:, :, :n_keys], V[:, :, :n_keys], self.mask[:b, ..., :n_keys]
             a = F.scaled_dot_product_attention(
                 q.reshape(b, kvh, nh // kvh, hd),
                 K.to(q.dtype),
@@ -263,33 +340,44 @@ class GraphDecoder(StaticDecoder):
             if buf is not None:  # the mask: built at the first step
                 buf[:nb] = buf[:b].index_select(0, keep)
 
-    def _capture_all(self, B: int, plan: SamplingPlan, autocast_dtype) -> None:
-        """One graph per bucket for `plan` (largest first, sharing one memory pool), each after `WARM_UP_RUNS` eager
-        runs on a side stream (PyTorch's advice; the first also builds the mask and the rope table), every run
-        undone (`_undone`); attention's kernels pinned for both (`_pinned_attention`). Capture records the step's
-        kernels without running them, so the state is left as it was. Without capture (`warm_up` alone), the
-        warm-up runs on the current device and nothing is recorded."""
+    def _graph(self, b: int, width: int, plan: SamplingPlan, autocast_dtype):
+        """The graph of the step of `b` rows over `width` keys for `plan`, captured at its first use after
+        `WARM_UP_RUNS` undone eager runs (mid-rollout too: the rollout goes on as if they had not run)."""
+        key = (b, width, plan.key)
+        graph = self.graphs.get(key)
+        if graph is None:
+            self._warm_up(b, width, plan, autocast_dtype)
+            graph = self.graphs[key] = self._capture(b, width, plan, autocast_dtype)
+        return graph
+
+    def _warm_up(self, b: int, width: int, plan: SamplingPlan, autocast_dtype) -> None:
+        """`WARM_UP_RUNS` eager runs of the step (PyTorch's advice; the first of a rollout also builds the mask and
+        the rope table), each undone (`_undone`), attention's kernels pinned (`_pinned_attention`); on CUDA on a
+        side stream, as capture wants."""
         device = self.state.ids.device
-        ctx = lambda: _autocast(device, autocast_dtype)  # noqa: E731
-        side = torch.cuda.Stream() if self.capture else None
+        side = torch.cuda.Stream() if device.type == "cuda" else None
         if side is not None:
             side.wait_stream(torch.cuda.current_stream())
-        for b in reversed(bucket_sizes(B)):
-            with _on_stream(side), _pinned_attention(device), ctx():
-                for _ in range(WARM_UP_RUNS):
-                    with self._undone():
-                        self._body(b, plan, None)
-            if side is None:
-                self.warmed.add((b, plan.key))
-                continue
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool), _pinned_attention(device), ctx():
-                self._body(b, plan, None)
-            self.pool = graph.pool() if self.pool is None else self.pool
-            self.graphs[(b, plan.key)] = graph
+        with _on_stream(side), _pinned_attention(device), _autocast(device, autocast_dtype):
+            for _ in range(WARM_UP_RUNS):
+                with self._undone():
+                    self._body(b, plan, width)
         if side is not None:
-            torch.cuda.synchronize()
+            torch.cuda.current_stream().wait_stream(side)
+
+    def _capture(self, b: int, width: int, plan: SamplingPlan, autocast_dtype):
+        """The step captured in a CUDA graph, in the model's one graph pool (`CacheStore.pool`). Capture records
+        the kernels without running them: the state is left as it was."""
+        device = self.state.ids.device
+        graph = torch.cuda.CUDAGraph()
+        with (
+            torch.cuda.graph(graph, pool=self.store.pool()),
+            _pinned_attention(device),
+            _autocast(device, autocast_dtype),
+        ):
+            self._body(b, plan, width)
+        torch.cuda.synchronize()
+        return graph
 
     @contextlib.contextmanager
     def _undone(self):

@@ -183,9 +183,8 @@ def graph_refusal(model) -> str | None:
 
 def _graph_engine(model, capacity: int, rows: int, autocast_dtype, sync_every: int, flop_observer):
     """The graph engine for rollouts of `rows` rows within `capacity` positions. On CUDA (graphs captured) it is
-    kept per model, rows and new tokens, with one rollout copy of the weights per dtype, and rebuilt only for a
-    longer prompt (capacity rounded up to 64 positions); on the CPU (no graphs: the same steps run eagerly) it is
-    built for each rollout, as the eager decoder is."""
+    kept per model (`kept_engine`); on the CPU (no graphs: the same steps run eagerly) it is built for each
+    rollout, as the eager decoder is."""
     base = base_model_of(model)
     dtype = autocast_dtype or next(base.parameters()).dtype
     if next(base.parameters()).device.type != "cuda":
@@ -193,16 +192,32 @@ def _graph_engine(model, capacity: int, rows: int, autocast_dtype, sync_every: i
         return graph_decode.GraphDecoder(
             model, capacity, weights, capture=False, sync_every=sync_every, flop_observer=flop_observer
         )
-    kept = _KEPT.setdefault(base, {})
+    engine = kept_engine(model, capacity, rows, dtype, sync_every, capture=True)
+    engine.flop_observer = flop_observer
+    return engine
+
+
+def kept_engine(model, capacity: int, rows: int, dtype, sync_every: int, *, capture: bool):
+    """The engine kept for `model`'s rollouts of `rows` rows in `dtype`, with the model's one rollout copy of the
+    weights and one KV cache store (`graph_decode.CacheStore`: the training and eval engines share its memory,
+    sized to the larger, and one graph pool) per dtype; rebuilt only for a longer prompt (capacity rounded up to
+    64 positions), the old engine's views and graphs released first."""
+    kept = _KEPT.setdefault(base_model_of(model), {})
     if ("weights", dtype) not in kept:
         kept[("weights", dtype)] = rollout_weights.RolloutWeights(model, dtype)
+    store = kept.setdefault(("cache", dtype), graph_decode.CacheStore())
     key = ("engine", rows, dtype)
     engine = kept.get(key)
     if engine is None or engine.capacity < capacity:  # none yet, or a longer prompt than its cache holds
-        kept.pop(key, None)
-        engine = graph_decode.GraphDecoder(
-            model, -(-capacity // 64) * 64, kept[("weights", dtype)], capture=True, sync_every=sync_every
+        if engine is not None:
+            engine.release()
+        engine = kept[key] = graph_decode.GraphDecoder(
+            model,
+            -(-capacity // 64) * 64,
+            kept[("weights", dtype)],
+            capture=capture,
+            sync_every=sync_every,
+            store=store,
         )
-        kept[key] = engine
-    engine.sync_every, engine.flop_observer = sync_every, flop_observer
+    engine.sync_every = sync_every
     return engine

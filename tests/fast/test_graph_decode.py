@@ -33,9 +33,20 @@ def _eos_often(model, boost: float):
     return model
 
 
-def _pair(model, *, repeats, sync_every=16, full_width=False, warm_up=False, monkeypatch=None, **kw):
+def _pair(
+    model,
+    *,
+    repeats,
+    sync_every=16,
+    full_width=False,
+    warm_up=False,
+    key_block=graph_decode.KEY_BLOCK,
+    monkeypatch=None,
+    **kw,
+):
     """(eager, engine) completions of PROMPTS with the same group streams, and the engine's compactions
-    ((rows, bucket) of each); `warm_up`: the engine runs the warm-up it runs before a capture (without one)."""
+    ((rows, bucket) of each); `warm_up`: the engine runs the warm-up it runs before a capture (without one);
+    `full_width`: it attends over `key_width` keys (multiples of `key_block`) as the graphs do."""
     kw = dict(max_new_tokens=24, eos_id=EOS, pad_id=PAD, repeats=repeats) | kw
     pi, pm = left_pad(PROMPTS, PAD, "cpu")
     eager = sample(model, pi, pm, streams=_streams(repeats), engine="eager", **kw)
@@ -49,7 +60,7 @@ def _pair(model, *, repeats, sync_every=16, full_width=False, warm_up=False, mon
     real_init = graph_decode.GraphDecoder.__init__
 
     def init(self, *a, **k):
-        real_init(self, *a, **{**k, "full_width": full_width, "warm_up": warm_up})
+        real_init(self, *a, **{**k, "full_width": full_width, "warm_up": warm_up, "key_block": key_block})
 
     monkeypatch.setattr(graph_decode.GraphDecoder, "_compact", compact)
     monkeypatch.setattr(graph_decode.GraphDecoder, "__init__", init)
@@ -109,13 +120,18 @@ def test_in_batches_of_the_same_rows_the_engine_equals_the_eager_decoder_bit_for
     assert buckets == [] and bool(engine.truncated.all())
 
 
+@pytest.mark.parametrize("key_block", [8, graph_decode.KEY_BLOCK], ids=["blocks-of-8", "whole-cache"])
 @pytest.mark.parametrize("case", ["llama-gqa", "qwen2-bias", "qwen3-qk-norm"])
-def test_attention_over_the_whole_cache_as_the_graphs_run_it_samples_the_same_tokens(case, monkeypatch):
+def test_attention_over_key_width_blocks_as_the_graphs_run_it_samples_the_same_tokens(case, key_block, monkeypatch):
+    """The prompts are 10 positions and 24 new tokens, a cache of 34: blocks of 8 attend over 16, 24, 32 and 34
+    keys as the rollout goes; a block of 128 over the whole cache (34) at every step."""
     from tests.fast.test_static_decode import CASES
 
     arch, extra = CASES[case]
     model = _eos_often(_model(arch, **extra), 2.0)
-    eager, engine, _ = _pair(model, repeats=4, sync_every=3, full_width=True, monkeypatch=monkeypatch)
+    eager, engine, _ = _pair(
+        model, repeats=4, sync_every=3, full_width=True, key_block=key_block, monkeypatch=monkeypatch
+    )
     assert torch.equal(engine.ids, eager.ids)
     # the masked positions add exact zeros; only the order of the softmax's sums differs
     torch.testing.assert_close(engine.logp, eager.logp, atol=2e-6, rtol=0)
@@ -132,43 +148,196 @@ def _snapshot(engine) -> dict:
 
 
 def test_the_warm_up_leaves_state_outputs_mask_and_cache_bit_identical():
-    """Two rollouts on one engine (the second under another sampling setting: another warm-up, the mask built by
-    then); before and after each warm-up every buffer holds the same bits."""
+    """Two rollouts on one engine (the second under another sampling setting: other warm-ups, the mask built by
+    then), key widths of blocks of 4: prompts of 10 positions and 5 new tokens write 11..14 positions at the 4
+    decode steps, so widths 12 (11, 12) and 15 (13 -> 16, capped at the capacity 15). Each (bucket, width) is
+    warmed up at its first step, mid-rollout for the second; before and after each warm-up every buffer holds the
+    same bits."""
     from rlcompare.rollout import sampler
 
     model = _model("llama")
     pi, pm = left_pad(PROMPTS, PAD, "cpu")
     repeats, new = 4, 5
+    assert pi.shape[1] == 10
     engine = graph_decode.GraphDecoder(
         model,
         pi.shape[1] + new,
         rollout_weights.RolloutWeights(model, torch.float32),
         capture=False,
         sync_every=2,
+        full_width=True,
         warm_up=True,
+        key_block=4,
     )
     calls = []
-    real = engine._capture_all
+    real = engine._warm_up
 
-    def capture_all(B, plan, autocast_dtype):
+    def warm_up(b, width, plan, autocast_dtype):
         before = _snapshot(engine)
-        real(B, plan, autocast_dtype)
+        real(b, width, plan, autocast_dtype)
         after = _snapshot(engine)
-        calls.append((B, before["t"].item(), before["slot"].item()))
+        calls.append((b, width, before["t"].item(), before["slot"].item()))
         assert before.keys() == after.keys()
         for k in before:
             assert torch.equal(before[k], after[k]), k
 
-    engine._capture_all = capture_all
+    engine._warm_up = warm_up
     kw = dict(max_new_tokens=new, eos_id=10_000, pad_id=PAD, repeats=repeats, decoder=engine)
     with torch.inference_mode():
         sampler._sample(model, pi, pm, streams=_streams(repeats), **kw)
         assert engine.mask is not None  # built by the first warm-up, kept
         sampler._sample(model, pi, pm, streams=_streams(repeats), temperature=0.5, **kw)
-    # at each rollout's start: the first choice not made yet (t 0), the slot before the prompt's end
-    assert calls == [(12, 0, pi.shape[1] - 1)] * 2
-    assert engine.warmed == {(b, key) for b in graph_decode.bucket_sizes(12) for key in {k for _, k in engine.warmed}}
-    assert len(engine.warmed) == 2 * len(graph_decode.bucket_sizes(12))
+    # step 1 writes slot 10 with the first choice made (t 1); step 3 slot 12 (t 3); no row ends: one bucket, 12
+    assert calls == [(12, 12, 1, 10), (12, 15, 3, 12)] * 2
+    keys = {k for *_, k in engine.warmed}
+    assert len(keys) == 2 and engine.warmed == {(12, w, k) for w in (12, 15) for k in keys}
+
+
+def test_key_width_rounds_the_positions_up_to_a_block_within_the_capacity():
+    kw = graph_decode.key_width
+    assert graph_decode.KEY_BLOCK == 128
+    # the qwen2.5-0.5b bench: 16-token prompts + 512 new tokens, a cache of 528 rounded up to 576
+    assert [kw(n, 576) for n in (17, 128, 129, 256, 257, 512, 513, 528)] == [128, 128, 256, 256, 384, 512, 576, 576]
+    assert [kw(n, 34, 8) for n in (11, 16, 17, 24, 25, 32, 33, 34)] == [16, 16, 24, 24, 32, 32, 34, 34]
+    assert kw(5, 40, 128) == 40  # a block wider than the cache: the whole cache
+
+
+def test_each_step_attends_over_its_key_width(monkeypatch):
+    """Blocks of 8 in a cache of 34 (prompts of 10, 24 new tokens): decode step t writes position 9 + t, so
+    steps 1-6 attend over 16 keys, 7-14 over 24, 15-22 over 32 and 23 over 34, in every layer (2)."""
+    widths, inside = [], []
+    real_step, real_sdpa = graph_decode.GraphDecoder._fixed_step, torch.nn.functional.scaled_dot_product_attention
+
+    def fixed_step(self, b, n_keys):
+        inside.append(True)
+        try:
+            return real_step(self, b, n_keys)
+        finally:
+            inside.pop()
+
+    def sdpa(q, k, v, **kw):
+        if inside:
+            widths.append((k.shape[-2], kw["attn_mask"].shape[-1]))
+        return real_sdpa(q, k, v, **kw)
+
+    monkeypatch.setattr(graph_decode.GraphDecoder, "_fixed_step", fixed_step)
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", sdpa)
+    eager, engine, _ = _pair(
+        _model("llama"), repeats=2, full_width=True, key_block=8, eos_id=10_000, monkeypatch=monkeypatch
+    )
+    want = [16] * 6 + [24] * 8 + [32] * 8 + [34]
+    assert widths == [(w, w) for w in want for _ in range(2)]
+    assert torch.equal(engine.ids, eager.ids)
+    torch.testing.assert_close(engine.logp, eager.logp, atol=2e-6, rtol=0)
+
+
+class _EagerGraph:
+    """A stand-in for a captured graph on the CPU: `replay` runs the captured step eagerly."""
+
+    def __init__(self, engine, b, width, plan, autocast_dtype, log):
+        self.engine, self.args, self.log = engine, (b, width, plan), log
+        self.autocast_dtype = autocast_dtype
+
+    def replay(self):
+        b, width, plan = self.args
+        self.log.append(("replay", b, width))
+        with graph_decode._autocast(self.engine.state.ids.device, self.autocast_dtype):
+            self.engine._body(b, plan, width)
+
+
+def test_graphs_are_captured_lazily_once_per_bucket_and_key_width(monkeypatch):
+    """With capture on and a graph stood in for by the eager step: a graph is captured at the first step of its
+    (bucket, key width), after three warm-up runs of that step, and replayed at every step of it; a second rollout
+    on the same paths captures nothing; the tokens are the eager decoder's."""
+    from rlcompare.rollout import sampler
+
+    log = []
+    real_body = graph_decode.GraphDecoder._body
+    monkeypatch.setattr(
+        graph_decode.GraphDecoder,
+        "_body",
+        lambda self, b, plan, w: log.append(("body", b, w)) or real_body(self, b, plan, w),
+    )
+    monkeypatch.setattr(
+        graph_decode.GraphDecoder,
+        "_capture",
+        lambda self, b, w, plan, dt: log.append(("capture", b, w)) or _EagerGraph(self, b, w, plan, dt, log),
+    )
+    model = _eos_often(_model("llama"), 2.0)
+    pi, pm = left_pad(PROMPTS, PAD, "cpu")
+    new, repeats = 24, 8
+    weights = rollout_weights.RolloutWeights(model, torch.float32)
+    engine = graph_decode.GraphDecoder(model, pi.shape[1] + new, weights, capture=True, sync_every=1, key_block=8)
+    kw = dict(max_new_tokens=new, eos_id=EOS, pad_id=PAD, repeats=repeats, decoder=engine)
+    with torch.inference_mode():
+        got = sampler._sample(model, pi, pm, streams=_streams(repeats), **kw)
+    eager = sample(
+        model, pi, pm, streams=_streams(repeats), engine="eager", **{k: v for k, v in kw.items() if k != "decoder"}
+    )
+    assert torch.equal(got.ids, eager.ids)
+    torch.testing.assert_close(got.logp, eager.logp, atol=1e-5, rtol=0)
+    replays = [e[1:] for e in log if e[0] == "replay"]
+    captures = [e[1:] for e in log if e[0] == "capture"]
+    # every step replayed a graph, the first of its (bucket, width) captured just before, once
+    assert captures == list(dict.fromkeys(replays))
+    plan_keys = {k for *_, k in engine.graphs}
+    assert len(plan_keys) == 1 and set(engine.graphs) == {(b, w, *plan_keys) for b, w in captures}
+    for c in captures:
+        at = log.index(("capture", *c))
+        assert log[at - 3 : at] == [("body", *c)] * 3 and log[at + 1] == ("replay", *c)
+    # buckets shrink and widths grow along the rollout; more than one of each was visited
+    assert [b for b, _ in replays] == sorted((b for b, _ in replays), reverse=True)
+    assert [w for _, w in replays] == sorted(w for _, w in replays)
+    assert len({b for b, _ in replays}) > 1 and len({w for _, w in replays}) > 1
+    assert all(w == graph_decode.key_width(w, pi.shape[1] + new, 8) for _, w in replays)
+    log.clear()
+    with torch.inference_mode():
+        again = sampler._sample(model, pi, pm, streams=_streams(repeats), **kw)
+    assert torch.equal(again.ids, got.ids) and not [e for e in log if e[0] == "capture"]
+
+
+def test_two_engines_of_one_model_share_one_cache_store_of_the_larger_size():
+    """The training engine (3 rows) decodes first, then the eval engine (12 rows): the store grows to 12 rows,
+    dropping the smaller engine's views and graphs before it allocates, so the old buffer is gone; then the
+    smaller engine views the front of the same buffer, and the larger one's graphs stay. Each samples the eager
+    decoder's tokens. Sizes: 2 layers x (keys, values) x rows x 2 KV heads x capacity 64 (34 rounded up) x head width 8."""
+    import gc
+    import weakref
+
+    from rlcompare.fast import speed
+    from rlcompare.rollout import sampler
+
+    model = _model("llama")
+    assert static_decode.head_dims(model.config)[1:] == (2, 8) and len(model.model.layers) == 2
+    pi, pm = left_pad(PROMPTS, PAD, "cpu")
+    new = 24
+    small = speed.kept_engine(model, pi.shape[1] + new, 3, torch.float32, 4, capture=False)
+    large = speed.kept_engine(model, pi.shape[1] + new, 12, torch.float32, 4, capture=False)
+    assert small is not large and small.store is large.store and small.capacity == 64
+    store = small.store
+
+    def rollout(engine, repeats):
+        kw = dict(max_new_tokens=new, eos_id=EOS, pad_id=PAD, repeats=repeats)
+        with torch.inference_mode():
+            got = sampler._sample(model, pi, pm, streams=_streams(repeats), decoder=engine, **kw)
+        eager = sample(model, pi, pm, streams=_streams(repeats), engine="eager", **kw)
+        assert torch.equal(got.ids, eager.ids)
+
+    rollout(small, 1)
+    assert store.numel() == 2 * 2 * 3 * 2 * 64 * 8
+    old = weakref.ref(store.flat[(0, True)])
+    small.graphs["sentinel"] = object()
+    rollout(large, 4)
+    gc.collect()
+    assert old() is None and small.graphs == {} and small.cache == {}
+    assert store.numel() == 2 * 2 * 12 * 2 * 64 * 8
+    large.graphs["sentinel"] = object()
+    rollout(small, 1)
+    assert store.numel() == 2 * 2 * 12 * 2 * 64 * 8  # no growth: a view of the front
+    for key in small.cache:
+        assert small.cache[key].data_ptr() == large.cache[key].data_ptr()
+    assert "sentinel" in large.graphs
+    assert speed.kept_engine(model, pi.shape[1] + new, 12, torch.float32, 4, capture=False) is large
 
 
 @pytest.mark.parametrize("new", [1, 2])
