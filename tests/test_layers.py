@@ -335,7 +335,7 @@ def test_the_checks_catch_a_forbidden_import():
             "rlcompare.report.bad": "def f():\n    import torch\n",
             "rlcompare.report.bad2": "from rlcompare.models import load_policy\n",
             "rlcompare.train.bad": "def f():\n    from rlcompare.report import build_report\n    from rlcompare import cli\n"
-            "    from rlcompare.sweep import runner\n",
+            "    from rlcompare.sweep import launch\n",
             "rlcompare.rollout.bad": "from rlcompare.fast.static_decode import supports\n",
             "rlcompare.bench.bad": "from rlcompare.fast import static_decode\nfrom rlcompare.fast import _replay\n",
             "rlcompare.data.bad": "from rlcompare.losses import policy_loss\nimport rlcompare.trainer\n",
@@ -350,7 +350,7 @@ def test_the_checks_catch_a_forbidden_import():
         "rlcompare.report.bad2:1 imports rlcompare.models",
         "rlcompare.train.bad:2 imports rlcompare.report",
         "rlcompare.train.bad:3 imports rlcompare.cli",
-        "rlcompare.train.bad:4 imports rlcompare.sweep.runner",
+        "rlcompare.train.bad:4 imports rlcompare.sweep.launch",
         "rlcompare.rollout.bad:1 imports rlcompare.fast.static_decode: a fast/ internal",
         "rlcompare.bench.bad:1 imports rlcompare.fast.static_decode: a fast/ internal",
         "_replay is not in rlcompare.fast.__all__",

@@ -52,7 +52,7 @@ class JobListSweeper(Sweeper):
         self.hydra_context: Optional[HydraContext] = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        from rlcompare.sweep.runner import STOP_FILE, UnlessInterrupted
+        from rlcompare.sweep.launch import STOP_FILE, UnlessInterrupted
 
         self.config = config
         self.hydra_context = hydra_context
@@ -64,7 +64,7 @@ class JobListSweeper(Sweeper):
 
     def sweep(self, arguments: List[str]) -> Any:
         from rlcompare.train.placement import LAUNCH_JOBS_ENV
-        from rlcompare.sweep import job_batch, read_jobs_file
+        from rlcompare.sweep.launch import job_batch, read_jobs_file
 
         assert self.config is not None and self.launcher is not None
         batch = job_batch(arguments, read_jobs_file(self.jobs_file))

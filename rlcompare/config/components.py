@@ -1,5 +1,5 @@
 """The components a sweep variant may declare (docs/components.md): one word -> the config key prefixes it covers.
-Read by the sweep's one-change check (rlcompare.sweep.runner) and the report's config comparison
+Read by the sweep's one-change check (rlcompare.sweep.resolve) and the report's config comparison
 (rlcompare.report.matching). Plain Python."""
 
 from __future__ import annotations

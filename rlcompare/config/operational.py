@@ -7,7 +7,7 @@ Who reads them:
   key but `RESUME_FIXED`, which would move the run to another folder, W&B run or comparison);
 - the derived run name (conf/config.yaml's `hydra.job.config.override_dirname.exclude_keys`, which cannot import
   Python; tests/config/test_operational.py keeps it equal to `RUN_NAME_EXCLUDED`);
-- sweeps (`rlcompare.sweep.runner`): a variant changing only `SWEEP_IGNORED` keys changes nothing;
+- sweeps (`rlcompare.sweep.spec`): a variant changing only `SWEEP_IGNORED` keys changes nothing;
 - fingerprints (`run.fingerprint` leaves them out) and the report (`report.fingerprint_diff` skips them in
   fingerprint.json files written before they were left out).
 

@@ -1,5 +1,5 @@
 import sys
 
-from rlcompare.sweep.runner import main
+from rlcompare.sweep.run import main
 
 sys.exit(main())

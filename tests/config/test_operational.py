@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from rlcompare.config import operational
 from rlcompare.report import build as report
-from rlcompare.sweep import runner as sweep
+from rlcompare.sweep import spec as sweep
 from rlcompare.train import resume, run
 from rlcompare.train.app import conf_dir
 from rlcompare.config import RunConfig

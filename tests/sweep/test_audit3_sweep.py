@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from tests.conftest import FAST
-from rlcompare.sweep import runner as sw
-from rlcompare.sweep import SweepError, load_sweep, resolve_members
+from rlcompare.sweep import launch as sw_launch
+from rlcompare.sweep import Job, SweepError, load_sweep, main, resolve_members, run_jobs, run_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -70,9 +70,9 @@ def test_a_second_sweep_of_the_same_name_is_refused_while_the_first_holds_the_fo
     try:
         assert holder.stdout.readline().strip() == "held"
         launches = []
-        monkeypatch.setattr(sw, "launch_jobs", lambda *a: launches.append(a) or 0)
+        monkeypatch.setattr(sw_launch, "launch_jobs", lambda *a: launches.append(a) or 0)
         capsys.readouterr()
-        rc = sw.main([str(p), f"results_dir={tmp_path / 'results'}"])
+        rc = main([str(p), f"results_dir={tmp_path / 'results'}"])
         err = capsys.readouterr().err
         assert rc == 2 and launches == []
         assert len(err.strip().splitlines()) == 1, err
@@ -82,8 +82,8 @@ def test_a_second_sweep_of_the_same_name_is_refused_while_the_first_holds_the_fo
         holder.kill()
         holder.wait()
     # once the first sweep has ended, the folder is free again
-    monkeypatch.setattr(sw, "launch_jobs", lambda spec, root_, jobs, hx: [finish(root_, j) for j in jobs] and 0)
-    assert sw.run_sweep(p, [f"results_dir={tmp_path / 'results'}"]) == 0
+    monkeypatch.setattr(sw_launch, "launch_jobs", lambda spec, root_, jobs, hx: [finish(root_, j) for j in jobs] and 0)
+    assert run_sweep(p, [f"results_dir={tmp_path / 'results'}"]) == 0
 
 
 def test_a_run_made_with_another_config_is_not_settled_as_the_members(tmp_path):
@@ -101,7 +101,7 @@ def test_a_run_made_with_another_config_is_not_settled_as_the_members(tmp_path):
         (d / "config.yaml").write_text(yaml.safe_dump({**cfg, "seed": 7}))
         return 0
 
-    res = sw.run_jobs([sw.Job(grpo, 0), sw.Job(clip, 0)], root, launch)
+    res = run_jobs([Job(grpo, 0), Job(clip, 0)], root, launch)
     assert res[("grpo", 0)]["status"] == "failed"
     assert "another config than this member's (trainer.lr: 0.0003 -> 3e-05)" in res[("grpo", 0)]["error"]
     assert res[("clip_higher", 0)]["status"] == "failed" and "seed: 7 -> 0" in res[("clip_higher", 0)]["error"]
@@ -111,7 +111,7 @@ def test_the_members_own_run_is_settled(tmp_path):
     spec = load_sweep(write(tmp_path))
     members = resolve_members(spec, [f"results_dir={tmp_path / 'results'}"])
     root = tmp_path / "results" / "a3"
-    res = sw.run_jobs([sw.Job(m, 0) for m in members], root, lambda batch: [finish(root, j) for j in batch] and 0)
+    res = run_jobs([Job(m, 0) for m in members], root, lambda batch: [finish(root, j) for j in batch] and 0)
     assert {k: r["status"] for k, r in res.items()} == {("grpo", 0): "completed", ("clip_higher", 0): "completed"}
 
 
@@ -123,7 +123,7 @@ def test_every_seed_is_checked_not_only_the_first(tmp_path, capsys, how):
     if how == "command line":
         args += ["--seeds", "0,-1"]
     capsys.readouterr()
-    assert sw.main(args) == 2
+    assert main(args) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "seed -1 is refused (seed=-1 must be in [0, 2147483647])" in err, err
     assert not (tmp_path / "results").exists()
@@ -133,7 +133,7 @@ def test_a_sweep_seed_past_the_bound_is_refused_like_a_runs(tmp_path, capsys):
     # item 4 through item 5: torch keeps 32 bits of a seed, so 2**32 would repeat seed 0; the sweep applies the bound
     text = SWEEP.replace("seeds: [0]", "seeds: [0, 4294967296]")
     capsys.readouterr()
-    assert sw.main([str(write(tmp_path, text)), f"results_dir={tmp_path / 'results'}", "--dry-run"]) == 2
+    assert main([str(write(tmp_path, text)), f"results_dir={tmp_path / 'results'}", "--dry-run"]) == 2
     assert "seed 4294967296 is refused (seed=4294967296 must be in [0, 2147483647])" in capsys.readouterr().err
 
 
@@ -159,7 +159,7 @@ def test_a_non_utf8_sweep_file_is_refused_in_one_line(tmp_path, capsys):
     p = tmp_path / "latin1.yaml"
     p.write_bytes((textwrap.dedent(SWEEP) + "question: caf\xe9 or tea?\n").encode("latin-1"))
     capsys.readouterr()
-    assert sw.main([str(p), "--dry-run"]) == 2
+    assert main([str(p), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "not UTF-8 text" in err and str(p) in err, err
 
@@ -188,25 +188,27 @@ def test_runs_completed_before_a_ctrl_c_are_recorded(tmp_path, monkeypatch, caps
         (d / "summary.json").write_text(json.dumps({"status": "failed", "error": "KeyboardInterrupt: "}))
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sw, "launch_jobs", interrupted)
+    monkeypatch.setattr(sw_launch, "launch_jobs", interrupted)
     capsys.readouterr()
-    assert sw.run_sweep(p, [f"results_dir={tmp_path / 'results'}"]) == 130
+    assert run_sweep(p, [f"results_dir={tmp_path / 'results'}"]) == 130
     assert "interrupted; finished runs: grpo__s0. Continue with --resume" in capsys.readouterr().err
     runs = yaml.safe_load((root / "sweep.yaml").read_text())["runs"]
     assert runs == {"grpo": {"0": {"status": "completed", "error": None, "dir": str(root / "grpo__s0")}}}
     launches = []
     monkeypatch.setattr(
-        sw, "launch_jobs", lambda spec, r, jobs, hx: launches.append([j.key for j in jobs]) or finish(r, jobs[0]) or 0
+        sw_launch,
+        "launch_jobs",
+        lambda spec, r, jobs, hx: launches.append([j.key for j in jobs]) or finish(r, jobs[0]) or 0,
     )
-    assert sw.run_sweep(p, [f"results_dir={tmp_path / 'results'}"], resume=True) == 0
+    assert run_sweep(p, [f"results_dir={tmp_path / 'results'}"], resume=True) == 0
     assert launches == [[("clip_higher", 0)]]
 
 
 def test_a_job_taken_up_after_the_interruption_is_not_started(tmp_path):
     ran = []
-    task = sw.UnlessInterrupted(ran.append, str(tmp_path / sw.STOP_FILE))
+    task = sw_launch.UnlessInterrupted(ran.append, str(tmp_path / sw_launch.STOP_FILE))
     task("first")
-    (tmp_path / sw.STOP_FILE).touch()
+    (tmp_path / sw_launch.STOP_FILE).touch()
     assert task("queued") is None
     assert ran == ["first"]
 
@@ -226,10 +228,10 @@ time.sleep(600)
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="reads the worker's state from /proc")
 def test_ctrl_c_stops_every_process_of_the_launch(tmp_path, monkeypatch):
-    monkeypatch.setattr(sw, "STOP_GRACE_S", 3.0)
+    monkeypatch.setattr(sw_launch, "STOP_GRACE_S", 3.0)
     script, pid_file = tmp_path / "launcher.py", tmp_path / "worker.pid"
     script.write_text(LEAVES_A_WORKER)
-    stop = tmp_path / sw.STOP_FILE
+    stop = tmp_path / sw_launch.STOP_FILE
     real_wait = subprocess.Popen.wait
     calls = []
 
@@ -243,7 +245,7 @@ def test_ctrl_c_stops_every_process_of_the_launch(tmp_path, monkeypatch):
 
     monkeypatch.setattr(subprocess.Popen, "wait", interrupted_wait)
     with pytest.raises(KeyboardInterrupt):
-        sw._launch([sys.executable, str(script), str(pid_file)], stop)
+        sw_launch._launch([sys.executable, str(script), str(pid_file)], stop)
     monkeypatch.undo()
     worker = int(pid_file.read_text())
     assert stop.exists()
@@ -387,7 +389,7 @@ def test_a_completed_summary_without_a_config_is_not_settled_but_a_failure_keeps
             (d / "summary.json").write_text(json.dumps({"status": status, "error": "ValueError: x"}))
         return 1
 
-    res = sw.run_jobs([sw.Job(grpo, 0), sw.Job(clip, 0)], root, launch)
+    res = run_jobs([Job(grpo, 0), Job(clip, 0)], root, launch)
     assert res[("grpo", 0)]["status"] == "failed" and "no readable config.yaml" in res[("grpo", 0)]["error"]
     assert res[("clip_higher", 0)] == {
         "status": "failed",

@@ -15,8 +15,18 @@ import pytest
 import yaml
 
 from rlcompare.train import placement as pl
-from rlcompare.sweep import runner as sw
-from rlcompare.sweep import SweepError, load_sweep, resolve_members
+from rlcompare.sweep import launch as sw_launch
+from rlcompare.sweep import (
+    Job,
+    SweepError,
+    check_launch_settings,
+    job_batch,
+    load_sweep,
+    read_jobs_file,
+    resolve_members,
+    run_jobs,
+    run_sweep,
+)
 from rlcompare.train.trainer import TIMING_PREFIXES
 
 # seconds-long runs (a 20-step warm start, 2 RL steps of 4 prompts x 4 completions); no trainer.threads: the rule sets it
@@ -93,14 +103,10 @@ def test_joblib_sweep_runs_two_at_once_isolates_a_failure_and_matches_the_serial
     p = write_sweep(tmp_path)
     fixed = QUICK + ["trainer.threads=1"]  # the same threads serial and parallel: the rows must then be equal
     # serially (Hydra's basic launcher), the members that complete
-    assert (
-        sw.run_sweep(write_sweep(tmp_path, completing_only=True), fixed + [f"results_dir={tmp_path / 'serial'}"]) == 0
-    )
+    assert run_sweep(write_sweep(tmp_path, completing_only=True), fixed + [f"results_dir={tmp_path / 'serial'}"]) == 0
     assert "2 of 2 runs completed" in capfd.readouterr().out
     assert (
-        sw.run_sweep(
-            p, fixed + [f"results_dir={tmp_path / 'par2'}", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
-        )
+        run_sweep(p, fixed + [f"results_dir={tmp_path / 'par2'}", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"])
         == 1
     )
     out, err = capfd.readouterr()
@@ -126,7 +132,7 @@ def test_submitit_local_sweep_isolates_a_failure_splits_the_cores_and_groups_wan
         f"results_dir={tmp_path / 'sub'}",
         "hydra/launcher=submitit_local",
     ]
-    assert sw.run_sweep(p, extra) == 1
+    assert run_sweep(p, extra) == 1
     out = capsys.readouterr().out
     root = tmp_path / "sub" / "par"
     check_isolated_and_reported(root, out, tmp_path)
@@ -163,7 +169,7 @@ def test_ray_sweep_isolates_a_failure(tmp_path, capsys):
     pytest.importorskip("hydra_plugins.hydra_ray_launcher")
     p = write_sweep(tmp_path)
     extra = QUICK + [f"results_dir={tmp_path / 'ray'}", "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2"]
-    assert sw.run_sweep(p, extra) == 1
+    assert run_sweep(p, extra) == 1
     check_isolated_and_reported(tmp_path / "ray" / "par", capsys.readouterr().out, tmp_path)
 
 
@@ -249,7 +255,7 @@ def test_jobs_stopped_together_are_relaunched_alone_to_find_the_cause(tmp_path):
     spec, members = _members(tmp_path)
     root = tmp_path / "results" / "par"
     grpo, clip, boom = members
-    jobs = [sw.Job(grpo, 0), sw.Job(clip, 0), sw.Job(boom, 0), sw.Job(grpo, 1)]
+    jobs = [Job(grpo, 0), Job(clip, 0), Job(boom, 0), Job(grpo, 1)]
     calls = []
 
     def fake_launch(batch):
@@ -267,7 +273,7 @@ def test_jobs_stopped_together_are_relaunched_alone_to_find_the_cause(tmp_path):
             _start(root, j, status="completed")
         return 0
 
-    res = sw.run_jobs(jobs, root, fake_launch)
+    res = run_jobs(jobs, root, fake_launch)
     assert calls == [
         [("grpo", 0, False), ("clip_higher", 0, False), ("boom", 0, False), ("grpo", 1, False)],
         [("clip_higher", 0, True)],
@@ -292,7 +298,7 @@ def test_a_launch_that_starts_nothing_fails_its_jobs_once(tmp_path):
         calls.append(len(batch))
         return 1
 
-    res = sw.run_jobs([sw.Job(m, 0) for m in members], root, fake_launch)
+    res = run_jobs([Job(m, 0) for m in members], root, fake_launch)
     assert calls == [3]
     assert all(r["status"] == "failed" and "before this job started (exit code 1)" in r["error"] for r in res.values())
 
@@ -305,14 +311,14 @@ def test_a_launch_that_ends_well_without_a_summary_fails_that_job(tmp_path):
         _start(root, batch[0], status="completed")
         return 0
 
-    res = sw.run_jobs([sw.Job(m, 0) for m in members], root, fake_launch)
+    res = run_jobs([Job(m, 0) for m in members], root, fake_launch)
     assert res[("grpo", 0)]["status"] == "completed"
     assert res[("boom", 0)]["error"] == "the multirun ended (exit code 0) without this run's summary.json"
 
 
 # ----------------------------------------------------------------------------- the job list sweeper
 def test_job_batch_puts_each_jobs_own_overrides_after_the_command_line():
-    batch = sw.job_batch(
+    batch = job_batch(
         ["results_dir=/r", "experiment=x", "trainer.lr=1e-4"],
         [["algorithm=dapo", "trainer.lr=3e-4", "seed=0"], ["algorithm=grpo", "seed=1"]],
     )
@@ -323,7 +329,7 @@ def test_job_batch_puts_each_jobs_own_overrides_after_the_command_line():
     from hydra.errors import HydraException
 
     with pytest.raises(HydraException, match="list each value as its own job"):
-        sw.job_batch(["seed=0,1"], [["algorithm=grpo"]])
+        job_batch(["seed=0,1"], [["algorithm=grpo"]])
 
 
 @pytest.mark.parametrize(
@@ -344,7 +350,7 @@ def test_a_bad_jobs_file_is_refused_naming_the_setting(tmp_path, text, message):
         path = tmp_path / "jobs.yaml"
         path.write_text(text)
     with pytest.raises(HydraException, match=message):
-        sw.read_jobs_file(str(path) if path else None)
+        read_jobs_file(str(path) if path else None)
 
 
 @pytest.mark.slow
@@ -352,20 +358,20 @@ def test_launch_settings_are_checked_before_anything_runs(tmp_path):
     p = write_sweep(tmp_path)
     results = tmp_path / "results"
     with pytest.raises(SweepError, match=r"(?s)hydra/launcher/nope.*pip install -e \"\.\[launchers\]\""):
-        sw.run_sweep(p, QUICK + [f"results_dir={results}", "hydra/launcher=nope"])
+        run_sweep(p, QUICK + [f"results_dir={results}", "hydra/launcher=nope"])
     with pytest.raises(SweepError, match="its own sweeper"):
-        sw.run_sweep(p, QUICK + [f"results_dir={results}", "hydra/sweeper=basic"])
+        run_sweep(p, QUICK + [f"results_dir={results}", "hydra/sweeper=basic"])
     assert not results.exists()  # refused before the results folder was made
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
-    assert sw.check_launch_settings(["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]) == "JoblibLauncher"
+    assert check_launch_settings(["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]) == "JoblibLauncher"
     with pytest.raises(SweepError, match="hydra.launcher.n_job"):
-        sw.check_launch_settings(["hydra/launcher=joblib", "hydra.launcher.n_job=2"])
+        check_launch_settings(["hydra/launcher=joblib", "hydra.launcher.n_job=2"])
 
 
 def test_dry_run_names_the_launcher(tmp_path, capsys):
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
     p = write_sweep(tmp_path)
-    assert sw.run_sweep(p, [f"results_dir={tmp_path}", "hydra/launcher=joblib"], dry_run=True) == 0
+    assert run_sweep(p, [f"results_dir={tmp_path}", "hydra/launcher=joblib"], dry_run=True) == 0
     out = capsys.readouterr().out
     assert "the 3 runs are the jobs of one Hydra multirun (JoblibLauncher)" in out
 
@@ -492,8 +498,8 @@ def test_resume_launches_the_unfinished_runs_as_one_batch(tmp_path, monkeypatch,
             _start(root_, j, status="completed")
         return 0
 
-    monkeypatch.setattr(sw, "launch_jobs", fake_launch_jobs)
-    assert sw.run_sweep(p, [f"results_dir={tmp_path / 'results'}"], resume=True) == 0
+    monkeypatch.setattr(sw_launch, "launch_jobs", fake_launch_jobs)
+    assert run_sweep(p, [f"results_dir={tmp_path / 'results'}"], resume=True) == 0
     assert launches == [[("clip_higher", 0, False), ("boom", 0, True)]]
     runs = yaml.safe_load((root / "sweep.yaml").read_text())["runs"]
     assert runs["grpo"]["0"]["note"] == "kept from an earlier launch"

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlcompare.sweep import runner as sw
-from rlcompare.sweep import SweepError, check_one_change, load_sweep, resolve_members
+from rlcompare.config.components import COMPONENTS
+from rlcompare.config.flat import flatten
+from rlcompare.sweep import Job, SweepError, check_one_change, load_sweep, main, resolve_members, run_jobs, run_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 SWEEPS = sorted((REPO / "sweeps").glob("*.yaml"))
@@ -62,7 +63,7 @@ def test_variant_touching_two_components_is_refused_naming_the_stray_key(tmp_pat
     assert "algorithm.clip.eps_high" not in msg.split("also changes")[1]  # the declared change is not stray
 
     # the CLI refuses with exit code 2 before training anything
-    rc = sw.main([str(p), f"results_dir={tmp_path / 'results'}"])
+    rc = main([str(p), f"results_dir={tmp_path / 'results'}"])
     assert rc == 2
     assert "sneaky" in capsys.readouterr().err
     assert not (tmp_path / "results").exists()
@@ -271,12 +272,12 @@ def test_every_component_names_existing_config_keys():
     register_resolvers()
     with initialize_config_dir(config_dir=conf_dir(), version_base=None):
         cfg = OmegaConf.to_container(validate(compose("config", overrides=["algorithm=ppo"])), resolve=True)
-    keys = set(sw.flatten(cfg))
-    for name, prefixes in sw.COMPONENTS.items():
+    keys = set(flatten(cfg))
+    for name, prefixes in COMPONENTS.items():
         for p in prefixes:
             assert any(k == p or k.startswith(p + ".") for k in keys), f"{name}: {p} is not a config key"
     doc = (REPO / "docs" / "components.md").read_text()
-    for name in sw.COMPONENTS:
+    for name in COMPONENTS:
         assert f"| `{name}` |" in doc, f"docs/components.md lacks the component {name}"
 
 
@@ -286,7 +287,7 @@ def test_every_component_names_existing_config_keys():
 def test_shipped_sweep_passes_dry_run(path, tmp_path, capsys):
     text = path.read_text()
     assert text.startswith("#"), "a shipped sweep states its question in a header comment"
-    rc = sw.run_sweep(path, [f"results_dir={tmp_path / 'results'}"], dry_run=True)
+    rc = run_sweep(path, [f"results_dir={tmp_path / 'results'}"], dry_run=True)
     out = capsys.readouterr().out
     assert rc == 0, out
     spec = load_sweep(path)
@@ -298,10 +299,10 @@ def test_shipped_sweep_passes_dry_run(path, tmp_path, capsys):
 
 
 def test_cli_dry_run_by_name_with_options_between_overrides(tmp_path, capsys):
-    rc = sw.main(["one_knob", "--dry-run", f"results_dir={tmp_path}", "--seeds", "0,1", "trainer.lr=3e-4"])
+    rc = main(["one_knob", "--dry-run", f"results_dir={tmp_path}", "--seeds", "0,1", "trainer.lr=3e-4"])
     out = capsys.readouterr().out
     assert rc == 0 and "seeds 0, 1" in out and "seed=0,1 " in out and "trainer.lr=3e-4" in out
-    assert sw.main(["one_knob", "--dry-run", "--seeds", "0,0"]) == 2
+    assert main(["one_knob", "--dry-run", "--seeds", "0,0"]) == 2
 
 
 def test_shipped_sweep_set_is_complete():
@@ -379,7 +380,7 @@ def test_failure_isolation_relaunches_seeds_after_a_job_exits(tmp_path, scenario
             rc = 1 if j.seed in raises else rc
         return rc
 
-    res = sw.run_jobs([sw.Job(members[0], s) for s in (0, 1, 2, 3)], root, fake_launch)
+    res = run_jobs([Job(members[0], s) for s in (0, 1, 2, 3)], root, fake_launch)
     res = {seed: r for (_, seed), r in res.items()}
     if scenario == "exit":
         assert calls == [[0, 1, 2, 3], [2, 3]]
@@ -412,7 +413,7 @@ def test_sweep_end_to_end_then_report(tmp_path, capsys):
     )
     results = tmp_path / "results"
     extra = FAST + [f"results_dir={results}"]
-    rc = sw.run_sweep(p, extra)
+    rc = run_sweep(p, extra)
     out = capsys.readouterr().out
     assert rc == 0, out
     root = results / "e2e"
@@ -446,10 +447,10 @@ def test_sweep_end_to_end_then_report(tmp_path, capsys):
 
     # a second launch refuses to write into the same runs; --resume keeps completed runs and reruns nothing
     with pytest.raises(SweepError, match="already holds runs"):
-        sw.run_sweep(p, extra)
-    assert sw.run_sweep(p, extra, resume=True) == 0
+        run_sweep(p, extra)
+    assert run_sweep(p, extra, resume=True) == 0
     with pytest.raises(SweepError, match="another config"):
-        sw.run_sweep(p, extra + ["trainer.lr=3e-4"], resume=True)
+        run_sweep(p, extra + ["trainer.lr=3e-4"], resume=True)
 
 
 @pytest.mark.slow
@@ -468,7 +469,7 @@ def test_failing_member_does_not_stop_the_others(tmp_path, capsys):
     """,
     )
     results = tmp_path / "results"
-    rc = sw.run_sweep(p, FAST + [f"results_dir={results}"])
+    rc = run_sweep(p, FAST + [f"results_dir={results}"])
     out = capsys.readouterr().out
     assert rc == 1
     assert "failed members (1)" in out and "boom (seed 0): FloatingPointError" in out
