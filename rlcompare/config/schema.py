@@ -255,7 +255,9 @@ class VerifierConfig:
     registered (`@register_verifier`, docs/verifiers.md) and checked against that declaration."""
 
     name: str = "exact_match"  # the reward: a registered verifier (exact_match | math_verify | countdown | format | weighted | reasoning_gym, or one verifier.module registers)
-    module: Optional[str] = None  # the module that registers verifier.name (@register_verifier), imported first; null: a built-in
+    module: Optional[str] = (
+        None  # the module that registers verifier.name (@register_verifier), imported first; null: a built-in
+    )
     timeout_s: float = 2.0  # seconds allowed to score one completion (at most 3600); over it scores 0
     max_chars: int = 10000  # completions are cut to their last max_chars characters before parsing
     isolation: str = "auto"  # auto | process | inline: auto runs math_verify / custom patterns in worker processes
