@@ -167,7 +167,11 @@ def make_dataset(task: str, config: dict, seed: int, size: int):
 
 
 # ----------------------------------------------------------------------------- the verifier
-@register_verifier("reasoning_gym", settings={"max_chars": DEFAULT_MAX_CHARS, "partial_credit": False})
+@register_verifier(
+    "reasoning_gym",
+    settings={"max_chars": DEFAULT_MAX_CHARS, "partial_credit": False},
+    help={"partial_credit": "the dataset's partial reward instead of 1 only for a full score"},
+)
 class ReasoningGym(Verifier):
     name = "reasoning_gym"
     bounded = False  # a dataset's scorer may be slow (sympy): worker processes with timeouts

@@ -44,6 +44,7 @@ class VerifierSpec:
     file: str | None
     check: Callable[[dict, str], None] | None = None  # extra cheap checks (weighted: its components)
     accepts: Callable[[dict], set] | None = None  # keys accepted beyond settings (weighted: its components')
+    help: dict | None = None  # key -> one line (docs/config.md lists the built-ins' settings with it)
 
 
 REGISTRY: dict[str, VerifierSpec] = {}
@@ -56,6 +57,7 @@ def register_verifier(
     build: Callable[[dict, str], Any] | None = None,
     check: Callable[[dict, str], None] | None = None,
     accepts: Callable[[dict], set] | None = None,
+    help: dict | None = None,
 ):
     """Class decorator: register `cls` as `verifier.name=<name>` (see the module doc)."""
     own = dict(settings or {})
@@ -71,7 +73,7 @@ def register_verifier(
             raise ValueError(f"verifier name {name!r} is registered already (by {old.module}); pick another name")
         cls.name = name
         REGISTRY[name] = VerifierSpec(
-            name, own, build or _call_with_settings(cls, own), cls.__module__, file, check, accepts
+            name, own, build or _call_with_settings(cls, own), cls.__module__, file, check, accepts, dict(help or {})
         )
         return cls
 
@@ -128,6 +130,19 @@ def spec(name: Any, where: str = "verifier", module: str | None = None) -> Verif
     if name not in REGISTRY:
         raise ValueError(f"{where}.name={name!r} is not a known verifier; use one of: {', '.join(REGISTRY)}")
     return REGISTRY[name]
+
+
+def builtin_settings() -> list[tuple[str, Any, str]]:
+    """(key, default, 'verifier: help') for each built-in verifier's own settings (run keys aside), in
+    registration order: docs/config.md's rows for them."""
+    _load(None)
+    out = []
+    for s in REGISTRY.values():
+        if s.module in BUILTIN_MODULES:
+            out += [
+                (k, d, f"{s.name}: {(s.help or {}).get(k, '')}") for k, d in s.settings.items() if k not in RUN_KEYS
+            ]
+    return out
 
 
 def accepted_keys(s: VerifierSpec, d: dict) -> set:

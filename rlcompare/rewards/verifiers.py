@@ -110,7 +110,11 @@ class Verifier:
             pool.close()
 
 
-@register_verifier("exact_match", settings={"number": "first", "max_chars": DEFAULT_MAX_CHARS})
+@register_verifier(
+    "exact_match",
+    settings={"number": "first", "max_chars": DEFAULT_MAX_CHARS},
+    help={"number": "without <answer>/\\boxed{}/#### markers: the first | last line holding a digit"},
+)
 class ExactMatch(Verifier):
     """Numeric exact match on the completion's final answer (docs/verifiers.md, `answers.py`).
 
@@ -338,7 +342,11 @@ def _quiet_math_verify() -> None:
         logging.getLogger(n).setLevel(logging.ERROR)
 
 
-@register_verifier("countdown", settings={"require_all": False, "max_chars": DEFAULT_MAX_CHARS})
+@register_verifier(
+    "countdown",
+    settings={"require_all": False, "max_chars": DEFAULT_MAX_CHARS},
+    help={"require_all": "every given number must be used (TinyZero); false = each at most once"},
+)
 class Countdown(Verifier):
     """Countdown: the expression must use the given numbers (each at most once; `require_all`: exactly once),
     only `+ - * /` and parentheses, and equal the target exactly (rational arithmetic, `countdown_expr`).
@@ -415,7 +423,11 @@ R1_FORMAT = r"^(?:(?!</think>).)*</think>\s*<answer>(?:(?!</answer>).)*</answer>
 # inline, outside any timeout.
 
 
-@register_verifier("format", settings={"pattern": None, "max_chars": DEFAULT_MAX_CHARS})
+@register_verifier(
+    "format",
+    settings={"pattern": None, "max_chars": DEFAULT_MAX_CHARS},
+    help={"pattern": "regex searched in the completion; null = R1 <think>..</think><answer>..</answer>"},
+)
 class FormatCheck(Verifier):
     """Reward 1 when `pattern` is found (re.search, DOTALL) in the last `max_chars` characters, else 0."""
 
@@ -438,6 +450,7 @@ class FormatCheck(Verifier):
 @register_verifier(
     "weighted",
     settings={"components": None},
+    help={"components": "list of {name, weight, ...}; the first one's `correct` is reported"},
     build=lambda d, where: _build_weighted(d, where),
     check=lambda d, where: _check_weighted(d, where),
     accepts=lambda d: _component_settings(d),
