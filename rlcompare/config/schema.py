@@ -451,6 +451,7 @@ def to_schema(cfg: DictConfig | dict) -> DictConfig:
     OmegaConf.set_struct(schema.verifier, False)  # a verifier's own settings: checked by _check_verifier
     user = cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
     user = OmegaConf.masked_copy(user, [k for k in user.keys() if k != "hydra"]) if "hydra" in user else user
+    user = _without_old_verifier_defaults(user)
     try:
         merged = OmegaConf.merge(schema, user)
     except ConfigKeyError as e:
@@ -465,6 +466,43 @@ def to_schema(cfg: DictConfig | dict) -> DictConfig:
             f"{e.full_key}={getattr(e, 'value', None)!r} is not accepted (bad value for '{e.full_key}'): {first}"
         ) from None
     return merged
+
+
+# Verifier keys every config held before the verifiers declared their own settings (#54), with the defaults they
+# held: a run folder's config.yaml from then still loads (and resumes) where its verifier does not take them.
+OLD_VERIFIER_DEFAULTS = {
+    "number": "first",
+    "require_all": False,
+    "pattern": None,
+    "partial_credit": False,
+    "components": None,
+}
+
+
+def _without_old_verifier_defaults(user: DictConfig) -> DictConfig:
+    v = user.get("verifier") if isinstance(user, DictConfig) else None
+    if not isinstance(v, DictConfig):
+        return user
+    stale = [k for k, d in OLD_VERIFIER_DEFAULTS.items() if k in v and _value(v, k) == d]
+    if not stale:
+        return user
+    from rlcompare.rewards import registry
+
+    registry.names()  # the built-ins registered (a verifier.module's is not imported here: dropping is neutral)
+    s = registry.REGISTRY.get(_value(v, "name"))
+    stale = [k for k in stale if s is None or k not in registry.accepted_keys(s, {})]
+    if not stale:
+        return user
+    user = user.copy()
+    user.verifier = OmegaConf.masked_copy(v, [k for k in v.keys() if k not in stale])
+    return user
+
+
+def _value(node: DictConfig, key: str) -> Any:
+    try:
+        return node[key]
+    except Exception:  # noqa: BLE001 - an interpolation that cannot resolve here: not a stale default
+        return object()
 
 
 def validate(cfg: DictConfig | dict) -> DictConfig:

@@ -129,3 +129,15 @@ def test_verifier_module_is_imported_from_the_working_directory(tmp_path, monkey
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     s = check_config({"name": "plus_cwd", "module": "plus_verifier_cwd", "bonus": 1.0})
     assert s.module == "plus_verifier_cwd" and s.settings == {"bonus": 0.25}
+
+
+def test_a_run_config_from_before_the_registry_still_loads():
+    """config.yaml of a run started when the schema held every verifier's keys (resume reads it back): the keys
+    its verifier does not take, at their old defaults, are dropped; a changed one is still refused."""
+    from rlcompare.config.schema import ConfigError, to_schema, validate
+
+    old = {"number": "first", "require_all": False, "pattern": None, "partial_credit": False, "components": None}
+    v = to_schema({"verifier": {"name": "countdown", **old}}).verifier
+    assert v.require_all is False and "number" not in v and "pattern" not in v and "components" not in v
+    with pytest.raises(ConfigError, match="verifier.number is not a setting of verifier 'countdown'"):
+        validate({"verifier": {"name": "countdown", **old, "number": "last"}})
