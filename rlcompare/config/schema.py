@@ -490,7 +490,11 @@ def _without_old_verifier_defaults(user: DictConfig) -> DictConfig:
 
     registry.names()  # the built-ins registered (a verifier.module's is not imported here: dropping is neutral)
     s = registry.REGISTRY.get(_value(v, "name"))
-    stale = [k for k in stale if s is None or k not in registry.accepted_keys(s, {})]
+    try:
+        d = OmegaConf.to_container(v, resolve=True)
+    except Exception:  # noqa: BLE001 - an interpolation into the rest of the config: weighted's components unread
+        d = {}
+    stale = [k for k in stale if s is None or k not in registry.accepted_keys(s, d)]
     if not stale:
         return user
     user = user.copy()
