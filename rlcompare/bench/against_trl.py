@@ -580,7 +580,7 @@ def _trl_inputs(a, spec: dict, total: int):
 
     from rlcompare.config import validate
     from rlcompare.data.prompts import PromptStream, build_prompts
-    from rlcompare.rewards.verifiers import build_verifier
+    from rlcompare.rewards.registry import build_verifier
 
     cfg = validate(
         compose_config(

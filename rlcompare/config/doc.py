@@ -81,6 +81,10 @@ def rows() -> list[tuple[str, str, str]]:
         if OmegaConf.is_config(value):
             value = OmegaConf.to_container(value)
         out.append((key, _fmt(value), help_))
+        if key == "verifier.extra":  # then each built-in verifier's own settings, from its registration
+            from rlcompare.rewards.registry import builtin_settings
+
+            out += [(f"verifier.{k}", _fmt(d), h) for k, d, h in builtin_settings()]
     return out
 
 

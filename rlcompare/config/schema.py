@@ -250,16 +250,16 @@ class PromptsConfig:
 
 @dataclass
 class VerifierConfig:
-    name: str = "exact_match"  # the reward: exact_match | math_verify | countdown | format | weighted | reasoning_gym
+    """The keys every verifier takes (= rlcompare.rewards.registry.RUN_KEYS). A verifier's own settings (exact_match's
+    `number`, countdown's `require_all`, format's `pattern`, weighted's `components`, ...) are declared where it is
+    registered (`@register_verifier`, docs/verifiers.md) and checked against that declaration."""
+
+    name: str = "exact_match"  # the reward: a registered verifier (exact_match | math_verify | countdown | format | weighted | reasoning_gym, or one verifier.module registers)
+    module: Optional[str] = (
+        None  # the module that registers verifier.name (@register_verifier), imported first; null: a built-in
+    )
     timeout_s: float = 2.0  # seconds allowed to score one completion (at most 3600); over it scores 0
     max_chars: int = 10000  # completions are cut to their last max_chars characters before parsing
-    number: str = "first"  # exact_match without <answer>/\boxed{}/#### markers: first | last number
-    require_all: bool = False  # countdown: every given number must be used (TinyZero); false = each at most once
-    pattern: Optional[str] = (
-        None  # format: regex searched in the completion; null = R1 <think>..</think><answer>..</answer>
-    )
-    partial_credit: bool = False  # reasoning_gym: the dataset's partial reward instead of 1 only for a full score
-    components: Any = None  # weighted: list of {name, weight, ...}; the first one's `correct` is reported
     isolation: str = "auto"  # auto | process | inline: auto runs math_verify / custom patterns in worker processes
     workers: Optional[int] = None  # worker processes for isolated verifiers; null = min(4, usable CPU cores)
     batch_timeout_s: float = 30.0  # bound on scoring one batch (one step); completions not scored in time get 0 (error)
@@ -448,8 +448,10 @@ def _at_least(key: str, value, low, fix: str = "") -> None:
 def to_schema(cfg: DictConfig | dict) -> DictConfig:
     """Merge a composed config onto the schema: unknown keys and wrong types raise ConfigError."""
     schema = OmegaConf.structured(RunConfig)
+    OmegaConf.set_struct(schema.verifier, False)  # a verifier's own settings: checked by _check_verifier
     user = cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
     user = OmegaConf.masked_copy(user, [k for k in user.keys() if k != "hydra"]) if "hydra" in user else user
+    user = _without_old_verifier_defaults(user)
     try:
         merged = OmegaConf.merge(schema, user)
     except ConfigKeyError as e:
@@ -464,6 +466,47 @@ def to_schema(cfg: DictConfig | dict) -> DictConfig:
             f"{e.full_key}={getattr(e, 'value', None)!r} is not accepted (bad value for '{e.full_key}'): {first}"
         ) from None
     return merged
+
+
+# Verifier keys every config held before the verifiers declared their own settings (#54), with the defaults they
+# held: a run folder's config.yaml from then still loads (and resumes) where its verifier does not take them.
+OLD_VERIFIER_DEFAULTS = {
+    "number": "first",
+    "require_all": False,
+    "pattern": None,
+    "partial_credit": False,
+    "components": None,
+}
+
+
+def _without_old_verifier_defaults(user: DictConfig) -> DictConfig:
+    v = user.get("verifier") if isinstance(user, DictConfig) else None
+    if not isinstance(v, DictConfig):
+        return user
+    stale = [k for k, d in OLD_VERIFIER_DEFAULTS.items() if k in v and _value(v, k) == d]
+    if not stale:
+        return user
+    from rlcompare.rewards import registry
+
+    registry.names()  # the built-ins registered (a verifier.module's is not imported here: dropping is neutral)
+    s = registry.REGISTRY.get(_value(v, "name"))
+    try:
+        d = OmegaConf.to_container(v, resolve=True)
+    except Exception:  # noqa: BLE001 - an interpolation into the rest of the config: weighted's components unread
+        d = {}
+    stale = [k for k in stale if s is None or k not in registry.accepted_keys(s, d)]
+    if not stale:
+        return user
+    user = user.copy()
+    user.verifier = OmegaConf.masked_copy(v, [k for k in v.keys() if k not in stale])
+    return user
+
+
+def _value(node: DictConfig, key: str) -> Any:
+    try:
+        return node[key]
+    except Exception:  # noqa: BLE001 - an interpolation that cannot resolve here: not a stale default
+        return object()
 
 
 def validate(cfg: DictConfig | dict) -> DictConfig:
@@ -482,7 +525,19 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     _check_budget(c)
     _check_model(c)
     _check_inputs_and_places(c)
+    _check_verifier(c)
     return c
+
+
+def _check_verifier(c: DictConfig) -> None:
+    """verifier.name is registered and every verifier key is one it declares (rewards/registry.py: the built-ins
+    and verifier.module's import nothing heavy)."""
+    from rlcompare.rewards import registry
+
+    try:
+        registry.check_config(OmegaConf.to_container(c.verifier, resolve=True))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _check_algorithm(c: DictConfig) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 from rlcompare.data.files import FILE_TYPES, Rows, json_value, read_rows  # noqa: F401 - FILE_TYPES: re-exported
 from rlcompare.data.types import Example, PromptSplits
 from rlcompare.rewards.countdown_expr import MAX_ABS, MAX_LITERAL, encode_countdown
-from rlcompare.rewards.verifiers import after_hashes, last_boxed
+from rlcompare.rewards.answers import after_hashes, last_boxed
 
 TEMPLATES = {
     "plain": "{question}",

@@ -49,7 +49,7 @@ def build_prompt_set(cfg: Any):
 
 def build_run_verifier(cfg: Any):
     """The run's verifier; any failure (unknown name, bad pattern or component) as a ConfigError."""
-    from rlcompare.rewards.verifiers import build_verifier
+    from rlcompare.rewards.registry import build_verifier
 
     try:
         return build_verifier(cfg.verifier)
@@ -175,7 +175,7 @@ class Verdict:
 
 
 def score_probes(verifier, checks: list[Probe], timeout_s: float) -> list[Verdict]:
-    from rlcompare.rewards.verifiers import score_batch
+    from rlcompare.rewards.pool import score_batch
 
     flat = [(i, c) for i, p in enumerate(checks) for c in p.completions]
     scores = score_batch(verifier, [c for _, c in flat], [checks[i].reference for i, _ in flat], timeout_s=timeout_s)
@@ -191,7 +191,7 @@ def check_verifier_reads_prompts(cfg: Any, splits, verifier) -> str | None:
     least half of the correct answers wrong (or raises on them); a warning (one line) when fewer fail, else None."""
     if not cfg.verifier.probe or not reads_reference(verifier):
         return None
-    checks = probes(cfg.prompts, splits, require_all=bool(cfg.verifier.require_all))
+    checks = probes(cfg.prompts, splits, require_all=bool(cfg.verifier.get("require_all", False)))
     if not checks:
         return None
     verdicts = score_probes(verifier, checks, float(cfg.verifier.timeout_s))

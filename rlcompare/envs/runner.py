@@ -1,6 +1,6 @@
 """Environments stepped in the reward worker pool, under the verifier's time and memory limits (#51).
 
-Every `reset` and `step` runs in a worker process of `rlcompare.rewards.verifiers` (its public entry,
+Every `reset` and `step` runs in a worker process of `rlcompare.rewards.pool` (its public entry,
 `score_batch`: a per-call deadline of `verifier.timeout_s`, a hard kill past it, an address-space cap, a batch
 bound of `verifier.batch_timeout_s`). Nothing the worker sends back is unpickled (its replies are JSON), so an
 environment's state never comes back either: a worker rebuilds the episode by replaying it, `reset(example,
@@ -19,7 +19,8 @@ from typing import Any
 from rlcompare.data.types import Example
 from rlcompare.envs import builtin
 from rlcompare.envs.base import StepResult
-from rlcompare.rewards.verifiers import Score, Verifier, score_batch
+from rlcompare.rewards.pool import Score, score_batch
+from rlcompare.rewards.verifiers import Verifier
 
 MAX_OBSERVATION_CHARS = 65_536  # a worker answers a longer observation as an error (huge_observation)
 

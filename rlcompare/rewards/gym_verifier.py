@@ -20,7 +20,7 @@ hook (`sys.addaudithook`, installed once in the scoring process, idle otherwise)
   letter (number_sorting's list of quoted numbers in other spacing, n_queens' board as a Python list);
 * refuses starting processes, signals, sockets, file writes and deletes, ctypes, whatever the scorer does.
 It runs in worker processes (not bounded by construction) with `verifier.timeout_s` per completion and
-`verifier.batch_timeout_s` per batch, like math_verify (rlcompare/rewards/verifiers.py).
+`verifier.batch_timeout_s` per batch, like math_verify (rlcompare/rewards/pool.py).
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ import sys
 import threading
 
 from rlcompare.rewards.answers import MAX_CANDIDATES, distinct, marked_spans
-from rlcompare.rewards.verifiers import DEFAULT_MAX_CHARS, REGISTERED, RIGHT, WRONG, Score, Verifier
+from rlcompare.rewards.pool import RIGHT, WRONG, Score
+from rlcompare.rewards.registry import register_verifier
+from rlcompare.rewards.text import DEFAULT_MAX_CHARS
+from rlcompare.rewards.verifiers import Verifier
 
 REFERENCE_KEYS = ("task", "config", "seed", "size", "index", "answer")
 # Names a plain-math answer may hold besides single letters (variables): sympy/Python spellings of functions
@@ -164,6 +167,11 @@ def make_dataset(task: str, config: dict, seed: int, size: int):
 
 
 # ----------------------------------------------------------------------------- the verifier
+@register_verifier(
+    "reasoning_gym",
+    settings={"max_chars": DEFAULT_MAX_CHARS, "partial_credit": False},
+    help={"partial_credit": "the dataset's partial reward instead of 1 only for a full score"},
+)
 class ReasoningGym(Verifier):
     name = "reasoning_gym"
     bounded = False  # a dataset's scorer may be slow (sympy): worker processes with timeouts
@@ -220,8 +228,3 @@ class ReasoningGym(Verifier):
         if low >= 1.0:
             return RIGHT
         return Score(max(0.0, low), False) if self.partial_credit else WRONG
-
-
-REGISTERED["reasoning_gym"] = lambda d: ReasoningGym(
-    max_chars=int(d.get("max_chars") or DEFAULT_MAX_CHARS), partial_credit=bool(d.get("partial_credit"))
-)

@@ -23,7 +23,8 @@ from rlcompare.algos.batch_stats import length_stats, weight_shares
 from rlcompare.config import ConfigError, check_eval_fits_context, check_fits_context
 from rlcompare.data.prompts import Example, PromptStream, build_prompts
 from rlcompare.models import Policy, ReferenceModel, ValueModel, load_policy
-from rlcompare.rewards.verifiers import build_verifier, score_batch
+from rlcompare.rewards.pool import score_batch
+from rlcompare.rewards.registry import build_verifier
 from rlcompare.rollout import left_pad, sample
 from rlcompare.rollout.streams import GroupStreams, group_seed
 from rlcompare.train import collect as collect_lib

@@ -257,9 +257,8 @@ TIMEOUT_S = 0.5
 def _build(name):
     if name == "format_custom":  # a user regex with catastrophic backtracking: runs in a worker
         return build_verifier({"name": "format", "pattern": r"^(\w+\s?)*$", "workers": 1})
-    return build_verifier(
-        {"name": name, "components": [{"name": "countdown", "weight": 1.0}, {"name": "format", "weight": 0.1}]}
-    )
+    mix = [{"name": "countdown", "weight": 1.0}, {"name": "format", "weight": 0.1}]
+    return build_verifier({"name": name, **({"components": mix} if name == "weighted" else {})})
 
 
 @pytest.fixture(scope="module")
