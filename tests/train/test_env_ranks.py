@@ -25,6 +25,7 @@ FEEDBACK = ["env=feedback", "model.warm_start.steps=300"]  # the shipped warm st
 # its own warm start (400 steps, computed on first use: about 3 minutes, then cached), which writes the tool's
 # syntax; 24-token turns hold a call
 CALC = ["env=calc", "prompts=chain_calc", "budget.max_new_tokens=24"]
+COUNTING = "tests.envs.hostile_envs:Counting"
 CASES = [
     {"name": "feedback", "overrides": [*FEEDBACK, NO_KL]},
     # 3 groups over 2 ranks (2 + 1): later turns padded to each rank's own longest context; KL in the loss
@@ -34,6 +35,9 @@ CASES = [
     {"name": "calc", "overrides": [*CALC, NO_KL]},
     # the sampled eval's episodes (eval.samples) split over the ranks by prompt, gathered as JSON
     {"name": "feedback_sampled_eval", "overrides": [*FEEDBACK, NO_KL, "eval.samples=4", "eval.greedy=true"]},
+    # an environment whose first observation (`reset`'s "s<seed digit>\n") is put after each group's prompt: the
+    # gathered batch holds the prompts as the ranks ran them, openings included
+    {"name": "opening", "overrides": ["env=feedback", "env.name=custom", f"env.target={COUNTING}", NO_KL]},
     # a queue of rollouts sampled ahead (each gathered whole before it is queued), the decoupled correction
     {
         "name": "feedback_stale",
