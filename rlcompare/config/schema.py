@@ -795,10 +795,6 @@ def _check_env(c: DictConfig) -> None:
         _check_env_target(e.target, e.settings)
     elif e.target is not None:
         raise ConfigError(f"env.target={e.target!r} applies to env.name=custom only; set env.target=null")
-    if c.eval.samples:
-        raise ConfigError(
-            f"eval.samples={c.eval.samples}: runs with env.name={e.name} evaluate greedy episodes only; set eval.samples=0"
-        )
     if c.algorithm.advantage.estimator == "distill":
         raise ConfigError(
             "env.name is not supported with the distill estimator (the teacher would score the environment's tokens); set env=none"

@@ -78,6 +78,8 @@ class Outcome:
     env_tokens: int  # environment tokens appended, over the batch
     # (B,) each episode decoded as samples.jsonl logs it: the environment's text between « and » (`marked_text`)
     texts: list[str] = field(default_factory=list)
+    # (B,) each episode's last policy turn, decoded ("" for none): its final answer (the sampled eval's maj@k)
+    finals: list[str] = field(default_factory=list)
 
     @property
     def errors(self) -> int:
@@ -93,6 +95,7 @@ class _Episode:
     correct: bool = False
     end: str | None = None
     turns: int = 0
+    final: str = ""  # the last policy turn's text
 
 
 def run(
@@ -105,10 +108,12 @@ def run(
     group_size: int,
     pad_id: int,
     device,
+    width: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, Completions]:
     """The episodes of `prompts` (n token lists, `group_size` episodes each, groups contiguous): returns the
     prompts as the batch holds them ([B,P] left-padded ids and mask, the first observation included) and the
-    episodes as `Completions` (with `env_mask`, and `outcome` the `Outcome`)."""
+    episodes as `Completions` (with `env_mask`, and `outcome` the `Outcome`). width: turn 0 pads the prompts to at
+    least this (a rank's share of a round padded as the whole round: `sample`'s `width`)."""
     G, B = group_size, len(prompts) * group_size
     eps = [_Episode() for _ in range(B)]
     first = session.reset()
@@ -125,7 +130,7 @@ def run(
         live = [r for r in range(B) if eps[r].end is None]
         if not live:
             break
-        turns = _sample(sample_turn, group_prompts, eps, live, turn, settings, G, pad_id, device)
+        turns = _sample(sample_turn, group_prompts, eps, live, turn, settings, G, pad_id, device, width)
         texts = [_policy_turn(tokenizer, eps[r], ids, lps, settings) for r, (ids, lps) in zip(live, turns)]
         for r, res in zip(live, session.step(live, texts)):
             _answer(tokenizer, eps[r], res, turn, settings)
@@ -135,13 +140,13 @@ def run(
     return prompt_ids, prompt_mask, _completions(tokenizer, eps, pad_id, device)
 
 
-def _sample(sample_turn, group_prompts, eps, live, turn, settings, G, pad_id, device) -> list:
+def _sample(sample_turn, group_prompts, eps, live, turn, settings, G, pad_id, device, width=None) -> list:
     """One policy turn of the episodes `live`: [(token ids, log-probs)] per live row. Turn 0 samples each group's
     prompt `repeats=G` times (a single-turn rollout); later turns each live episode's context once."""
     room = max(settings.max_tokens - len(eps[r].tokens) for r in live)
     max_new = max(1, min(settings.turn_tokens, room))
     if turn == 0:
-        ids, mask = left_pad(group_prompts, pad_id, device)
+        ids, mask = left_pad(group_prompts, pad_id, device, max([width or 0] + [len(p) for p in group_prompts]))
         c = sample_turn(ids, mask, repeats=G, max_new_tokens=max_new, turn=0, rows=list(range(len(eps))))
         at = live
     else:
@@ -168,7 +173,8 @@ def _policy_turn(tokenizer, e: _Episode, ids: list[int], lps: list[float], setti
     e.logp += lps
     e.env += [0] * len(ids)
     e.turns += 1
-    return tokenizer.decode(ids, skip_special_tokens=True)
+    e.final = tokenizer.decode(ids, skip_special_tokens=True)
+    return e.final
 
 
 def stop_cut(tokenizer, ids: list[int], stop: tuple[str, ...]) -> int:
@@ -255,6 +261,7 @@ def _completions(tokenizer, eps: list[_Episode], pad_id: int, device) -> Complet
         turns=torch.tensor([e.turns for e in eps], dtype=torch.long),
         env_tokens=int(env.sum()),
         texts=[marked_text(tokenizer, e.tokens, e.env) for e in eps],
+        finals=[e.final for e in eps],
     )
     return Completions(
         ids.to(device),

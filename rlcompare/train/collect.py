@@ -40,7 +40,8 @@ class Round:
     errors: int  # completions the verifier failed on
 
 
-# sample(prompts, *, reuse_recording, streams, trains_these, width) -> (prompt_ids, prompt_mask, completions);
+# sample(prompts, *, reuse_recording, streams, trains_these, width, round_, groups) -> (prompt_ids, prompt_mask,
+# completions), groups: the prompts' indices in the round;
 # score(prompts, completions) -> (texts, rewards, correct, errors): the trainer's sampler and verifier, G per prompt
 Sample = Callable[..., tuple]
 Score = Callable[[list, Completions], tuple]
@@ -79,10 +80,12 @@ def collect(
                 streams=round_streams(cfg, rollout, rounds, shares[world.rank], device),
                 trains_these=trains_these,
                 width=max(len(p.ids) for p in prompts),
+                round_=rounds,
+                groups=shares[world.rank],
             )
         else:  # a refill of fewer groups than ranks: nothing for this one
             prompt_ids = prompt_mask = None
-            completions = no_completions(device, with_logp=with_logp)
+            completions = no_completions(device, with_logp=with_logp, episodes=cfg.env.name != "none")
         t1 = time.perf_counter()
         _, verifier_rewards, correct, n_errors = score(mine, completions)
         t_score += time.perf_counter() - t1
@@ -163,15 +166,18 @@ def gather_round(
     world: World, prompts: list, shares: list[list[int]], part: Round, *, pad_id: int, device, group_size: int
 ) -> Round:
     """The ranks' shares of one sampling round (`shares`: each rank's groups) as the whole round in group
-    order, the same on every rank; this rank's recording (if any) placed at its rows."""
+    order, the same on every rank; this rank's recording (if any) placed at its rows. Episodes (`env_mask` set):
+    their environment mask too, and their prompts as the ranks hold them (each with its first observation)."""
     G = group_size
-    prompt_ids, prompt_mask = left_pad([p.ids for p in prompts], pad_id, device)
-    prompt_ids, prompt_mask = prompt_ids.repeat_interleave(G, 0), prompt_mask.repeat_interleave(G, 0)
+    c = part.completions
+    episodes = c.env_mask is not None
+    if not episodes:
+        prompt_ids, prompt_mask = left_pad([p.ids for p in prompts], pad_id, device)
+        prompt_ids, prompt_mask = prompt_ids.repeat_interleave(G, 0), prompt_mask.repeat_interleave(G, 0)
 
     # gathered rows come in rank order: group g's sit at the position of g in sum(shares, [])
     in_order = group_rows(torch.argsort(torch.as_tensor(sum(shares, []), dtype=torch.long)), G)
 
-    c = part.completions
     tensors, pads = zip(  # each with the value that pads a shorter share
         (c.ids, pad_id),
         (c.mask, 0),
@@ -181,22 +187,34 @@ def gather_round(
         (part.verifier_rewards, 0.0),
         (part.correct, False),
         (torch.tensor([part.errors]), 0),
+        (c.env_mask, 0),
+        # left-padded prompts travel flipped: the gather pads on the right, so they come back left-padded
+        (_flipped(part.prompt_ids, device) if episodes else None, pad_id),
+        (_flipped(part.prompt_mask, device) if episodes else None, 0),
     )
-    *rows, n_errors = world.gather_many(list(tensors), list(pads))
-    ids, mask, logp, truncated, lengths, rewards, correct = (
-        None if x is None else x[in_order.to(x.device)] for x in rows
+    *rows, n_errors, env_mask, flipped_ids, flipped_mask = world.gather_many(list(tensors), list(pads))
+    ids, mask, logp, truncated, lengths, rewards, correct, env_mask, flipped_ids, flipped_mask = (
+        None if x is None else x[in_order.to(x.device)] for x in (*rows, env_mask, flipped_ids, flipped_mask)
     )
+    if episodes:
+        prompt_ids, prompt_mask = flipped_ids.flip(1), flipped_mask.flip(1)
     recording = (
         c.recording.placed(group_rows(torch.as_tensor(shares[world.rank], dtype=torch.long), G), len(prompts) * G)
         if c.recording is not None
         else None
     )
-    whole = Completions(ids, mask, logp, truncated, lengths, recording=recording)
+    whole = Completions(ids, mask, logp, truncated, lengths, recording=recording, env_mask=env_mask)
     return Round(prompt_ids, prompt_mask, whole, rewards, correct, int(n_errors.sum()))
 
 
-def no_completions(device, *, with_logp: bool) -> Completions:
-    """A rank's empty share of a sampling round (0 rows), in the shapes the gather pads."""
+def _flipped(x: torch.Tensor | None, device) -> torch.Tensor:
+    """A share's (b, P) left-padded prompt tensor reversed along P (an empty share's: (0, 0))."""
+    return torch.zeros((0, 0), dtype=torch.long, device=device) if x is None else x.flip(1)
+
+
+def no_completions(device, *, with_logp: bool, episodes: bool = False) -> Completions:
+    """A rank's empty share of a sampling round (0 rows), in the shapes the gather pads (with an environment
+    mask for episodes)."""
     empty = torch.zeros((0, 0), dtype=torch.long, device=device)
     return Completions(
         empty,
@@ -204,4 +222,5 @@ def no_completions(device, *, with_logp: bool) -> Completions:
         torch.zeros((0, 0), device=device) if with_logp else None,
         torch.zeros(0, dtype=torch.bool, device=device),
         torch.zeros(0, dtype=torch.long, device=device),
+        env_mask=empty.clone() if episodes else None,
     )

@@ -8,23 +8,31 @@ Random draws: turn 0 is the single-turn rollout's (the trainer's generator, or i
 `(*key, turn, i)`, so an episode's tokens do not depend on the rest of the batch either. Environment seeds:
 one per group (the G episodes of a group have the same start), from (run seed, rollout index, call, group) in
 training and from (eval.seed, prompt text) in the held-out eval.
+
+Over several ranks (#51) each rank runs the episodes of its share of a round's groups, as it samples its share of
+a single-turn round: a group's environment seed is keyed by its index in the whole round, its streams by the
+round's keys, so an episode is the one a single process runs (up to the rounding of a batch of another shape:
+later turns pad the live episodes' contexts to the longest on the rank). The collector gathers the rounds,
+`env_mask` with them (`collect.gather_round`), and the row's episode entries are every rank's (`metrics`).
 """
 
 from __future__ import annotations
 
 import zlib
+from dataclasses import replace
 from typing import Any
 
-from rlcompare.config import ConfigError
+import torch
+
 from rlcompare.envs import runner
 from rlcompare.rollout import episodes, sample
 from rlcompare.rollout.streams import GroupStreams, group_seed
 
 
 class EnvRollout:
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: Any, world=None):
         e = cfg.env
-        self.cfg = cfg
+        self.cfg, self.world = cfg, world
         spec = {"name": e.name, "target": e.target, "settings": dict(e.settings or {})}
         self.replay = runner.EnvReplay(spec, workers=cfg.verifier.workers)
         self.settings = episodes.EpisodeSettings(
@@ -35,20 +43,52 @@ class EnvRollout:
             reward=e.reward,
             max_observation_tokens=e.max_observation_tokens,
         )
-        self.pending: list[episodes.Outcome] = []  # the training episodes' outcomes since the last row
-        self._call = (None, 0)  # (rollout index, calls in it): the environment seeds' key
+        self.pending: list[episodes.Outcome] = []  # this rank's training episodes' outcomes since the last row
 
-    def sample(self, tr, prompts: list, *, repeat: int, greedy: bool, streams: GroupStreams | None):
-        """`repeat` episodes of each prompt: (prompt ids, prompt mask, Completions with env_mask and outcome)."""
-        G = repeat
-        seeds = self._seeds(tr, prompts, greedy)
+    def sample(
+        self,
+        tr,
+        prompts: list,
+        *,
+        repeat: int,
+        greedy: bool,
+        streams: GroupStreams | None,
+        round_: int = 0,
+        groups: list[int] | None = None,
+        width: int | None = None,
+    ):
+        """`repeat` episodes of each prompt: (prompt ids, prompt mask, Completions with env_mask and outcome).
+        round_, groups: the sampling round and these prompts' indices in it (the environment seeds' key; all of
+        the round's by default); width: the round's prompt width (turn 0 pads to at least it)."""
+        seeds = self._seeds(tr, prompts, greedy, round_, groups)
+        r = tr.cfg.rollout
+        logprobs = not greedy and tr._reads_sampler_logp()
+        draw = dict(greedy=greedy, temperature=r.temperature, top_p=r.top_p, generator=tr.gen, logprobs=logprobs)
+        out = self._episodes(tr, prompts, repeat, seeds, streams, self.settings, draw, width)
+        if not greedy:
+            self.pending.append(out[2].outcome)
+        return out
+
+    def sample_eval(self, tr, prompts: list, *, streams: GroupStreams, width: int | None = None):
+        """The sampled held-out eval's episodes (eval.samples > 0, `rlcompare.train.evaluation`): eval.samples of
+        each prompt, drawn with the eval's temperature, top_p and streams (`streams`: the eval's, one per prompt;
+        later turns keyed (its key, turn, member), apart from training's), policy turns of eval.max_new_tokens
+        tokens, from the greedy eval's environment seeds. Their outcomes never enter the training row."""
+        e = tr.cfg.eval
+        settings = replace(self.settings, turn_tokens=e.max_new_tokens or self.settings.turn_tokens)
+        draw = dict(greedy=False, temperature=e.temperature, top_p=e.top_p, generator=None, logprobs=False)
+        seeds = eval_seeds(e.seed, prompts)
+        return self._episodes(tr, prompts, e.samples, seeds, streams, settings, draw, width)[2]
+
+    def _episodes(self, tr, prompts, G: int, seeds, streams, settings, draw: dict, width):
+        """`G` episodes of each prompt (`episodes.run`), each policy turn sampled by the trainer's sampler with
+        `draw` (greedy, temperature, top_p, generator, logprobs)."""
         session = runner.open_session(
             self.replay,
             [p.example for p in prompts for _ in range(G)],
             [s for s in seeds for _ in range(G)],
             tr.cfg.verifier,
         )
-        logprobs = not greedy and tr._reads_sampler_logp()
 
         def sample_turn(ids, mask, *, repeats, max_new_tokens, turn, rows):
             tr.policy.model.eval()
@@ -59,17 +99,13 @@ class EnvRollout:
                 max_new_tokens=max_new_tokens,
                 eos_id=tr.eos_ids,
                 pad_id=tr.pad_id,
-                temperature=tr.cfg.rollout.temperature,
-                top_p=tr.cfg.rollout.top_p,
-                greedy=greedy,
-                generator=tr.gen,
                 autocast_dtype=tr.autocast,
                 repeats=repeats,
                 kv_cache=tr.cfg.rollout.kv_cache,
                 engine=tr.cfg.rollout.engine,
                 sync_every=tr.cfg.rollout.sync_every,
-                logprobs=logprobs,
                 streams=streams if turn == 0 else turn_streams(streams, rows, turn, G, tr.device),
+                **draw,
             )
 
         prompt_ids, prompt_mask, completions = episodes.run(
@@ -77,29 +113,53 @@ class EnvRollout:
             tr.policy.tokenizer,
             [p.ids for p in prompts],
             session,
-            self.settings,
+            settings,
             group_size=G,
             pad_id=tr.pad_id,
             device=tr.device,
+            width=width,
         )
-        if not logprobs:
+        if not draw["logprobs"]:
             completions.logp = None
-        if not greedy:
-            self.pending.append(completions.outcome)
         return prompt_ids, prompt_mask, completions
 
-    def _seeds(self, tr, prompts: list, greedy: bool) -> list[int]:
+    def _seeds(self, tr, prompts: list, greedy: bool, round_: int, groups: list[int] | None) -> list[int]:
         if greedy:  # the held-out eval: the same episode at every eval
-            return [group_seed(tr.cfg.eval.seed, zlib.crc32(p.example.prompt.encode())) for p in prompts]
-        rollout = tr.state.step + len(tr.queue.pending)
-        calls = self._call[1] + 1 if self._call[0] == rollout else 0
-        self._call = (rollout, calls)
-        return [group_seed(tr.cfg.seed, rollout, calls, g) for g in range(len(prompts))]
+            return eval_seeds(tr.cfg.eval.seed, prompts)
+        rollout = tr.state.step + len(tr.queue.pending)  # = collect's rollout index
+        groups = range(len(prompts)) if groups is None else groups
+        return [group_seed(tr.cfg.seed, rollout, round_, g) for g in groups]
 
     def metrics(self) -> dict:
-        """The episode entries of this step's row (`episodes.metrics`), from the episodes sampled since the last."""
-        row, self.pending = episodes.metrics(self.pending), []
-        return row
+        """The episode entries of this step's row (`episodes.metrics`), from the episodes every rank sampled since
+        the last row (a collective over several ranks: every rank calls it, at its row)."""
+        mine, self.pending = self.pending, []
+        if self.world is not None and self.world.size > 1:
+            parts = self.world.gather_objects([_counts(o) for o in mine])
+            mine = [_from_counts(c) for part in parts for c in part]
+        return episodes.metrics(mine)
+
+
+def eval_seeds(eval_seed: int, prompts: list) -> list[int]:
+    """The held-out episodes' environment seeds: one per prompt, from (eval.seed, prompt text), so a prompt's
+    episode starts alike at every eval, on any rank, greedy or sampled."""
+    return [group_seed(eval_seed, zlib.crc32(p.example.prompt.encode())) for p in prompts]
+
+
+def _counts(o: episodes.Outcome) -> dict:
+    """What `episodes.metrics` reads of an outcome, as JSON data for the other ranks."""
+    return {"ends": list(o.ends), "turns": o.turns.tolist(), "env_tokens": int(o.env_tokens)}
+
+
+def _from_counts(c: dict) -> episodes.Outcome:
+    n = len(c["ends"])
+    return episodes.Outcome(
+        rewards=torch.zeros(n),
+        correct=torch.zeros(n, dtype=torch.bool),
+        ends=c["ends"],
+        turns=torch.tensor(c["turns"], dtype=torch.long),
+        env_tokens=c["env_tokens"],
+    )
 
 
 def turn_streams(streams: GroupStreams | None, rows: list[int], turn: int, G: int, device) -> GroupStreams | None:
@@ -119,12 +179,7 @@ def build(cfg: Any, world) -> EnvRollout | None:
     """The run's episodes, or None for single-turn runs (env.name=none)."""
     if cfg.env.name == "none":
         return None
-    if world.size > 1:
-        raise ConfigError(
-            "env.name={!r} runs on one process: multi-turn episodes are not gathered across ranks yet; "
-            "launch without torchrun (trainer.parallel=none)".format(cfg.env.name)
-        )
-    return EnvRollout(cfg)
+    return EnvRollout(cfg, world)
 
 
 def overlong_lengths(completions, cfg: Any):

@@ -8,6 +8,9 @@ another shape): every arm evaluates a given policy (the warm start at step 0) on
 eval leaves the training stream where it was. Over several ranks each samples its share of every chunk's prompts
 and the per-prompt results are gathered (JSON, never pickled), as the greedy eval's counts are.
 
+Runs with an environment (#51) evaluate episodes the same way: n episodes per held-out prompt, each a success when
+its end is correct (`_sample_scored`), reduced by the same estimators.
+
 Eval tokens are counted in eval/tokens only: they never enter the training token budget (`TrainerState.tokens`).
 """
 
@@ -131,8 +134,8 @@ def evaluate_sampled(tr) -> tuple[dict, list[dict], dict]:
         if not part:  # fewer prompts in the chunk than ranks
             continue
         indices = list(range(start + share.start, start + share.stop))
-        texts, rewards, correct, lengths = _sample_scored(tr, part, indices, max(len(p.ids) for p in chunk))
-        mine += [asdict(r) for r in prompt_results(indices, texts, correct, lengths, n, ks, tr.verifier)]
+        texts, rewards, correct, lengths, finals = _sample_scored(tr, part, indices, max(len(p.ids) for p in chunk))
+        mine += [asdict(r) for r in prompt_results(indices, finals, correct, lengths, n, ks, tr.verifier)]
         samples += _logged_samples(tr, part, indices, (texts, rewards, correct), n)
     if tr.world.size > 1:
         parts = tr.world.gather_objects((mine, samples))
@@ -150,8 +153,17 @@ def evaluate_sampled(tr) -> tuple[dict, list[dict], dict]:
 
 
 def _sample_scored(tr, part, indices: list[int], width: int):
-    """n completions of each prompt of `part` from the eval's own streams, decoded and scored."""
+    """n completions of each prompt of `part` from the eval's own streams, decoded and scored: (texts, rewards,
+    correct, lengths, the final answers' texts that maj@k reads). With an environment (`env.name`, #51) n
+    episodes of each prompt (`EnvRollout.sample_eval`): correct is the episode's verdict on its end (the
+    environment's `info["correct"]` at its last step), lengths count the policy's tokens, texts are the episodes
+    marked as samples.jsonl logs them, and the final answer is the episode's last policy turn."""
     e = tr.cfg.eval
+    if tr.env is not None:
+        streams = eval_streams(e.seed, indices, e.samples, tr.device)
+        episodes = tr.env.sample_eval(tr, part, streams=streams, width=width)
+        o = episodes.outcome
+        return o.texts, o.rewards.tolist(), o.correct.tolist(), episodes.lengths.tolist(), o.finals
     prompt_ids, prompt_mask = left_pad([p.ids for p in part], tr.pad_id, tr.device, width)
     tr.policy.model.eval()
     completions = sample(
@@ -173,7 +185,7 @@ def _sample_scored(tr, part, indices: list[int], width: int):
         streams=eval_streams(e.seed, indices, e.samples, tr.device),
     )
     texts, rewards, correct, _ = tr._score(part, completions, e.samples)
-    return texts, rewards.tolist(), correct.tolist(), completions.lengths.tolist()
+    return texts, rewards.tolist(), correct.tolist(), completions.lengths.tolist(), texts
 
 
 def _logged_samples(tr, part, indices, scored, n: int) -> list:

@@ -231,6 +231,8 @@ class Trainer:
         streams: GroupStreams | None = None,
         trains_these: bool = False,
         width: int | None = None,
+        round_: int = 0,
+        groups: list[int] | None = None,
     ):
         """`repeat` completions of each prompt; returns the prompts (each repeated `repeat` times) and their mask, and
         the `Completions`. reuse_recording: the last rollout's batch is done with, so its recording's buffers may
@@ -238,9 +240,12 @@ class Trainer:
         trains_these: over several ranks, whether this rank's update trains on these very groups (`collect.round_shares`);
         only then is anything recorded for the update to rebuild from, and never for fsdp's sharded copy.
         width: the prompts' padded width (the whole round's, over several ranks: the recording's then fits the
-        gathered batch); else the longest of these."""
+        gathered batch); else the longest of these. round_, groups: the sampling round and these prompts' indices in
+        it (`collect.round_shares`), which key an episode's environment seed."""
         if self.env is not None:  # multi-turn episodes: the same sampler, turn after turn (rlcompare.train.env_rollout)
-            return self.env.sample(self, prompts, repeat=repeat, greedy=greedy, streams=streams)
+            return self.env.sample(
+                self, prompts, repeat=repeat, greedy=greedy, streams=streams, round_=round_, groups=groups, width=width
+            )
         prompt_ids, prompt_mask = left_pad([p.ids for p in prompts], self.pad_id, self.device, width)
         own = self.world.size == 1 or (trains_these and not self.world.shards)
         record = not greedy and repeat > 1 and bool(self.cfg.trainer.update_from_rollout) and own

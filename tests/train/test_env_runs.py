@@ -25,7 +25,6 @@ ENV = ["env=feedback", "budget.max_steps=2"]
         (["env.reward=mean"], "env.reward"),
         (["env.max_tokens=60"], "env.max_tokens"),  # 16 prompt + 60 > the tiny model's 64 positions
         (["env.max_tokens=4"], "env.max_tokens"),  # below budget.max_new_tokens (6): no full turn fits
-        (["eval.samples=4"], "eval.samples"),
         (["env.name=custom"], "env.target"),
         (["env.name=custom", "env.target=tests.envs.hostile_envs:Nowhere"], "env.target"),
         (["env.target=x:y"], "env.target"),

@@ -61,7 +61,7 @@ def test_greedy_eval_rows_keep_their_keys(compose):
 
 def _eval_texts(tr: Trainer, n_prompts: int = 6) -> list[str]:
     part = tr.eval_prompts[:n_prompts]
-    texts, _, _, _ = evaluation._sample_scored(tr, part, list(range(n_prompts)), max(len(p.ids) for p in part))
+    texts, *_ = evaluation._sample_scored(tr, part, list(range(n_prompts)), max(len(p.ids) for p in part))
     return texts
 
 
