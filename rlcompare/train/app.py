@@ -1,4 +1,5 @@
-"""What the Hydra app `rlcompare train` needs below the CLI: the conf/ folder and the run-name resolver.
+"""What the Hydra app `rlcompare train` needs below the CLI: the conf/ folder, the run-name resolver and the
+config node `surrogate_knobs` (every registered surrogate's knobs with their defaults, from their specs).
 
 Moved here from `cli.py` (still importable from there): run, sweep, bench and precheck compose configs with them,
 and importing the CLI from those made the cycle cli <-> run/sweep/bench.
@@ -12,6 +13,8 @@ import os
 import re
 import sys
 from pathlib import Path
+
+from rlcompare.algos import surrogate_specs
 
 
 def conf_dir() -> str:
@@ -116,3 +119,20 @@ def register_resolvers() -> None:
 
     if not OmegaConf.has_resolver("rlc_run_name"):
         OmegaConf.register_new_resolver("rlc_run_name", run_name)
+
+
+KNOBS_NODE = "surrogate_knobs"  # conf/config.yaml's first default: the presets' values override these
+
+
+def _store_surrogate_knobs() -> None:
+    """`algorithm.clip.<knob>: default` for every registered surrogate's knobs, as the Hydra config node the
+    composed config starts from: a preset lists only its own surrogate's knobs, yet every key is in the composed
+    config (a plain override `algorithm.clip.<knob>=v` works with any preset, and configs stay as they were).
+    Stored again whenever a surrogate is registered."""
+    from hydra.core.config_store import ConfigStore
+
+    knobs = {k: f.default for k, f in surrogate_specs.all_knob_fields().items()}
+    ConfigStore.instance().store(name=KNOBS_NODE, node={"algorithm": {"clip": knobs}})
+
+
+surrogate_specs.on_change(_store_surrogate_knobs)
