@@ -10,7 +10,6 @@ and its function in one file (``examples/shifted_clip.py``, docs/api.md "Adding 
 
 from __future__ import annotations
 
-import math
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, Optional
 
@@ -123,7 +122,8 @@ def refuse(key: str, value: Any, what: str, fix: str) -> ValueError:
 
 
 def _number(v: Any) -> bool:
-    return v is not None and not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+    # inf passes (an unbounded range, e.g. GMPO as GSPO); nan fails every comparison; the config refuses both
+    return v is not None and not isinstance(v, bool) and isinstance(v, (int, float))
 
 
 def at_least_zero(key: str, value: Any, fix: str, *, allow_none: bool = False) -> None:
