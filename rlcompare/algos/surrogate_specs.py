@@ -85,6 +85,13 @@ def register_spec(spec: SurrogateSpec) -> SurrogateSpec:
     return spec
 
 
+def unregister(name: str) -> None:
+    """Take a registered spec out again (a test's or a plugin's own surrogate)."""
+    SPECS.pop(name, None)
+    for fn in _LISTENERS:
+        fn()
+
+
 def on_change(fn: Callable[[], None]) -> None:
     """Call ``fn()`` now and after every registration (the Hydra app refreshes its knob defaults with it)."""
     _LISTENERS.append(fn)
@@ -150,12 +157,8 @@ class ClipSettings:
     mix: str = knob("mean", "hybrid ratio: how token and sequence branches combine: mean | entropy")
 
     def check(self) -> None:
-        at_least_zero(
-            "seq_eps_low", self.seq_eps_low, "a clipping range cannot be negative (e.g. 3e-4)", allow_none=True
-        )
-        at_least_zero(
-            "seq_eps_high", self.seq_eps_high, "a clipping range cannot be negative (e.g. 4e-4)", allow_none=True
-        )
+        at_least_zero("seq_eps_low", self.seq_eps_low, "e.g. 3e-4 (DHPO), or null off hybrid", allow_none=True)
+        at_least_zero("seq_eps_high", self.seq_eps_high, "e.g. 4e-4 (DHPO), or null off hybrid", allow_none=True)
         if self.mix not in MIXES:
             raise refuse("mix", self.mix, f"one of {', '.join(MIXES)}", "set algorithm.clip.mix=mean")
 
@@ -167,8 +170,8 @@ class CispoSettings:
 
     def check(self) -> None:
         lo, hi = self.cispo_w_min, self.cispo_w_max
-        at_least_zero("cispo_w_min", lo, "null (no lower bound) or a weight >= 0", allow_none=True)
-        above_zero("cispo_w_max", hi, "null (no upper bound) or a weight > 0 (ScaleRL: 5)", allow_none=True)
+        at_least_zero("cispo_w_min", lo, "e.g. null (no lower bound, the paper's)", allow_none=True)
+        above_zero("cispo_w_max", hi, "e.g. 5.0 (ScaleRL), or null (no upper bound)", allow_none=True)
         if lo is not None and hi is not None and lo > hi:
             raise refuse(
                 "cispo_w_min", lo, f"<= algorithm.clip.cispo_w_max={hi!r}", "lower cispo_w_min or raise cispo_w_max"
@@ -181,8 +184,8 @@ class SapoSettings:
     sapo_tau_neg: float = knob(1.05, "SAPO: soft-gate temperature for negative advantages")
 
     def check(self) -> None:
-        above_zero("sapo_tau_pos", self.sapo_tau_pos, "the gate divides by it (the paper: 1.0)")
-        above_zero("sapo_tau_neg", self.sapo_tau_neg, "the gate divides by it (the paper: 1.05)")
+        above_zero("sapo_tau_pos", self.sapo_tau_pos, "e.g. 1.0 (the paper; the gate divides by it)")
+        above_zero("sapo_tau_neg", self.sapo_tau_neg, "e.g. 1.05 (the paper; the gate divides by it)")
 
 
 @dataclass(frozen=True)
@@ -191,8 +194,8 @@ class GmpoSettings:
     gmpo_eps_high: float = knob(0.4, "GMPO: clip range above 0 of the log-ratio")
 
     def check(self) -> None:
-        at_least_zero("gmpo_eps_low", self.gmpo_eps_low, "a clipping range cannot be negative (the paper: 0.4)")
-        at_least_zero("gmpo_eps_high", self.gmpo_eps_high, "a clipping range cannot be negative (the paper: 0.4)")
+        at_least_zero("gmpo_eps_low", self.gmpo_eps_low, "e.g. 0.4 (the paper)")
+        at_least_zero("gmpo_eps_high", self.gmpo_eps_high, "e.g. 0.4 (the paper)")
 
 
 @dataclass(frozen=True)
@@ -202,9 +205,9 @@ class DppoSettings:
     dppo_cap: float = knob(20.0, "DPPO: cap on the importance weight")
 
     def check(self) -> None:
-        at_least_zero("dppo_delta_low", self.dppo_delta_low, "a trust region cannot be negative (the paper: 0.15)")
-        at_least_zero("dppo_delta_high", self.dppo_delta_high, "a trust region cannot be negative (the paper: 0.15)")
-        above_zero("dppo_cap", self.dppo_cap, "the importance weight is capped at it (the paper: 20)")
+        at_least_zero("dppo_delta_low", self.dppo_delta_low, "e.g. 0.15 (the paper)")
+        at_least_zero("dppo_delta_high", self.dppo_delta_high, "e.g. 0.15 (the paper)")
+        above_zero("dppo_cap", self.dppo_cap, "e.g. 20.0 (the paper)")
 
 
 _COV_RATIO_HELP = "Clip-Cov / KL-Cov: share of tokens restricted; null: 2e-4 (clip-cov), 2e-3 (kl-cov)"
@@ -212,7 +215,12 @@ _COV_RATIO_HELP = "Clip-Cov / KL-Cov: share of tokens restricted; null: 2e-4 (cl
 
 def _check_cov_ratio(ratio: Any) -> None:
     if ratio is not None and not (_number(ratio) and 0 < ratio <= 1):
-        raise refuse("cov_ratio", ratio, "in (0, 1] (the share of tokens restricted) or null", "e.g. 2e-4, or null")
+        raise refuse(
+            "cov_ratio",
+            ratio,
+            "in (0, 1] (the share of tokens restricted) or null",
+            "e.g. 2e-4, or null (the authors' share)",
+        )
 
 
 @dataclass(frozen=True)
@@ -225,7 +233,7 @@ class ClipCovSettings:
 
     def check(self) -> None:
         _check_cov_ratio(self.cov_ratio)
-        at_least_zero("cov_lb", self.cov_lb, "the covariance window starts at it (the authors: 1)")
+        at_least_zero("cov_lb", self.cov_lb, "e.g. 1.0 (the authors)")
         if not (self.cov_lb < self.cov_ub):
             raise refuse(
                 "cov_lb",
@@ -242,7 +250,7 @@ class KlCovSettings:
 
     def check(self) -> None:
         _check_cov_ratio(self.cov_ratio)
-        at_least_zero("kl_cov_coef", self.kl_cov_coef, "a penalty's coefficient cannot be negative (the authors: 1)")
+        at_least_zero("kl_cov_coef", self.kl_cov_coef, "e.g. 1.0 (the authors)")
 
 
 _DPPO_METRICS = ("dppo_mask_frac", "is_weight_mean", "is_clip_frac_high")
