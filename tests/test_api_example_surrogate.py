@@ -105,3 +105,12 @@ def test_a_bad_value_of_its_knob_is_refused_naming_the_key(shifted, compose):
     # its knob is signed: a negative shift is its own check's business, not the schema's ">= 0"
     c = validate(compose("algorithm.surrogate=shifted-clip", "algorithm.clip.shifted_clip_shift=-0.2"))
     assert c.algorithm.clip.shifted_clip_shift == -0.2
+
+
+def test_docs_api_shows_the_example_file_as_it_is():
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
+    section = doc[doc.index("## Adding a surrogate (worked example)") :]
+    shown = section[section.index("```python\n") + len("```python\n") :]
+    code = EXAMPLE.read_text()
+    assert shown[: shown.index("```\n")] == code[code.index("from dataclasses import dataclass") :]
+    assert "Files touched: **1**" in section
