@@ -21,8 +21,8 @@ from rlcompare.config import ConfigError, validate  # imported before the exampl
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "shifted_clip.py"
 
 
-@pytest.fixture(scope="module")
-def shifted():
+@pytest.fixture
+def shifted():  # per test: registered only while it runs (xdist interleaves modules on a worker)
     assert "shifted-clip" not in surrogate_specs.SPECS
     spec = importlib.util.spec_from_file_location("shifted_clip_example", EXAMPLE)
     module = importlib.util.module_from_spec(spec)
