@@ -63,8 +63,10 @@ def register_spec(spec: SurrogateSpec) -> SurrogateSpec:
     """Register ``spec`` (again: replaced). Its knobs may be another spec's too (shared keys, e.g. ``cov_ratio``),
     with the same default; its ratio levels must be known ones."""
     for f in fields(spec.settings):
-        if f.default is MISSING:
-            raise ValueError(f"surrogate {spec.name!r}: knob {f.name} needs a default (knob(default, help))")
+        if f.default is MISSING or (f.name not in COMMON_KEYS and not f.metadata.get("help")):
+            raise ValueError(
+                f"surrogate {spec.name!r}: declare knob {f.name} as knob(default, help) (docs/config.md shows both)"
+            )
     if not callable(getattr(spec.settings, "check", None)):
         raise ValueError(f"surrogate {spec.name!r}: {spec.settings.__name__} needs a check() method")
     unknown = [r for r in spec.ratio_levels if r not in RATIO_LEVELS]
@@ -72,7 +74,11 @@ def register_spec(spec: SurrogateSpec) -> SurrogateSpec:
         raise ValueError(
             f"surrogate {spec.name!r}: ratio_levels must be some of {RATIO_LEVELS}, got {spec.ratio_levels}"
         )
-    others = {k: (n, f) for n, s in SPECS.items() if n != spec.name for k, f in knob_fields(s).items()}
+    others: dict = {}  # key -> (the first other spec declaring it, its field)
+    for n, s in SPECS.items():
+        for k, f in knob_fields(s).items():
+            if n != spec.name:
+                others.setdefault(k, (n, f))
     for key, f in knob_fields(spec).items():
         if key in others and others[key][1].default != f.default:
             raise ValueError(
