@@ -125,14 +125,19 @@ KNOBS_NODE = "surrogate_knobs"  # conf/config.yaml's first default: the presets'
 
 
 def _store_surrogate_knobs() -> None:
-    """`algorithm.clip.<knob>: default` for every registered surrogate's knobs, as the Hydra config node the
-    composed config starts from: a preset lists only its own surrogate's knobs, yet every key is in the composed
-    config (a plain override `algorithm.clip.<knob>=v` works with any preset, and configs stay as they were).
-    Stored again whenever a surrogate is registered."""
+    """`algorithm.clip`'s keys at the schema's defaults (every registered surrogate's knobs with their specs'
+    defaults, after the common ones), as the Hydra config node the composed config starts from: a preset lists only
+    its own surrogate's knobs, yet every key is in the composed config, in the schema's order (a plain override
+    `algorithm.clip.<knob>=v` works with any preset, and configs stay as they were). Stored again whenever a
+    surrogate is registered."""
+    from dataclasses import fields
+
     from hydra.core.config_store import ConfigStore
 
-    knobs = {k: f.default for k, f in surrogate_specs.all_knob_fields().items()}
-    ConfigStore.instance().store(name=KNOBS_NODE, node={"algorithm": {"clip": knobs}})
+    from rlcompare.config.schema import clip_config
+
+    clip = {f.name: f.default for f in fields(clip_config())}
+    ConfigStore.instance().store(name=KNOBS_NODE, node={"algorithm": {"clip": clip}})
 
 
 surrogate_specs.on_change(_store_surrogate_knobs)
