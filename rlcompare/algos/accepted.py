@@ -2,6 +2,7 @@
 
 `rlcompare.config` validates a run's settings against these before anything heavy is imported (a typo fails in
 about a second), and `rlcompare.algos.losses` / `rlcompare.algos.advantages` re-export them: one place for each name.
+The surrogates' names (SURROGATES, SURROGATE_KNOBS, ...) are derived from their specs (`surrogate_specs.py`).
 """
 
 from __future__ import annotations
