@@ -60,11 +60,11 @@ def register_surrogate(
     """Register ``fn(tokens, settings) -> (J, extra)`` as the math of ``spec`` (verl's ``@register_policy_loss``):
     a registered spec's name, or a :class:`SurrogateSpec`, registered here too (what the config accepts).
     ``select(tokens, settings, generator) -> bool [B, T]``: the tokens it restricts, when the spec selects tokens."""
-    if isinstance(spec, SurrogateSpec):
-        surrogate_specs.register_spec(spec)
-    entry = surrogate_specs.spec(spec if isinstance(spec, str) else spec.name)
+    entry = surrogate_specs.spec(spec) if isinstance(spec, str) else spec
     if entry.selects_tokens != (select is not None):
         raise ValueError(f"surrogate {entry.name!r}: pass select=... exactly when its spec has selects_tokens=True")
+    if isinstance(spec, SurrogateSpec):
+        surrogate_specs.register_spec(spec)
 
     def wrap(fn: Objective) -> Objective:
         SURROGATE_REGISTRY[entry.name] = Surrogate(entry.name, fn, entry.settings, select)
