@@ -2,13 +2,16 @@
 
 `rlcompare.config` validates a run's settings against these before anything heavy is imported (a typo fails in
 about a second), and `rlcompare.algos.losses` / `rlcompare.algos.advantages` re-export them: one place for each name.
+The surrogates' names (SURROGATES, SURROGATE_KNOBS, ...) are derived from their specs (`surrogate_specs.py`).
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-RATIO_LEVELS = ("token", "sequence", "sequence-token", "hybrid")
+from rlcompare.algos import surrogate_specs
+from rlcompare.algos.surrogate_specs import COV_RATIO_DEFAULTS, MIXES, RATIO_LEVELS  # noqa: F401 (re-exported)
+
 AGGREGATIONS = (
     "token-mean",
     "token-sum",
@@ -18,44 +21,6 @@ AGGREGATIONS = (
     "prompt-mean-token-mean",
 )
 KL_ESTIMATORS = ("k1", "k2", "k3", "k3+")
-MIXES = ("mean", "entropy")
-# the per-token surrogate of policy_loss (docs/algorithms.md §3 and §7)
-SURROGATES = ("clip", "cispo", "sapo", "gmpo", "dppo-tv", "dppo-kl", "clip-cov", "kl-cov")
-# the surrogates' own knobs: the config keys under algorithm.clip, and the fields of their settings (surrogates.py)
-SURROGATE_KNOBS = (
-    "cispo_w_min",
-    "cispo_w_max",
-    "sapo_tau_pos",
-    "sapo_tau_neg",
-    "gmpo_eps_low",
-    "gmpo_eps_high",
-    "dppo_delta_low",
-    "dppo_delta_high",
-    "dppo_cap",
-    "cov_ratio",
-    "cov_lb",
-    "cov_ub",
-    "kl_cov_coef",
-)
-# what each surrogate adds to the metrics dict (what it clips, masks or gates), besides the common keys
-SURROGATE_METRICS = {
-    "clip": (),
-    "cispo": ("is_weight_mean", "is_clip_frac_low", "is_clip_frac_high"),
-    "sapo": ("sapo_weight_mean",),
-    "gmpo": ("gmpo_clip_frac", "gmpo_ratio_mean"),
-    "dppo-tv": ("dppo_mask_frac", "is_weight_mean", "is_clip_frac_high"),
-    "dppo-kl": ("dppo_mask_frac", "is_weight_mean", "is_clip_frac_high"),
-    "clip-cov": ("cov_selected_frac",),
-    "kl-cov": ("cov_selected_frac",),
-}
-# ratio levels each surrogate accepts: the variants build on the token ratio (GMPO makes its own sequence
-# ratio); SAPO's gate also takes GSPO's sequence ratio (TRL's importance_sampling_level="sequence")
-SURROGATE_RATIOS = {name: ("token",) for name in SURROGATES}
-SURROGATE_RATIOS.update({"clip": RATIO_LEVELS, "sapo": ("token", "sequence", "sequence-token")})
-COV_SURROGATES = ("clip-cov", "kl-cov")
-# share of the batch's real tokens Clip-Cov / KL-Cov restrict, when cov_ratio=None (the authors' 7B scripts,
-# arXiv 2505.22617; verl's kl_cov_ratio default is 2e-4)
-COV_RATIO_DEFAULTS = {"clip-cov": 2e-4, "kl-cov": 2e-3}
 # rollout/trainer mismatch weights: TRL's four modes and IcePop (docs/algorithms.md §7.8)
 MISMATCH_MODES = ("token-truncate", "token-mask", "sequence-truncate", "sequence-mask", "icepop")
 # (c_min, c_max) when mismatch_weights gets None: C = 2 for TRL's modes (TIS, verl PR #2953; TRL's own
@@ -79,22 +44,6 @@ OFF_POLICY_DEFAULTS = {
     "m2po_tokens": "trust-region",
 }
 
-# the surrogates' knobs' defaults: policy_loss's keyword defaults (tests/algos/test_accepted.py keeps the two equal)
-SURROGATE_DEFAULTS = {
-    "cispo_w_min": None,
-    "cispo_w_max": 5.0,
-    "sapo_tau_pos": 1.0,
-    "sapo_tau_neg": 1.05,
-    "gmpo_eps_low": 0.4,
-    "gmpo_eps_high": 0.4,
-    "dppo_delta_low": 0.15,
-    "dppo_delta_high": 0.15,
-    "dppo_cap": 20.0,
-    "cov_ratio": None,
-    "cov_lb": 1.0,
-    "cov_ub": 5.0,
-    "kl_cov_coef": 1.0,
-}
 # group_advantages(scale=...): group (GRPO), batch (Lite PPO), batch-centered (ScaleRL), none (Dr. GRPO)
 GROUP_SCALES = ("group", "batch", "batch-centered", "none")
 # the advantage estimators (trainer dispatch; docs/algorithms.md §2) and the scales each accepts:
@@ -132,40 +81,6 @@ def _check_positive(name: str, value, *, allow_none: bool = False) -> None:
         raise ValueError(f"{name} must be a number > 0{' or None' if allow_none else ''}, got {value!r}")
 
 
-def _check_cov_knobs(k: dict) -> None:
-    ratio = k["cov_ratio"]
-    if ratio is not None and not (0 < ratio <= 1):
-        raise ValueError(f"cov_ratio must be in (0, 1] (the share of tokens restricted) or None, got {ratio!r}")
-    if not (k["cov_lb"] < k["cov_ub"]):
-        raise ValueError(f"cov_lb must be < cov_ub (the covariance window), got {k['cov_lb']!r} and {k['cov_ub']!r}")
-
-
-def check_surrogate_knobs(surrogate: str, k: dict) -> None:
-    """Every knob the chosen surrogate reads (``k``: :data:`SURROGATE_KNOBS` -> value); a ValueError whose
-    message starts with the knob's name and says what it accepts."""
-    if surrogate == "cispo":
-        lo, hi = k["cispo_w_min"], k["cispo_w_max"]
-        if lo is not None:
-            _check_nonneg("cispo_w_min", lo)
-        _check_positive("cispo_w_max", hi, allow_none=True)
-        if lo is not None and hi is not None and lo > hi:
-            raise ValueError(f"cispo_w_min must be <= cispo_w_max, got {lo!r} > {hi!r}")
-    elif surrogate == "sapo":
-        _check_positive("sapo_tau_pos", k["sapo_tau_pos"])
-        _check_positive("sapo_tau_neg", k["sapo_tau_neg"])
-    elif surrogate == "gmpo":
-        _check_nonneg("gmpo_eps_low", k["gmpo_eps_low"])
-        _check_nonneg("gmpo_eps_high", k["gmpo_eps_high"])
-    elif surrogate in ("dppo-tv", "dppo-kl"):
-        _check_nonneg("dppo_delta_low", k["dppo_delta_low"])
-        _check_nonneg("dppo_delta_high", k["dppo_delta_high"])
-        _check_positive("dppo_cap", k["dppo_cap"])
-    elif surrogate in COV_SURROGATES:
-        _check_cov_knobs(k)
-        if surrogate == "kl-cov":
-            _check_nonneg("kl_cov_coef", k["kl_cov_coef"])
-
-
 def _mismatch_bounds(mode: str, c_min, c_max) -> tuple[Optional[float], float]:
     lo_default, hi_default = MISMATCH_DEFAULTS[mode]
     lo = lo_default if c_min is None else c_min
@@ -199,3 +114,52 @@ def check_off_policy_knobs(k: dict) -> None:
         raise ValueError(f"geo_delta must be in (0, 1) (SkyRL's 0.01 keeps [0.99, 1.01]), got {delta!r}")
     _check_positive("m2po_threshold", k["m2po_threshold"])
     _one_of("m2po_tokens", k["m2po_tokens"], M2PO_TOKENS)
+
+
+# ---------------------------------------------------------------- the surrogates' names, derived from their specs
+# (algos/surrogate_specs.py, the one declaration per surrogate); computed on access so that a surrogate registered
+# after this module was imported is accepted, and cached per registry state (the same objects while it is unchanged)
+_DERIVED_CACHE: dict = {}
+
+
+def _derive() -> dict:
+    key = surrogate_specs.registry_key()
+    if key not in _DERIVED_CACHE:
+        specs = surrogate_specs.SPECS
+        knobs = surrogate_specs.all_knob_fields()
+        _DERIVED_CACHE[key] = {
+            # the per-token surrogates of policy_loss (docs/algorithms.md §3 and §7)
+            "SURROGATES": tuple(specs),
+            # their own knobs: the config keys under algorithm.clip besides the common ones (eps_low, eps_high,
+            # dual_clip), and the fields of their settings
+            "SURROGATE_KNOBS": tuple(knobs),
+            "SURROGATE_DEFAULTS": {k: f.default for k, f in knobs.items()},
+            # what each adds to the metrics dict (what it clips, masks or gates), besides the common keys
+            "SURROGATE_METRICS": {n: s.metrics for n, s in specs.items()},
+            "SURROGATE_RATIOS": {n: s.ratio_levels for n, s in specs.items()},
+            # the surrogates that restrict tokens selected over the whole optimizer step (Clip-Cov, KL-Cov)
+            "COV_SURROGATES": tuple(n for n, s in specs.items() if s.selects_tokens),
+        }
+    return _DERIVED_CACHE[key]
+
+
+DERIVED_NAMES = (
+    "SURROGATES",
+    "SURROGATE_KNOBS",
+    "SURROGATE_DEFAULTS",
+    "SURROGATE_METRICS",
+    "SURROGATE_RATIOS",
+    "COV_SURROGATES",
+)
+
+
+def __getattr__(name: str):
+    if name in DERIVED_NAMES:
+        return _derive()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def check_surrogate_knobs(surrogate: str, k: dict) -> None:
+    """Every knob the chosen surrogate reads (``k``: config key -> value; absent keys take the defaults), by its
+    settings' ``check()``: a ValueError naming ``algorithm.clip.<key>``, what it accepts and the fix."""
+    surrogate_specs.spec(surrogate).build(k).check()

@@ -26,12 +26,6 @@ from rlcompare.algos.accepted import (  # the accepted names and knob defaults, 
     AGGREGATIONS,
     KL_ESTIMATORS,
     MIXES,
-    SURROGATES,
-    SURROGATE_KNOBS,
-    SURROGATE_DEFAULTS,
-    SURROGATE_RATIOS,
-    SURROGATE_METRICS,
-    COV_SURROGATES,
     COV_RATIO_DEFAULTS,
     MISMATCH_MODES,
     MISMATCH_DEFAULTS,
@@ -41,7 +35,7 @@ from rlcompare.algos.accepted import (  # the accepted names and knob defaults, 
     _check_nonneg,
     _mismatch_bounds,
 )
-from rlcompare.algos import surrogates
+from rlcompare.algos import accepted, surrogate_specs, surrogates
 from rlcompare.algos.ratios import (  # the masked helpers and the ratio (losses.log_ratio stays public)
     LOG_RATIO_CLAMP,
     TokenRatios,
@@ -56,17 +50,12 @@ from rlcompare.algos.ratios import (  # the masked helpers and the ratio (losses
 )
 from rlcompare.algos.surrogates import SURROGATE_REGISTRY, register_surrogate, token_covariance
 
+# (and accepted.DERIVED_NAMES, SURROGATES ... COV_SURROGATES, through __getattr__: derived from the specs on access)
 __all__ = [
     "RATIO_LEVELS",
     "AGGREGATIONS",
     "KL_ESTIMATORS",
     "MIXES",
-    "SURROGATES",
-    "SURROGATE_KNOBS",
-    "SURROGATE_DEFAULTS",
-    "SURROGATE_RATIOS",
-    "SURROGATE_METRICS",
-    "COV_SURROGATES",
     "COV_RATIO_DEFAULTS",
     "MISMATCH_MODES",
     "MISMATCH_DEFAULTS",
@@ -93,6 +82,14 @@ __all__ = [
     "entropy_from_logits",
     "informative_groups",
 ]
+
+
+def __getattr__(name: str):
+    # the surrogates' names derive from their specs on access (a surrogate registered later is included)
+    if name in accepted.DERIVED_NAMES:
+        return getattr(accepted, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # verl's low_var_kl (core_algos.kl_penalty_forward): ref - logp clamped to +-20 before exp, the k3 value to
 # [-10, 10] after
@@ -378,9 +375,10 @@ class PolicySettings:
         cls, surrogate: str = "clip", ratio: str = "token", eps_low=0.2, eps_high=0.2, dual_clip=None, **own
     ):
         """From flat config keys (``algorithm.clip``'s names); the surrogate keeps the keys it reads."""
-        unknown = sorted(set(own) - set(SURROGATE_KNOBS) - {"seq_eps_low", "seq_eps_high", "mix"})
+        known = accepted.SURROGATE_KNOBS  # every registered spec's knobs
+        unknown = sorted(set(own) - set(known))
         if unknown:
-            raise ValueError(f"unknown surrogate setting(s) {', '.join(unknown)}; known: {', '.join(SURROGATE_KNOBS)}")
+            raise ValueError(f"unknown surrogate setting(s) {', '.join(unknown)}; known: {', '.join(known)}")
         knobs = dict(own, eps_low=eps_low, eps_high=eps_high)
         return cls(surrogate, ratio, eps_low, eps_high, dual_clip, surrogates.surrogate(surrogate).build(knobs))
 
@@ -390,8 +388,9 @@ def _check_policy_settings(s: PolicySettings) -> None:
     _one_of("ratio", s.ratio, RATIO_LEVELS)
     _check_nonneg("eps_low", s.eps_low)
     _check_nonneg("eps_high", s.eps_high)
-    if s.ratio not in SURROGATE_RATIOS[s.surrogate]:
-        opts = ", ".join(repr(r) for r in SURROGATE_RATIOS[s.surrogate])
+    levels = surrogate_specs.spec(s.surrogate).ratio_levels
+    if s.ratio not in levels:
+        opts = ", ".join(repr(r) for r in levels)
         raise ValueError(f"surrogate={s.surrogate!r} takes ratio in {opts}, got {s.ratio!r}")
     if s.dual_clip is not None and s.surrogate != "clip":
         raise ValueError(
@@ -399,9 +398,7 @@ def _check_policy_settings(s: PolicySettings) -> None:
         )
     if s.dual_clip is not None and not (s.dual_clip > 1):
         raise ValueError(f"dual_clip must be > 1 (or None to disable), got {s.dual_clip!r}")
-    check_surrogate_knobs(s.surrogate, {**SURROGATE_DEFAULTS, **vars(s.own)})
-    if s.surrogate == "clip":
-        _one_of("mix", s.own.mix, MIXES)
+    s.own.check()  # the surrogate's own knobs, by its spec
     if s.ratio == "hybrid":
         lo, hi = s.own.seq_eps_low, s.own.seq_eps_high
         if lo is None or hi is None:
@@ -451,10 +448,10 @@ def policy_loss(
         if entropy is None:
             raise ValueError("mix='entropy' needs entropy ([B, T] H / log|V|); pass entropy=... or use mix='mean'")
         tok.entropy = constant_like(entropy, tok, "entropy")
-    if settings.surrogate in COV_SURROGATES:
+    if surrogate_specs.spec(settings.surrogate).selects_tokens:
         if cov_selected is None:
             with torch.no_grad():
-                tok.selected = surrogates.select_cov_tokens(tok, settings.surrogate, settings.own, generator)
+                tok.selected = surrogates.select_tokens(tok, settings.surrogate, settings.own, generator)
         else:
             tok.selected = constant_like(cov_selected, tok, "cov_selected").bool() & tok.real
     objective, extra = surrogates.surrogate(settings.surrogate).objective(tok, settings.own)
@@ -493,10 +490,9 @@ def cov_selection(
     ``(cov_lb, cov_ub)`` (all of them if fewer). ``cov_ratio=None`` takes :data:`COV_RATIO_DEFAULTS`. Compute it
     on the whole (mini-)batch of one optimizer step and pass slices as ``policy_loss(cov_selected=...)`` to make
     micro-batches exact (verl and the authors select per micro-batch)."""
-    _one_of("surrogate", settings.surrogate, COV_SURROGATES)
-    with torch.no_grad():
+    with torch.no_grad():  # select_tokens names the selecting surrogates when this one is none of them
         t = token_ratios(logp.detach(), old_logp, advantages, mask, "token")
-        return surrogates.select_cov_tokens(t, settings.surrogate, settings.own, generator)
+        return surrogates.select_tokens(t, settings.surrogate, settings.own, generator)
 
 
 def _policy_metrics(t: TokenRatios, loss_mat, dual_active, eps_low: float, eps_high: float) -> dict:

@@ -1,57 +1,82 @@
 """The policy surrogates: one registered pure function per per-token objective ``J`` (the loss is ``-J``).
 
 Each surrogate reads the shared :class:`~rlcompare.algos.ratios.TokenRatios` (ratio, advantages, mask) and its own
-typed settings, a small frozen dataclass whose field names are the config keys under ``algorithm.clip``; it
-returns ``(J [B, T], extra metrics)``, the extras being what it clips, masks or gates
-(``accepted.SURROGATE_METRICS``). ``losses.policy_loss`` applies the dual clip, the token weight and the
+typed settings, the settings class of its spec (``surrogate_specs.py``: the one declaration of its name, knobs,
+checks, metrics and ratio levels); it returns ``(J [B, T], extra metrics)``, the extras being what it clips, masks
+or gates (the spec's ``metrics``). ``losses.policy_loss`` applies the dual clip, the token weight and the
 aggregation around it. Formulas and worked numbers: docs/algorithms.md §3 and §7.
 
-Adding a surrogate: a settings dataclass, a function decorated with ``@register_surrogate("name", Settings)``,
-and its name, ratio levels and metrics in ``accepted.py`` (the config validates against those, torch-free).
+Adding a surrogate: its spec and a function decorated with ``@register_surrogate(spec)``, in one file
+(``examples/shifted_clip.py``; docs/api.md "Adding a surrogate").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Callable, Mapping, Optional
 
 import torch
 
-from rlcompare.algos.accepted import COV_RATIO_DEFAULTS, SURROGATE_DEFAULTS, SURROGATES, _one_of
+from rlcompare.algos import surrogate_specs
 from rlcompare.algos.ratios import TokenRatios, _masked_mean, _seq_mean, _zero_pad, log_ratio, token_ratios
+from rlcompare.algos.surrogate_specs import (  # noqa: F401 (the settings classes, importable from here as before)
+    COV_RATIO_DEFAULTS,
+    ClipCovSettings,
+    ClipSettings,
+    CispoSettings,
+    DppoSettings,
+    GmpoSettings,
+    KlCovSettings,
+    SapoSettings,
+    SurrogateSpec,
+)
 
 Objective = Callable[[TokenRatios, object], tuple[torch.Tensor, dict]]
+# the tokens a selecting surrogate restricts (spec.selects_tokens), chosen over one optimizer step's rows
+Selection = Callable[[TokenRatios, object, Optional[torch.Generator]], torch.Tensor]
 
 
 @dataclass(frozen=True)
 class Surrogate:
-    """A registered surrogate: its objective and the dataclass of the settings it reads."""
+    """A registered surrogate: its objective, the dataclass of the settings it reads (its spec's) and, when its
+    spec selects tokens, the selection."""
 
     name: str
     objective: Objective
     settings: type
+    select: Optional[Selection] = None
 
     def build(self, knobs: Mapping) -> object:
         """Its settings from a flat mapping of config keys (absent keys take the dataclass defaults)."""
-        return self.settings(**{f.name: knobs[f.name] for f in fields(self.settings) if f.name in knobs})
+        return surrogate_specs.spec(self.name).build(knobs)
 
 
 SURROGATE_REGISTRY: dict[str, Surrogate] = {}
 
 
-def register_surrogate(name: str, settings: type) -> Callable[[Objective], Objective]:
-    """Register ``fn(tokens, settings) -> (J, extra)`` under ``name`` (verl's ``@register_policy_loss``)."""
-    _one_of("surrogate", name, SURROGATES)  # accepted.py lists it, so the config accepts it
+def register_surrogate(
+    spec: "str | SurrogateSpec", select: Optional[Selection] = None
+) -> Callable[[Objective], Objective]:
+    """Register ``fn(tokens, settings) -> (J, extra)`` as the math of ``spec`` (verl's ``@register_policy_loss``):
+    a registered spec's name, or a :class:`SurrogateSpec`, registered here too (what the config accepts).
+    ``select(tokens, settings, generator) -> bool [B, T]``: the tokens it restricts, when the spec selects tokens."""
+    entry = surrogate_specs.spec(spec) if isinstance(spec, str) else spec
+    if entry.selects_tokens != (select is not None):
+        raise ValueError(f"surrogate {entry.name!r}: pass select=... exactly when its spec has selects_tokens=True")
+    if isinstance(spec, SurrogateSpec):
+        surrogate_specs.register_spec(spec)
 
     def wrap(fn: Objective) -> Objective:
-        SURROGATE_REGISTRY[name] = Surrogate(name, fn, settings)
+        SURROGATE_REGISTRY[entry.name] = Surrogate(entry.name, fn, entry.settings, select)
         return fn
 
     return wrap
 
 
 def surrogate(name: str) -> Surrogate:
-    _one_of("surrogate", name, tuple(SURROGATE_REGISTRY))
+    if name not in SURROGATE_REGISTRY:
+        opts = ", ".join(repr(a) for a in SURROGATE_REGISTRY)
+        raise ValueError(f"surrogate must be one of {opts}, got {name!r}")
     return SURROGATE_REGISTRY[name]
 
 
@@ -66,16 +91,7 @@ def clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, eps_low: float, ep
 # ---------------------------------------------------------------- clip (PPO, DAPO, GSPO, DHPO)
 
 
-@dataclass(frozen=True)
-class ClipSettings:
-    eps_low: float = 0.2  # clip range of rho below 1 (the token branch for hybrid)
-    eps_high: float = 0.2  # above 1 (DAPO's clip-higher when > eps_low)
-    seq_eps_low: Optional[float] = None  # hybrid only: the sequence branch's range
-    seq_eps_high: Optional[float] = None
-    mix: str = "mean"  # hybrid only: w = 0.5, or w = sg(H / log|V|) ("entropy")
-
-
-@register_surrogate("clip", ClipSettings)
+@register_surrogate("clip")
 def clip_objective(t: TokenRatios, s: ClipSettings) -> tuple[torch.Tensor, dict]:
     """PPO (arXiv 1707.06347 Eq. 7), DAPO's decoupled range (arXiv 2503.14476 Eq. 10), and GSPO through the
     ratio level: ``min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A)``.
@@ -107,13 +123,7 @@ def _is_weighted_pg(t: TokenRatios, w: torch.Tensor, keep: torch.Tensor) -> torc
 # ---------------------------------------------------------------- CISPO
 
 
-@dataclass(frozen=True)
-class CispoSettings:
-    cispo_w_min: Optional[float] = SURROGATE_DEFAULTS["cispo_w_min"]  # absolute lower bound on w (None: none)
-    cispo_w_max: Optional[float] = SURROGATE_DEFAULTS["cispo_w_max"]  # absolute upper bound on w (None: none)
-
-
-@register_surrogate("cispo", CispoSettings)
+@register_surrogate("cispo")
 def cispo_objective(t: TokenRatios, s: CispoSettings) -> tuple[torch.Tensor, dict]:
     """CISPO (MiniMax-M1, arXiv 2506.13585 Eq. 4-5): ``sg(clip(r, w_min, w_max)) A logp``; no token dropped."""
     lo, hi = s.cispo_w_min, s.cispo_w_max
@@ -130,13 +140,7 @@ def cispo_objective(t: TokenRatios, s: CispoSettings) -> tuple[torch.Tensor, dic
 # ---------------------------------------------------------------- SAPO
 
 
-@dataclass(frozen=True)
-class SapoSettings:
-    sapo_tau_pos: float = SURROGATE_DEFAULTS["sapo_tau_pos"]  # gate temperature where A > 0
-    sapo_tau_neg: float = SURROGATE_DEFAULTS["sapo_tau_neg"]  # where A <= 0
-
-
-@register_surrogate("sapo", SapoSettings)
+@register_surrogate("sapo")
 def sapo_objective(t: TokenRatios, s: SapoSettings) -> tuple[torch.Tensor, dict]:
     """SAPO (arXiv 2511.20347): soft gate ``(4/tau) sigmoid(tau (r - 1)) A``, tau by the sign of A; its gradient
     ``4p(1-p) r A`` (no hard clip)."""
@@ -149,13 +153,7 @@ def sapo_objective(t: TokenRatios, s: SapoSettings) -> tuple[torch.Tensor, dict]
 # ---------------------------------------------------------------- GMPO
 
 
-@dataclass(frozen=True)
-class GmpoSettings:
-    gmpo_eps_low: float = SURROGATE_DEFAULTS["gmpo_eps_low"]  # log-ratio clip below 0 (A_i < 0)
-    gmpo_eps_high: float = SURROGATE_DEFAULTS["gmpo_eps_high"]  # above 0 (A_i > 0)
-
-
-@register_surrogate("gmpo", GmpoSettings)
+@register_surrogate("gmpo")
 def gmpo_objective(t: TokenRatios, s: GmpoSettings) -> tuple[torch.Tensor, dict]:
     """GMPO (arXiv 2507.20673): ``A_i exp(mean_t clip(log r))``, each token's log-ratio clipped one-sided by the
     sign of A_i *before* the geometric mean; the value is the response's, on each of its tokens."""
@@ -176,13 +174,6 @@ def gmpo_objective(t: TokenRatios, s: GmpoSettings) -> tuple[torch.Tensor, dict]
 # ---------------------------------------------------------------- DPPO
 
 
-@dataclass(frozen=True)
-class DppoSettings:
-    dppo_delta_low: float = SURROGATE_DEFAULTS["dppo_delta_low"]  # trust region where p falls (A <= 0)
-    dppo_delta_high: float = SURROGATE_DEFAULTS["dppo_delta_high"]  # where p rises (A > 0)
-    dppo_cap: float = SURROGATE_DEFAULTS["dppo_cap"]  # cap on the importance weight
-
-
 def _binary_kl(mu: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """KL(Bernoulli(mu) || Bernoulli(p)); xlogy keeps 0 log 0 = 0."""
     return (torch.xlogy(mu, mu) - torch.xlogy(mu, p)) + (torch.xlogy(1 - mu, 1 - mu) - torch.xlogy(1 - mu, 1 - p))
@@ -201,7 +192,7 @@ def _dppo(t: TokenRatios, s: DppoSettings, up: torch.Tensor, down: torch.Tensor)
     return _is_weighted_pg(t, w, ~masked), extra
 
 
-@register_surrogate("dppo-tv", DppoSettings)
+@register_surrogate("dppo-tv")
 def dppo_tv_objective(t: TokenRatios, s: DppoSettings) -> tuple[torch.Tensor, dict]:
     """DPPO-TV (arXiv 2602.04879; Stable-RL / verl), on the sampled token's binary distribution ``p = pi(o_t)``
     around ``mu = pi_old(o_t)``: masked iff ``p - mu > delta_high`` (A > 0) or ``p - mu < -delta_low``."""
@@ -209,7 +200,7 @@ def dppo_tv_objective(t: TokenRatios, s: DppoSettings) -> tuple[torch.Tensor, di
     return _dppo(t, s, (p - mu) > s.dppo_delta_high, (p - mu) < -s.dppo_delta_low)
 
 
-@register_surrogate("dppo-kl", DppoSettings)
+@register_surrogate("dppo-kl")
 def dppo_kl_objective(t: TokenRatios, s: DppoSettings) -> tuple[torch.Tensor, dict]:
     """DPPO-KL (arXiv 2602.04879): masked iff ``D = KL(Bern(mu) || Bern(p)) > delta_high`` and ``p > mu``
     (A > 0), or ``D > delta_low`` and ``p < mu`` (A <= 0)."""
@@ -219,38 +210,6 @@ def dppo_kl_objective(t: TokenRatios, s: DppoSettings) -> tuple[torch.Tensor, di
 
 
 # ---------------------------------------------------------------- Clip-Cov / KL-Cov
-
-
-@dataclass(frozen=True)
-class ClipCovSettings:
-    eps_low: float = 0.2  # PPO's range, for the clip and for "tokens PPO did not clip"
-    eps_high: float = 0.2
-    cov_ratio: Optional[float] = SURROGATE_DEFAULTS["cov_ratio"]  # share of tokens removed (None: 2e-4)
-    cov_lb: float = SURROGATE_DEFAULTS["cov_lb"]  # covariance window the removed tokens are drawn from
-    cov_ub: float = SURROGATE_DEFAULTS["cov_ub"]
-
-
-@dataclass(frozen=True)
-class KlCovSettings:
-    cov_ratio: Optional[float] = SURROGATE_DEFAULTS["cov_ratio"]  # share of tokens penalised (None: 2e-3)
-    kl_cov_coef: float = SURROGATE_DEFAULTS["kl_cov_coef"]  # beta on |log r|
-
-
-@register_surrogate("clip-cov", ClipCovSettings)
-def clip_cov_objective(t: TokenRatios, s: ClipCovSettings) -> tuple[torch.Tensor, dict]:
-    """Clip-Cov (arXiv 2505.22617): the PPO clip, with the selected high-covariance tokens removed (value and
-    gradient)."""
-    obj = clipped_surrogate(t.rho, t.adv, s.eps_low, s.eps_high)
-    return torch.where(t.selected, torch.zeros((), dtype=obj.dtype), obj), {"cov_selected_frac": t.frac(t.selected)}
-
-
-@register_surrogate("kl-cov", KlCovSettings)
-def kl_cov_objective(t: TokenRatios, s: KlCovSettings) -> tuple[torch.Tensor, dict]:
-    """KL-Cov (arXiv 2505.22617): ``r A`` on every token (no clip), minus ``beta |log r|`` on the selected
-    high-covariance tokens."""
-    penalty = s.kl_cov_coef * t.log_rho.abs()
-    obj = t.rho * t.adv - torch.where(t.selected, penalty, torch.zeros((), dtype=penalty.dtype))
-    return obj, {"cov_selected_frac": t.frac(t.selected)}
 
 
 def token_covariance(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -267,24 +226,33 @@ def _cov_count(ratio: float, n_real: int) -> int:
     return max(int(ratio * n_real), 1)
 
 
-def select_cov_tokens(
-    t: TokenRatios, name: str, s: ClipCovSettings | KlCovSettings, generator: Optional[torch.Generator]
-) -> torch.Tensor:
-    """The tokens Clip-Cov removes (``n`` drawn among those PPO did not clip with ``lb < Cov < ub``) or KL-Cov
-    penalises (the ``n`` largest covariances), ``n = max(int(cov_ratio N), 1)``; bool ``[B, T]``."""
-    ratio = COV_RATIO_DEFAULTS[name] if s.cov_ratio is None else s.cov_ratio
+def select_kl_cov(t: TokenRatios, s: KlCovSettings, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """The tokens KL-Cov penalises: the ``n`` largest covariances, ``n = max(int(cov_ratio N), 1)``; bool ``[B, T]``."""
+    ratio = COV_RATIO_DEFAULTS["kl-cov"] if s.cov_ratio is None else s.cov_ratio
     cov = token_covariance(t.logp, t.adv, t.real)
     n_real = int(t.real.sum())
     selected = torch.zeros_like(t.real)
     if n_real == 0:
         return selected
     n = _cov_count(ratio, n_real)
-    if name == "kl-cov":  # the n largest covariances (torch.topk, as verl)
-        flat_idx = torch.nonzero(t.real.reshape(-1), as_tuple=True)[0]
-        top = torch.topk(cov.reshape(-1)[flat_idx], min(n, n_real), largest=True).indices
-        selected.reshape(-1)[flat_idx[top]] = True
+    # the n largest covariances (torch.topk, as verl)
+    flat_idx = torch.nonzero(t.real.reshape(-1), as_tuple=True)[0]
+    top = torch.topk(cov.reshape(-1)[flat_idx], min(n, n_real), largest=True).indices
+    selected.reshape(-1)[flat_idx[top]] = True
+    return selected
+
+
+def select_clip_cov(t: TokenRatios, s: ClipCovSettings, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """The tokens Clip-Cov removes: ``n = max(int(cov_ratio N), 1)`` drawn uniformly among those PPO did not clip
+    with ``lb < Cov < ub`` (all of them if fewer); bool ``[B, T]``."""
+    ratio = COV_RATIO_DEFAULTS["clip-cov"] if s.cov_ratio is None else s.cov_ratio
+    cov = token_covariance(t.logp, t.adv, t.real)
+    n_real = int(t.real.sum())
+    selected = torch.zeros_like(t.real)
+    if n_real == 0:
         return selected
-    # clip-cov: n drawn uniformly (torch.randperm, as verl) among tokens PPO did not clip with lb < Cov < ub
+    n = _cov_count(ratio, n_real)
+    # n drawn uniformly (torch.randperm, as verl) among tokens PPO did not clip with lb < Cov < ub
     clipped = t.rho.clamp(1.0 - s.eps_low, 1.0 + s.eps_high) * t.adv < t.rho * t.adv
     candidates = t.real & ~clipped & (cov > s.cov_lb) & (cov < s.cov_ub)
     idx = torch.nonzero(candidates)  # row-major, as verl
@@ -294,3 +262,29 @@ def select_cov_tokens(
         chosen = idx[perm[: min(n, len(idx))]]
         selected[chosen[:, 0], chosen[:, 1]] = True
     return selected
+
+
+@register_surrogate("clip-cov", select=select_clip_cov)
+def clip_cov_objective(t: TokenRatios, s: ClipCovSettings) -> tuple[torch.Tensor, dict]:
+    """Clip-Cov (arXiv 2505.22617): the PPO clip, with the selected high-covariance tokens removed (value and
+    gradient)."""
+    obj = clipped_surrogate(t.rho, t.adv, s.eps_low, s.eps_high)
+    return torch.where(t.selected, torch.zeros((), dtype=obj.dtype), obj), {"cov_selected_frac": t.frac(t.selected)}
+
+
+@register_surrogate("kl-cov", select=select_kl_cov)
+def kl_cov_objective(t: TokenRatios, s: KlCovSettings) -> tuple[torch.Tensor, dict]:
+    """KL-Cov (arXiv 2505.22617): ``r A`` on every token (no clip), minus ``beta |log r|`` on the selected
+    high-covariance tokens."""
+    penalty = s.kl_cov_coef * t.log_rho.abs()
+    obj = t.rho * t.adv - torch.where(t.selected, penalty, torch.zeros((), dtype=penalty.dtype))
+    return obj, {"cov_selected_frac": t.frac(t.selected)}
+
+
+def select_tokens(t: TokenRatios, name: str, s: object, generator: Optional[torch.Generator]) -> torch.Tensor:
+    """The tokens the surrogate ``name`` restricts (its spec selects tokens), bool ``[B, T]``."""
+    entry = surrogate(name)
+    if entry.select is None:
+        selecting = ", ".join(repr(n) for n, e in SURROGATE_REGISTRY.items() if e.select is not None)
+        raise ValueError(f"surrogate must be one of {selecting}, got {name!r}")
+    return entry.select(t, s, generator)

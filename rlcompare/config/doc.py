@@ -26,8 +26,9 @@ Every key of `rlcompare train` (and of a sweep's overrides), its default and wha
 schema in `rlcompare/config/schema.py`, where each field's comment is its help: edit it there and run
 `python scripts/config_doc.py` (tests/config/test_config_doc.py fails when this page is out of step). The defaults are
 those of `conf/` (the default presets: algorithm=grpo, model=tiny, prompts=arithmetic, verifier=exact_match,
-budget=smoke, logger=wandb); each preset in `conf/algorithm/` writes every `algorithm.*` key out
-(docs/algorithms.md). Keys marked *operational* never change what a run computes (`rlcompare/config/operational.py`).
+budget=smoke, logger=wandb); each preset in `conf/algorithm/` writes every `algorithm.*` key out but the other
+surrogates' knobs under `algorithm.clip`, which come from their specs (`rlcompare/algos/surrogate_specs.py`;
+docs/algorithms.md). Keys marked *operational* never change what a run computes (`rlcompare/config/operational.py`).
 """
 
 
@@ -58,11 +59,12 @@ def key_help(schema: type = config.RunConfig, prefix: str = "", _comments: dict 
     hints = get_type_hints(schema)
     out: dict[str, str] = {}
     for f in fields(schema):
-        tp = config._unwrap_optional(hints[f.name])
+        tp = config._section(config._unwrap_optional(hints.get(f.name, f.type)))
         if is_dataclass(tp):
             out.update(key_help(tp, f"{prefix}{f.name}.", comments))
-        else:
-            out[prefix + f.name] = comments.get(schema.__name__, {}).get(f.name, "")
+        else:  # a surrogate's knob carries its help (algos/surrogate_specs.py's knob()); a schema field, its comment
+            written = (comments[c.__name__][f.name] for c in schema.__mro__ if f.name in comments.get(c.__name__, {}))
+            out[prefix + f.name] = f.metadata.get("help") or next(written, "")
     return out
 
 

@@ -11,13 +11,14 @@ import functools
 import math
 import os
 import tempfile
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass, make_dataclass
 from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError as OmegaValidationError
 
 from rlcompare.algos import accepted  # the math layer's accepted names, torch-free (losses/advantages re-export them)
+from rlcompare.algos import surrogate_specs  # one declaration per surrogate: algorithm.clip's knobs
 
 
 class ConfigError(ValueError):
@@ -46,41 +47,36 @@ class ClipConfig:
     eps_low: float = 0.2  # PPO clip range below 1: ratios under 1 - eps_low are clipped
     eps_high: float = 0.2  # PPO clip range above 1 (DAPO's clip-higher raises it, e.g. 0.28)
     dual_clip: Optional[float] = None  # dual-clip bound c > 1 on negative-advantage tokens (verl 3); null: off
-    seq_eps_low: Optional[float] = None  # hybrid (DHPO) ratio: the sequence branch's clip range below 1
-    seq_eps_high: Optional[float] = None  # hybrid (DHPO) ratio: the sequence branch's clip range above 1
-    mix: str = "mean"  # hybrid ratio: how token and sequence branches combine: mean | entropy
-    # the other surrogates' knobs (algorithm.surrogate; the fields of their settings in algos/surrogates.py)
-    cispo_w_min: Optional[float] = accepted.SURROGATE_DEFAULTS[
-        "cispo_w_min"
-    ]  # CISPO: lower bound of the clipped IS weight; null: none
-    cispo_w_max: Optional[float] = accepted.SURROGATE_DEFAULTS[
-        "cispo_w_max"
-    ]  # CISPO: upper bound of the clipped IS weight (stop-gradient); null: none
-    sapo_tau_pos: float = accepted.SURROGATE_DEFAULTS[
-        "sapo_tau_pos"
-    ]  # SAPO: soft-gate temperature for positive advantages
-    sapo_tau_neg: float = accepted.SURROGATE_DEFAULTS[
-        "sapo_tau_neg"
-    ]  # SAPO: soft-gate temperature for negative advantages
-    gmpo_eps_low: float = accepted.SURROGATE_DEFAULTS["gmpo_eps_low"]  # GMPO: clip range below 0 of the log-ratio
-    gmpo_eps_high: float = accepted.SURROGATE_DEFAULTS["gmpo_eps_high"]  # GMPO: clip range above 0 of the log-ratio
-    dppo_delta_low: float = accepted.SURROGATE_DEFAULTS[
-        "dppo_delta_low"
-    ]  # DPPO: divergence bound for tokens whose probability falls
-    dppo_delta_high: float = accepted.SURROGATE_DEFAULTS[
-        "dppo_delta_high"
-    ]  # DPPO: divergence bound for tokens whose probability rises
-    dppo_cap: float = accepted.SURROGATE_DEFAULTS["dppo_cap"]  # DPPO: cap on the importance weight
-    cov_ratio: Optional[float] = accepted.SURROGATE_DEFAULTS[
-        "cov_ratio"
-    ]  # Clip-Cov / KL-Cov: share of tokens restricted; null: 2e-4 (clip-cov), 2e-3 (kl-cov)
-    cov_lb: float = accepted.SURROGATE_DEFAULTS[
-        "cov_lb"
-    ]  # Clip-Cov: lower end of the covariance window of tokens that may be clipped
-    cov_ub: float = accepted.SURROGATE_DEFAULTS["cov_ub"]  # Clip-Cov: upper end of the covariance window
-    kl_cov_coef: float = accepted.SURROGATE_DEFAULTS[
-        "kl_cov_coef"
-    ]  # KL-Cov: coefficient of the KL penalty on the selected tokens
+    # then every surrogate's own knobs, derived from its spec (algos/surrogate_specs.py): clip_config()
+
+
+_CLIP_CONFIGS: dict = {}
+
+
+def clip_config() -> type:
+    """`algorithm.clip`'s schema: :class:`ClipConfig` and every registered surrogate's knobs (their specs' settings
+    fields, with their defaults, types and help), built from the registry as it is now, so that a surrogate
+    registered after this module was imported has its keys (cached per registry state)."""
+    key = surrogate_specs.registry_key()
+    if key not in _CLIP_CONFIGS:
+        knobs = surrogate_specs.all_knob_fields()
+        hints = {}
+        for s in surrogate_specs.SPECS.values():
+            hints.update({k: v for k, v in get_type_hints(s.settings).items() if k in knobs and k not in hints})
+        cls = make_dataclass(
+            "ClipConfigWithKnobs",
+            [(k, hints[k], field(default=f.default, metadata=f.metadata)) for k, f in knobs.items()],
+            bases=(ClipConfig,),
+        )
+        cls.__module__ = __name__  # pickled by reference (the newest one)
+        globals()["ClipConfigWithKnobs"] = cls
+        _CLIP_CONFIGS[key] = cls
+    return _CLIP_CONFIGS[key]
+
+
+def _section(tp: type) -> type:
+    """The dataclass that stands for a schema section: algorithm.clip's derived one for ClipConfig."""
+    return clip_config() if tp is ClipConfig else tp
 
 
 @dataclass
@@ -150,10 +146,8 @@ class AlgorithmConfig:
     paper: str = "DeepSeekMath (arXiv 2402.03300)"  # the paper the preset follows (shown in reports)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     ratio: str = "token"  # importance-ratio level: token | sequence | sequence-token | hybrid
-    surrogate: str = (
-        "clip"  # per-token policy surrogate: clip | cispo | sapo | gmpo | dppo-tv | dppo-kl | clip-cov | kl-cov
-    )
-    clip: ClipConfig = field(default_factory=ClipConfig)
+    surrogate: str = "clip"  # per-token policy surrogate: one registered in algos/surrogate_specs.py (clip | cispo | sapo | gmpo | dppo-tv | dppo-kl | clip-cov | kl-cov)
+    clip: ClipConfig = field(default_factory=lambda: clip_config()())  # with every surrogate's knobs
     aggregation: str = "seq-mean-token-mean"  # how token losses reduce to one number: token-mean | token-sum | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm | prompt-mean-token-mean
     horizon: Optional[int] = None  # H for seq-mean-token-sum-norm (Dr. GRPO: budget.max_new_tokens)
     kl: KLConfig = field(default_factory=KLConfig)
@@ -556,7 +550,6 @@ def _check_algorithm(c: DictConfig) -> None:
         raise ConfigError(f"algorithm.advantage.eps={a.advantage.eps} must be >= 0 (it keeps the std division finite)")
     _one_of("algorithm.kl.estimator", a.kl.estimator, KL_ESTIMATORS)
     _one_of("algorithm.kl.placement", a.kl.placement, KL_PLACEMENTS)
-    _one_of("algorithm.clip.mix", a.clip.mix, MIXES)
     for k in ("eps_low", "eps_high"):
         _at_least(f"algorithm.clip.{k}", a.clip[k], 0, "a clipping range cannot be negative")
     if a.clip.dual_clip is not None and a.clip.dual_clip <= 1:
@@ -1078,17 +1071,20 @@ def _check_warm_start(ws) -> None:
 
 
 # ----------------------------------------------------------------------------- numbers: finite, within range
-@functools.lru_cache(maxsize=None)
 def numeric_keys(schema: type = None, prefix: str = "") -> dict[str, type]:
     """Every int and float key of the schema (dotted path -> int | float), walked from the dataclasses: a key added
     to the schema is covered by `_check_ranges` without being listed anywhere. (Cached: do not mutate.)"""
-    schema = RunConfig if schema is None else schema
+    return _numeric_keys(RunConfig if schema is None else schema, prefix, clip_config())
+
+
+@functools.lru_cache(maxsize=None)
+def _numeric_keys(schema: type, prefix: str, _clip: type) -> dict[str, type]:
     out: dict[str, type] = {}
     hints = get_type_hints(schema)
     for f in fields(schema):
-        tp = _unwrap_optional(hints[f.name])
+        tp = _section(_unwrap_optional(hints[f.name]))
         if is_dataclass(tp):
-            out.update(numeric_keys(tp, f"{prefix}{f.name}."))
+            out.update(_numeric_keys(tp, f"{prefix}{f.name}.", _clip))
         elif tp in (int, float):
             out[prefix + f.name] = tp
     return out
@@ -1201,8 +1197,16 @@ RANGES: dict[str, Range] = {
 }
 
 
+def _signed_knobs() -> set[str]:
+    """algorithm.clip's knobs whose spec takes negative values (its own check bounds them)."""
+    return {f"algorithm.clip.{k}" for k, f in surrogate_specs.all_knob_fields().items() if f.metadata.get("signed")}
+
+
 def _check_ranges(c: DictConfig) -> None:
+    signed = _signed_knobs()
     for key in numeric_keys():
+        if key in signed:
+            continue
         value = OmegaConf.select(c, key)
         rule = RANGES.get(key, NON_NEGATIVE)
         if value is not None and not rule.holds(value):
@@ -1219,14 +1223,15 @@ def _check_finite(node: Any, key: str = "") -> None:
         for i, v in enumerate(node):
             _check_finite(v, f"{key}[{i}]")
     elif isinstance(node, float) and not math.isfinite(node):
-        rule = RANGES.get(key, NON_NEGATIVE) if key in numeric_keys() else None
+        rule = RANGES.get(key, NON_NEGATIVE) if key in numeric_keys() and key not in _signed_knobs() else None
         raise ConfigError(f"{key}={node} is not a finite number; use a finite number" + (f" {rule}" if rule else ""))
 
 
 def _check_variants(a: DictConfig, t: DictConfig) -> None:
     """The knobs of issue 19: surrogate, REINFORCE++, rollout-mismatch correction, top-entropy mask."""
-    _one_of("algorithm.surrogate", a.surrogate, accepted.SURROGATES)
-    ratios = accepted.SURROGATE_RATIOS[a.surrogate]
+    _one_of("algorithm.surrogate", a.surrogate, tuple(surrogate_specs.SPECS))
+    spec = surrogate_specs.SPECS[a.surrogate]
+    ratios = spec.ratio_levels
     if a.ratio not in ratios:
         raise ConfigError(
             f"algorithm.ratio={a.ratio} does not go with algorithm.surrogate={a.surrogate}; "
@@ -1237,10 +1242,10 @@ def _check_variants(a: DictConfig, t: DictConfig) -> None:
             f"algorithm.clip.dual_clip={a.clip.dual_clip} applies to algorithm.surrogate=clip only; "
             f"set algorithm.clip.dual_clip=null with algorithm.surrogate={a.surrogate}"
         )
-    try:  # the messages start with the knob's name: algorithm.clip.<knob>
-        accepted.check_surrogate_knobs(a.surrogate, {k: a.clip[k] for k in accepted.SURROGATE_KNOBS})
+    try:  # the surrogate's own knobs, by its spec: the messages name algorithm.clip.<knob> and the fix
+        spec.build(dict(a.clip)).check()
     except ValueError as e:
-        raise ConfigError(f"algorithm.clip.{e} (algorithm.surrogate={a.surrogate})") from None
+        raise ConfigError(f"{e} (algorithm.surrogate={a.surrogate})") from None
     adv = a.advantage
     if adv.estimator == "reinforce_pp":
         _one_of("algorithm.advantage.baseline", adv.baseline, accepted.REINFORCE_PP_BASELINES)

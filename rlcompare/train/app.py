@@ -1,4 +1,5 @@
-"""What the Hydra app `rlcompare train` needs below the CLI: the conf/ folder and the run-name resolver.
+"""What the Hydra app `rlcompare train` needs below the CLI: the conf/ folder, the run-name resolver and the
+config node `surrogate_knobs` (every registered surrogate's knobs with their defaults, from their specs).
 
 Moved here from `cli.py` (still importable from there): run, sweep, bench and precheck compose configs with them,
 and importing the CLI from those made the cycle cli <-> run/sweep/bench.
@@ -12,6 +13,8 @@ import os
 import re
 import sys
 from pathlib import Path
+
+from rlcompare.algos import surrogate_specs
 
 
 def conf_dir() -> str:
@@ -116,3 +119,25 @@ def register_resolvers() -> None:
 
     if not OmegaConf.has_resolver("rlc_run_name"):
         OmegaConf.register_new_resolver("rlc_run_name", run_name)
+
+
+KNOBS_NODE = "surrogate_knobs"  # conf/config.yaml's first default: the presets' values override these
+
+
+def _store_surrogate_knobs() -> None:
+    """`algorithm.clip`'s keys at the schema's defaults (every registered surrogate's knobs with their specs'
+    defaults, after the common ones), as the Hydra config node the composed config starts from: a preset lists only
+    its own surrogate's knobs, yet every key is in the composed config, in the schema's order (a plain override
+    `algorithm.clip.<knob>=v` works with any preset, and configs stay as they were). Stored again whenever a
+    surrogate is registered."""
+    from dataclasses import fields
+
+    from hydra.core.config_store import ConfigStore
+
+    from rlcompare.config.schema import clip_config
+
+    clip = {f.name: f.default for f in fields(clip_config())}
+    ConfigStore.instance().store(name=KNOBS_NODE, node={"algorithm": {"clip": clip}})
+
+
+surrogate_specs.on_change(_store_surrogate_knobs)

@@ -38,13 +38,13 @@ from rlcompare.train import teacher as teacher_lib
 from rlcompare.train.stale_queue import Queued, StaleQueue
 
 TIMING_PREFIXES = ("time/", "perf/", "memory/")  # what varies with the machine, not with the run
-# what the surrogates clip/mask/gate and the token weights, logged as policy/<name>
-_VARIANT_METRICS = tuple(
-    dict.fromkeys(
-        [k for keys in losses.SURROGATE_METRICS.values() for k in keys]
-        + ["token_weight_mean", "entropy_mask_kept_frac"]
-    )
-)
+
+
+def _variant_metrics() -> tuple:
+    """What the surrogates clip/mask/gate (their specs' metrics, every registered one) and the token weights,
+    logged as policy/<name>."""
+    surrogate_metrics = [k for keys in losses.SURROGATE_METRICS.values() for k in keys]
+    return tuple(dict.fromkeys(surrogate_metrics + ["token_weight_mean", "entropy_mask_kept_frac"]))
 
 
 # ----------------------------------------------------------------------------- run folder
@@ -186,15 +186,7 @@ class Trainer:
         self.env = env_rollout.build(cfg, self.world)  # multi-turn episodes (env.name), or None: single-turn
         # the surrogate and its typed settings (objective.total_loss's `policy`), checked once here
         self.policy_settings = losses.PolicySettings.from_knobs(
-            surrogate=algo.surrogate,
-            ratio=algo.ratio,
-            eps_low=algo.clip.eps_low,
-            eps_high=algo.clip.eps_high,
-            dual_clip=algo.clip.dual_clip,
-            seq_eps_low=algo.clip.seq_eps_low,
-            seq_eps_high=algo.clip.seq_eps_high,
-            mix=algo.clip.mix,
-            **{k: algo.clip[k] for k in losses.SURROGATE_KNOBS},
+            surrogate=algo.surrogate, ratio=algo.ratio, **dict(algo.clip)
         )
 
     def _load_teacher(self) -> teacher_lib.Teacher:
@@ -605,7 +597,7 @@ class Trainer:
             "loss/value": m.get("loss/value"),
             "optim/grad_norm": m.get("optim/grad_norm"),
             "optim/lr": self.sched.get_last_lr()[0],
-            **{"policy/" + k: m[k] for k in _VARIANT_METRICS if k in m},
+            **{"policy/" + k: m[k] for k in _variant_metrics() if k in m},
             **{"offpolicy/" + k[len("offpolicy_") :]: m[k] for k in off_policy.GAP_METRIC_KINDS if k in m},
         }
 

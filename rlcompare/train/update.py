@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from rlcompare import fast  # the speed layer's door: recorded_update_forward, FlopObserver
-from rlcompare.algos import losses, objective
+from rlcompare.algos import losses, objective, surrogate_specs
 from rlcompare.train import offpolicy as off_policy
 from rlcompare.train import sharding
 from rlcompare.train.batch import RolloutBatch, Targets
@@ -71,7 +71,7 @@ def splits_by_groups(cfg: Any, n_groups: int) -> bool:
 def reads_step_statistics(algo: Any) -> bool:
     """Whether the loss reads statistics of all the tokens of one optimizer step: the top-entropy threshold
     (arXiv 2506.01939) or Clip-Cov / KL-Cov's covariance selection (arXiv 2505.22617)."""
-    return algo.top_entropy_quantile is not None or algo.surrogate in losses.COV_SURROGATES
+    return algo.top_entropy_quantile is not None or surrogate_specs.spec(algo.surrogate).selects_tokens
 
 
 def plan_update(
@@ -457,13 +457,14 @@ def _step_selection(
 
 def token_selection(targets: Targets, rows, logp, old_logp, entropy, learner: Learner) -> dict:
     """For `rows` (every row of one optimizer step): `keep`, the top-entropy tokens, and `cov_selected`, the
-    tokens Clip-Cov removes / KL-Cov penalises; only those the config asks for."""
+    tokens a selecting surrogate restricts (Clip-Cov, KL-Cov: its spec's selects_tokens); only those the config asks
+    for."""
     algo = learner.cfg.algorithm
     loss_mask = targets.loss_mask[rows]
     out = {}
     if algo.top_entropy_quantile is not None:
         out["keep"] = losses.entropy_mask(entropy, loss_mask, quantile=algo.top_entropy_quantile)
-    if algo.surrogate in losses.COV_SURROGATES:
+    if surrogate_specs.spec(algo.surrogate).selects_tokens:
         # the shuffle generator: seeded by the run and saved in checkpoints, so a resumed run draws the same
         out["cov_selected"] = losses.cov_selection(
             logp, old_logp, targets.advantages[rows], loss_mask, learner.policy_settings, generator=learner.generator

@@ -464,7 +464,7 @@ def test_aggregate_errors():
         (dict(dual_clip=1.0), r"dual_clip must be > 1 \(or None to disable\)"),
         (dict(ratio="hybrid"), r"ratio='hybrid' needs seq_eps_low and seq_eps_high"),
         (dict(ratio="hybrid", mix="entropy", **SEQ_EPS), r"mix='entropy' needs entropy"),
-        (dict(mix="max"), r"mix must be one of 'mean', 'entropy', got 'max'"),
+        (dict(mix="max"), r"algorithm\.clip\.mix='max' must be one of mean, entropy; set algorithm\.clip\.mix=mean"),
         (dict(aggregation="seq-mean-token-sum-norm"), r"horizon must be > 0"),
     ],
 )

@@ -198,13 +198,16 @@ def test_step_level_statistics_turn_the_zero_advantage_skip_off(compose, tmp_pat
         ),
         (
             ["algorithm.surrogate=cispo", "algorithm.clip.cispo_w_max=0"],
-            r"algorithm.clip.cispo_w_max must be a number > 0 or None, got 0.0 \(algorithm.surrogate=cispo\)",
+            r"algorithm.clip.cispo_w_max=0.0 must be a number > 0 or null; e.g. 5.0 \(ScaleRL\), or null \(no upper bound\) \(algorithm.surrogate=cispo\)",
         ),
         (
             ["algorithm.surrogate=sapo", "algorithm.clip.sapo_tau_pos=-1"],
-            r"algorithm.clip.sapo_tau_pos must be a number > 0",
+            r"algorithm.clip.sapo_tau_pos=-1.0 must be a number > 0",
         ),
-        (["algorithm.surrogate=clip-cov", "algorithm.clip.cov_lb=6"], r"algorithm.clip.cov_lb must be < cov_ub"),
+        (
+            ["algorithm.surrogate=clip-cov", "algorithm.clip.cov_lb=6"],
+            r"algorithm.clip.cov_lb=6.0 must be < algorithm.clip.cov_ub=5.0",
+        ),
         (
             ["algorithm.mismatch.mode=tis", "trainer.recompute_old_logp=true"],
             r"algorithm.mismatch.mode='tis' is not accepted; use one of: token-truncate, .*icepop, or null",
