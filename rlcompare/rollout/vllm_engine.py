@@ -71,7 +71,8 @@ class VllmSampler:
                 max_num_seqs=max_num_seqs,
                 kv_cache_memory_bytes=kv_cache_bytes(base.config, max_model_len * max_num_seqs, dtype),
                 logprobs_mode="processed_logprobs",  # after temperature (top-p is refused: config/schema.py)
-                enforce_eager=True,  # no torch.compile or graph capture at start
+                # the CPU build: no torch.compile at start; CUDA: vLLM's graphs (untested here: docs/vllm.md)
+                enforce_eager=next(base.parameters()).device.type != "cuda",
                 seed=seed,
                 disable_log_stats=True,
             )
