@@ -79,6 +79,8 @@ class VllmSampler:
         finally:
             torch.set_num_threads = set_threads
             torch.set_num_threads(threads)
+            # the engine holds the weights now and pushes come as tensors: the folder (the policy's size) can go
+            shutil.rmtree(self.folder, ignore_errors=True)
         self.sync_s = 0.0  # the last push's seconds (perf/weight_sync_s)
 
     def push(self, model) -> float:
@@ -93,9 +95,6 @@ class VllmSampler:
         self.llm.reset_prefix_cache()
         self.sync_s = time.perf_counter() - t0
         return self.sync_s
-
-    def close(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
 
     def __call__(
         self,

@@ -5,6 +5,7 @@ and independent of the batch, and a weight push makes it sample the updated poli
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 import torch
@@ -47,8 +48,8 @@ def model():
 @pytest.fixture(scope="module")
 def engine(model):
     e = VllmSampler(model, max_model_len=64, max_num_seqs=32, seed=0)
-    yield e
-    e.close()
+    assert not os.path.exists(e.folder)  # the saved copy of the weights is removed once the engine holds them
+    return e
 
 
 def _prompts(texts=PROMPTS):
