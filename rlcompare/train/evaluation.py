@@ -23,7 +23,7 @@ from rlcompare import passk
 from rlcompare.config import eval_ks
 from rlcompare.rewards.answers import distinct, marked_spans, stated_value
 from rlcompare.rewards.verifiers import ExactMatch
-from rlcompare.rollout import left_pad, sample
+from rlcompare.rollout import left_pad
 from rlcompare.rollout.streams import GroupStreams
 
 # the first element of every eval stream's key: training keys are (seed, rollout, round, group), 4 integers, so
@@ -166,7 +166,7 @@ def _sample_scored(tr, part, indices: list[int], width: int):
         return o.texts, o.rewards.tolist(), o.correct.tolist(), episodes.lengths.tolist(), o.finals
     prompt_ids, prompt_mask = left_pad([p.ids for p in part], tr.pad_id, tr.device, width)
     tr.policy.model.eval()
-    completions = sample(
+    completions = tr.sampler(  # the trainer's: rollout.sample, or its vLLM engine
         tr.policy.model,
         prompt_ids,
         prompt_mask,

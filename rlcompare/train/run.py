@@ -400,6 +400,8 @@ def _run(cfg: DictConfig, run_dir: Path, followers: "_Followers", built, found: 
                 cfg, run_dir, splits=splits, verifier=verifier, world=followers.world
             )  # heavy: warm start, model load
             ckpt = resume.restore(tr, run_dir, found.pop(), resuming)
+            if ckpt is not None and (synced := tr.push_rollout_weights()) is not None:  # vLLM's copy of them
+                tr.log(f"[rlcompare] the checkpoint's weights pushed to vLLM in {synced:.3f}s (perf/weight_sync_s)")
             followers.start(cfg, run_dir, ckpt, tr)  # the other ranks join with this config, checkpoint and weights
             writer = out.writer = RunWriter(run_dir)
             writer.write_json("fingerprint.json", fingerprint(cfg, tr))

@@ -27,6 +27,7 @@ from rlcompare.rewards.pool import score_batch
 from rlcompare.rewards.registry import build_verifier
 from rlcompare.rollout import left_pad, sample
 from rlcompare.rollout.streams import GroupStreams, group_seed
+from rlcompare.rollout.vllm_engine import VllmSampler
 from rlcompare.train import collect as collect_lib
 from rlcompare.train import env_rollout, evaluation, logprobs, sharding, throughput
 from rlcompare.train import update as update_lib
@@ -184,6 +185,7 @@ class Trainer:
         self.stream = PromptStream(self.train_prompts, cfg.prompts.data_seed)
         self.state = TrainerState()
         self.env = env_rollout.build(cfg, self.world)  # multi-turn episodes (env.name), or None: single-turn
+        self.vllm, self.sampler = self._samplers()  # what samples rollouts and eval alike
         # the surrogate and its typed settings (objective.total_loss's `policy`), checked once here
         self.policy_settings = losses.PolicySettings.from_knobs(
             surrogate=algo.surrogate, ratio=algo.ratio, **dict(algo.clip)
@@ -203,6 +205,36 @@ class Trainer:
             f"[rlcompare] teacher {tcfg.path} loaded ({teacher_lib.parameter_count(teacher) / 1e6:.2f}M parameters)"
         )
         return teacher
+
+    def _samplers(self) -> tuple[VllmSampler | None, Any]:
+        """(the vLLM engine or None, the sampler): `rollout.sample`, or under rollout.engine=vllm a colocated vLLM
+        engine with the sampler's signature, whose weights `push_rollout_weights` refreshes."""
+        engine = self._build_vllm() if self.cfg.rollout.engine == "vllm" else None
+        return engine, engine if engine is not None else sample
+
+    def _build_vllm(self) -> VllmSampler:
+        """The vLLM engine on the policy's weights, sized for the largest batch and the longest sequence sampled."""
+        cfg = self.cfg
+        if self.world.size > 1:  # trainer.parallel=auto under torchrun (ddp / fsdp are refused by the schema)
+            raise ConfigError(
+                "rollout.engine=vllm runs one process; launch without torchrun or use rollout.engine=auto"
+            )
+        new = max(cfg.budget.max_new_tokens, cfg.eval.max_new_tokens or 0)
+        ctx = self.policy.context_length
+        longest = cfg.budget.max_prompt_tokens + new
+        rows = max(
+            cfg.trainer.prompts_per_step * cfg.trainer.group_size,
+            cfg.trainer.eval_batch_size,
+            cfg.eval.samples * max(1, cfg.trainer.eval_batch_size // max(1, cfg.eval.samples)),
+        )
+        return VllmSampler(
+            self.policy.model, max_model_len=min(longest, ctx or longest), max_num_seqs=rows, seed=cfg.seed
+        )
+
+    def push_rollout_weights(self) -> float | None:
+        """The vLLM engine takes the policy's current weights; the seconds it took (perf/weight_sync_s), or None
+        when the sampler reads the policy itself."""
+        return self.vllm.push(self.policy.model) if self.vllm is not None else None
 
     def weights_loaded(self) -> None:
         """The policy's weights were replaced (a checkpoint, rank 0's broadcast): the sharded copy takes them."""
@@ -245,7 +277,7 @@ class Trainer:
         if record and reuse_recording and self._recording is not None:
             record = self._recording
         self.policy.model.eval()
-        completions = sample(
+        completions = self.sampler(
             self.policy.model,
             prompt_ids,
             prompt_mask,
@@ -345,6 +377,8 @@ class Trainer:
                     up = self.update(batch, targets, old_logp)
                 row.update(self._update_metrics(up))
                 trained = batch
+        if self.vllm is not None:  # the next rollout samples the updated weights
+            row["perf/weight_sync_s"] = self.push_rollout_weights() if trained is not None else 0.0
         return self._finish_row(row, collected, t_start, t_update, trained)
 
     # ------------------------------------------------------------------ collect: sample + score

@@ -67,7 +67,7 @@ CASES = [
     (["rollout.top_p=0"], r"rollout\.top_p=0(\.0)? must be in \(0, 1\]"),
     (["rollout.temperature=0"], r"rollout\.temperature=0(\.0)? must be > 0"),
     (["rollout.kv_cache=static"], r"rollout\.kv_cache=.static. must be auto .* or dynamic"),
-    (["rollout.engine=cuda"], r"rollout\.engine=.cuda. must be auto .*, eager .* or graphs"),
+    (["rollout.engine=cuda"], r"rollout\.engine=.cuda. must be auto .*, eager .*, graphs .* or vllm \(colocated vLLM"),
     (["rollout.sync_every=0"], r"rollout\.sync_every=0 must be >= 1"),
     (["verifier.timeout_s=0"], r"verifier\.timeout_s=0(\.0)? must be > 0"),
     # budget

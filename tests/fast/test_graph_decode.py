@@ -476,7 +476,8 @@ def test_decoder_for_picks_the_engine_by_setting_device_and_model():
 
 
 def test_the_accepted_engines_are_the_config_s():
-    assert fast.ENGINES == schema.ROLLOUT_ENGINES
+    """The speed layer's engines, and vllm, which the trainer builds itself (rlcompare.rollout.vllm_engine)."""
+    assert fast.ENGINES + ("vllm",) == schema.ROLLOUT_ENGINES
 
 
 def test_a_norm_written_in_bf16_is_the_float32_norm_rounded_once():
