@@ -306,6 +306,9 @@ def test_sigint_to_a_sweep_records_its_completed_run_and_leaves_nothing_running(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a shell without job control starts background jobs with SIGINT ignored, and Python keeps an inherited
+        # SIG_IGN (no KeyboardInterrupt): the sweep must get the default, as under a terminal
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.time() + 600

@@ -12,13 +12,12 @@ move a forward's rounding (never, in these cases, a sampled token: the token cou
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 from safetensors.torch import load_file
 
 from tests.conftest import FAST
-from tests.train.test_parallel import DECOUPLED, NO_KL, REPO, _close, _env, _torchrun
+from tests.train.test_parallel import DECOUPLED, NO_KL, _close, run_dp_cases
 
 GROUPS = ["rollout.streams=group", "trainer.eval_every=1000", "prompts.n_eval=6"]
 FEEDBACK = ["env=feedback", "model.warm_start.steps=300"]  # the shipped warm start: rewards vary within groups
@@ -53,16 +52,7 @@ STEPS = 3
 def env_rank_cases(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("env_ranks")
     cases = [{**c, "overrides": FAST + GROUPS + c["overrides"], "steps": STEPS} for c in CASES + FSDP]
-    (tmp / "cases.json").write_text(json.dumps(cases))
-    out = subprocess.run(
-        _torchrun(2, str(REPO / "tests" / "train" / "dp_worker.py"), str(tmp / "cases.json"), str(tmp), "--reference"),
-        env=_env(tmp),
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    assert out.returncode == 0, out.stderr[-4000:]
-    return tmp
+    return run_dp_cases(tmp, cases, timeout=1200)
 
 
 @pytest.mark.parametrize("case", [c["name"] for c in CASES + FSDP])

@@ -466,13 +466,18 @@ def two_rank_cases(tmp_path_factory):
     ]
     nan_case = {**by_name["agg_token-mean"], "nan_rank": 1, "reference": False}
     cases += [{**nan_case, "name": "nan_on_rank1"}, {**nan_case, "name": "fsdp_nan_on_rank1", "mode": "fsdp"}]
+    return run_dp_cases(tmp, cases, timeout=900)
+
+
+def run_dp_cases(tmp: Path, cases: list[dict], *, timeout: int) -> Path:
+    """Every case of `cases` through dp_worker.py on 2 gloo ranks (and its one-process reference), into `tmp`."""
     (tmp / "cases.json").write_text(json.dumps(cases))
     out = subprocess.run(
         _torchrun(2, str(REPO / "tests" / "train" / "dp_worker.py"), str(tmp / "cases.json"), str(tmp), "--reference"),
         env=_env(tmp),
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=timeout,
     )
     assert out.returncode == 0, out.stderr[-4000:]
     return tmp
