@@ -9,8 +9,9 @@ of all surrogates share ``algorithm.clip``); PPO's range is read from ``algorith
 
 What this file declares is all there is (docs/api.md, "Adding a surrogate"): the spec gives the config its key,
 default, help and check, and every preset composes with the knob at its default; the function is the math.
-Import this module before the config is composed, then run with
-``algorithm.surrogate=shifted-clip algorithm.clip.shifted_clip_shift=0.1`` (tests/test_api_example_surrogate.py).
+From the repository's root: ``rlcompare train algorithm.module=examples.shifted_clip
+algorithm.surrogate=shifted-clip algorithm.clip.shifted_clip_shift=0.1`` (tests/test_api_example_surrogate_cli.py);
+from Python, import this module before the config is composed (tests/test_api_example_surrogate.py).
 """
 
 from __future__ import annotations

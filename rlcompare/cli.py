@@ -72,6 +72,13 @@ def train_main(argv: list[str]) -> int:
         print(closing_line(summary), flush=True)  # stdout: the run's result, with a path to type next
 
     argv = [quote_resume_path(a) for a in argv]  # resume=<dir> whose name holds '=' (Hydra's grammar needs quotes)
+    from rlcompare.config import user_modules
+
+    try:  # before Hydra composes: a plug-in surrogate's knobs are config keys once it is registered
+        user_modules.import_modules_in_overrides(argv)
+    except ValueError as e:
+        print(f"rlcompare: config error: {e}", file=sys.stderr)
+        return 2
     if "WORLD_SIZE" in os.environ and any(a in ("-m", "--multirun") for a in argv):
         print(
             "rlcompare: config error: `train -m` under torchrun would run the whole multirun on every rank; run "

@@ -63,11 +63,15 @@ class JobListSweeper(Sweeper):
         )
 
     def sweep(self, arguments: List[str]) -> Any:
+        from rlcompare.config.user_modules import import_modules_in_overrides
         from rlcompare.train.placement import LAUNCH_JOBS_ENV
         from rlcompare.sweep.launch import job_batch, read_jobs_file
 
         assert self.config is not None and self.launcher is not None
         batch = job_batch(arguments, read_jobs_file(self.jobs_file))
+        # a plug-in surrogate's knobs are config keys once its module is imported (the launcher's workers get this
+        # process's config store); `rlcompare sweep` imported them before it composed the members
+        import_modules_in_overrides([o for job in batch for o in job])
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")

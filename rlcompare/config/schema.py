@@ -20,6 +20,7 @@ from omegaconf.errors import ConfigKeyError, ValidationError as OmegaValidationE
 
 from rlcompare.algos import accepted  # the math layer's accepted names, torch-free (losses/advantages re-export them)
 from rlcompare.algos import surrogate_specs  # one declaration per surrogate: algorithm.clip's knobs
+from rlcompare.config import user_modules  # algorithm.module, imported before the config is checked
 
 
 class ConfigError(ValueError):
@@ -149,6 +150,9 @@ class AlgorithmConfig:
     ratio: str = "token"  # importance-ratio level: token | sequence | sequence-token | hybrid
     surrogate: str = "clip"  # per-token policy surrogate: one registered in algos/surrogate_specs.py (clip | cispo | sapo | gmpo | dppo-tv | dppo-kl | clip-cov | kl-cov)
     clip: ClipConfig = field(default_factory=lambda: clip_config()())  # with every surrogate's knobs
+    module: Optional[str] = (
+        None  # the module that registers algorithm.surrogate (@register_surrogate), imported first; null: a built-in
+    )
     aggregation: str = "seq-mean-token-mean"  # how token losses reduce to one number: token-mean | token-sum | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm | prompt-mean-token-mean
     horizon: Optional[int] = None  # H for seq-mean-token-sum-norm (Dr. GRPO: budget.max_new_tokens)
     kl: KLConfig = field(default_factory=KLConfig)
@@ -505,6 +509,7 @@ def _value(node: DictConfig, key: str) -> Any:
 
 def validate(cfg: DictConfig | dict) -> DictConfig:
     """Return the schema-typed config, or raise ConfigError naming the key and the fix."""
+    _import_algorithm_module(cfg)  # first: a plug-in surrogate's knobs are schema keys once it is registered
     c = to_schema(cfg)
     try:
         OmegaConf.resolve(c)
@@ -522,6 +527,18 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     _check_inputs_and_places(c)
     _check_verifier(c)
     return c
+
+
+def _import_algorithm_module(cfg: DictConfig | dict) -> None:
+    user = cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
+    try:
+        module = OmegaConf.select(user, user_modules.KEY, default=None)
+    except Exception:  # noqa: BLE001 - an interpolation that cannot resolve: the checks below name it
+        return
+    try:
+        user_modules.import_surrogate_module(module)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _check_verifier(c: DictConfig) -> None:

@@ -106,7 +106,33 @@ def config_diff(a: Run, b: Run, components: list[str] = ()) -> list[str]:
     def skip(key: str) -> bool:
         return any(key == p or key.startswith(p + ".") for p in prefixes) or operational.is_operational(key)
 
-    return _differing_keys(_flat_config(a), _flat_config(b), skip)
+    return _differing_keys(*_with_defaults(_flat_config(a), _flat_config(b)), skip)
+
+
+def _with_defaults(fa: dict, fb: dict) -> tuple[dict, dict]:
+    """A key one config.yaml lacks, written by a version without it, held what the schema's default computes (a
+    key is added with the default that keeps the rows as they were: `algorithm.module`, `verifier.module`, the
+    `env` group), and a verifier key a verifier no longer takes held its old default (schema.OLD_VERIFIER_DEFAULTS):
+    the other run's value is compared with that, so only a real difference is flagged."""
+    defaults = _config_defaults()
+    fill_a = {k: defaults[k] for k in fb.keys() - fa.keys() if k in defaults}
+    fill_b = {k: defaults[k] for k in fa.keys() - fb.keys() if k in defaults}
+    return ({**fa, **fill_a} if fill_a else fa), ({**fb, **fill_b} if fill_b else fb)
+
+
+_DEFAULTS: dict = {}
+
+
+def _config_defaults() -> dict:
+    """The schema's defaults as dotted keys (interpolations unresolved), with the verifiers' old defaults."""
+    if not _DEFAULTS:
+        from omegaconf import OmegaConf
+
+        from rlcompare.config.schema import OLD_VERIFIER_DEFAULTS, RunConfig
+
+        _DEFAULTS.update(_flatten(OmegaConf.to_container(OmegaConf.structured(RunConfig), resolve=False)))
+        _DEFAULTS.update({f"verifier.{k}": v for k, v in OLD_VERIFIER_DEFAULTS.items()})
+    return _DEFAULTS
 
 
 def _flat_config(r: Run) -> dict:

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import importlib
 import math
-import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from rlcompare.plugins import import_by_name
 from rlcompare.rewards.pool import _MAX_DEFAULT_WORKERS, DEFAULT_BATCH_TIMEOUT_S, MIN_TIMEOUT_S
 
 # Keys every verifier accepts: how a run scores (time, isolation, workers), not what (= the fields of
@@ -98,25 +98,12 @@ def _load(module: str | None, where: str = "verifier") -> None:
         importlib.import_module(m)
     if module:
         try:
-            _import(str(module))
+            import_by_name(str(module))
         except Exception as e:  # noqa: BLE001 - any failure of the user's module, named
             raise ValueError(
                 f"{where}.module={module!r} cannot be imported ({type(e).__name__}: {e}); give the importable "
                 "name of the module that registers the verifier (@register_verifier), or null for a built-in"
             ) from None
-
-
-def _import(module: str) -> None:
-    """Import by name; not found, once more with the working directory last on sys.path (`python -m` has it
-    first; the `rlcompare` console script has not), so `examples.near_miss` loads from the repository's root."""
-    try:
-        importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        here = os.getcwd()
-        if here in sys.path or not (e.name and module.startswith(e.name)):
-            raise
-        sys.path.append(here)
-        importlib.import_module(module)
 
 
 def names(module: str | None = None) -> tuple[str, ...]:

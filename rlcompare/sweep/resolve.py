@@ -67,7 +67,7 @@ def resolve_members(spec: SweepSpec, extra_overrides: Optional[list[str]] = None
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
 
-    from rlcompare.config import ConfigError, validate
+    from rlcompare.config import ConfigError, user_modules, validate
 
     extra_cfg, _ = split_extra(list(extra_overrides or []))
     plan: list[tuple[VariantSpec, Optional[str], list[str]]] = [(spec.base, None, list(spec.base.overrides))]
@@ -87,6 +87,10 @@ def resolve_members(spec: SweepSpec, extra_overrides: Optional[list[str]] = None
         who = "base" if ref is None else kind
         overrides = _merge_overrides(ovs, extra_cfg)
         tags = [f"seed={spec.seeds[0]}", f"experiment={spec.name}", f"run_name={v.label}__s{spec.seeds[0]}"]
+        try:  # a plug-in surrogate's knobs compose once its module is imported
+            user_modules.import_modules_in_overrides(overrides)
+        except ValueError as e:
+            raise SweepError(f"{who} {v.label!r}: config error: {e}") from None
         try:
             cfg = _compose(_merge_overrides(overrides, tags))
         except HydraException as e:

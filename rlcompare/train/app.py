@@ -137,7 +137,8 @@ def _store_surrogate_knobs() -> None:
     from rlcompare.config.schema import clip_config
 
     clip = {f.name: f.default for f in fields(clip_config())}
-    ConfigStore.instance().store(name=KNOBS_NODE, node={"algorithm": {"clip": clip}})
+    # algorithm.module (a plug-in surrogate's module, config/user_modules.py) at its default, for every preset
+    ConfigStore.instance().store(name=KNOBS_NODE, node={"algorithm": {"clip": clip, "module": None}})
 
 
 surrogate_specs.on_change(_store_surrogate_knobs)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -858,3 +859,31 @@ def test_min_seeds_option(tmp_path, capsys):
     assert "--min-seeds=1" in err and ">= 2" in err and "default 5" in err
     with pytest.raises(R.ReportError, match="--min-seeds=2.5"):
         build_report(root, min_seeds=2.5, write=False)
+
+
+def _edit_config(run: Path, **dotted) -> None:
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    for key, value in dotted.items():
+        *head, last = key.split("__")
+        node = cfg
+        for k in head:
+            node = node.setdefault(k, {})
+        node[last] = value
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+
+
+def test_a_key_an_older_config_lacks_counts_as_its_default_and_differs_only_from_another_value(tmp_path):
+    """A run folder written before `algorithm.module`, `verifier.module` and the `env` group existed, whose verifier
+    still held `require_all: false` (taken out of the verifiers that do not use it): against a run written since,
+    nothing differs. Against a run that sets the new key to something else, that key is flagged."""
+    make_run(tmp_path, "grpo__s0", 0, [0.1, 0.2, 0.3])
+    old = tmp_path / "exp" / "grpo__s0"
+    _edit_config(old, verifier__name="exact_match", verifier__require_all=False)
+    new = tmp_path / "exp" / "grpo__s1"
+    make_run(tmp_path, "grpo__s1", 1, [0.1, 0.2, 0.3])
+    _edit_config(new, verifier__name="exact_match", verifier__module=None, algorithm__module=None, env__name="none")
+    assert not any("Unmatched" in f for f in build_report(tmp_path, write=False)["flags"])
+    _edit_config(new, algorithm__module="examples.shifted_clip", verifier__require_all=True)
+    flags = " ".join(build_report(tmp_path, write=False)["flags"])
+    assert "`grpo__s1` vs `grpo__s0`: config.yaml algorithm.module: examples.shifted_clip vs None" in flags
+    assert "config.yaml verifier.require_all: True vs False" in flags

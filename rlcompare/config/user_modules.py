@@ -1,0 +1,59 @@
+"""`algorithm.module`: the user's module that registers a surrogate (`@register_surrogate`, docs/api.md "Adding a
+surrogate"), imported before a config that names it is composed and checked.
+
+Why before composing: a plug-in surrogate's knobs are keys of `algorithm.clip` only once its spec is registered
+(the Hydra node `surrogate_knobs` and the schema are built from the registry), so `algorithm.clip.<knob>=v` on a
+command line composes only after the import. `rlcompare train` and `rlcompare sweep` import the modules their
+overrides name first (`import_modules_in_overrides`); `validate` imports the config's own `algorithm.module`
+(a preset's, a resumed run's saved config, a rank's), so every process that checks a config has the surrogate.
+Hydra's launchers hand their workers the parent's config store, knobs included. Standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rlcompare.plugins import import_by_name
+
+KEY = "algorithm.module"
+_OVERRIDE = re.compile(r"\+{0,2}algorithm\.module=(.*)", re.S)
+_NULLS = ("", "null", "None", "none")
+
+
+def import_surrogate_module(module) -> None:
+    """Import `module` (null: nothing); a ValueError naming `algorithm.module` and the fix when it cannot be."""
+    if module is None or (isinstance(module, str) and module.strip() in _NULLS):
+        return
+    if not isinstance(module, str):
+        raise ValueError(
+            f"{KEY}={module!r}: give the import name of the module that registers the surrogate "
+            f"(e.g. {KEY}=examples.shifted_clip), or null for a built-in"
+        )
+    try:
+        import_by_name(module.strip())
+    except Exception as e:  # noqa: BLE001 - any failure of the user's module, named
+        raise ValueError(
+            f"{KEY}={module!r} cannot be imported ({type(e).__name__}: {e}); give the importable name of the "
+            f"module that registers the surrogate (@register_surrogate; a module under the working directory, "
+            f"e.g. examples.shifted_clip from the repository's root, or an installed one), or null for a built-in"
+        ) from None
+
+
+def modules_in_overrides(overrides) -> list[str]:
+    """The modules `algorithm.module=...` names in Hydra overrides, in order (a multirun's `a,b` names both)."""
+    out: list[str] = []
+    for o in overrides:
+        m = _OVERRIDE.fullmatch(str(o))
+        if m is None:
+            continue
+        for value in m.group(1).split(","):  # an import name holds no comma: a comma separates a multirun's values
+            value = value.strip().strip("'\"").strip()
+            if value not in _NULLS and value not in out:
+                out.append(value)
+    return out
+
+
+def import_modules_in_overrides(overrides) -> None:
+    """Import every module `algorithm.module=...` names in `overrides` (before Hydra composes them)."""
+    for module in modules_in_overrides(overrides):
+        import_surrogate_module(module)
