@@ -13,7 +13,7 @@ import math
 import os
 import tempfile
 from dataclasses import dataclass, field, fields, is_dataclass, make_dataclass
-from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
+from typing import Any, Callable, Optional, Union, get_args, get_origin, get_type_hints
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError as OmegaValidationError
@@ -475,6 +475,34 @@ OLD_VERIFIER_DEFAULTS = {
     "partial_credit": False,
     "components": None,
 }
+
+
+def with_missing_defaults(fa: dict, fb: dict, encode: Callable[[Any], Any] = lambda v: v) -> tuple[dict, dict]:
+    """Two flat configs (dotted keys) where a key one lacks and the other holds is filled with what a config
+    written without it held: the schema's default (a key is added with the default that keeps the rows as they
+    were: `algorithm.module`, `verifier.module`, the `env` group), or for a verifier key a verifier no longer takes,
+    its old default (OLD_VERIFIER_DEFAULTS). Run folders from before a key existed then compare with later ones
+    (the report's config check, a sweep's --resume) on real differences only. `encode`: how the caller's flat
+    values are written (the report JSON-encodes lists)."""
+    defaults = _flat_defaults()
+    fill_a = {k: encode(defaults[k]) for k in fb.keys() - fa.keys() if k in defaults}
+    fill_b = {k: encode(defaults[k]) for k in fa.keys() - fb.keys() if k in defaults}
+    return ({**fa, **fill_a} if fill_a else fa), ({**fb, **fill_b} if fill_b else fb)
+
+
+_FLAT_DEFAULTS: dict = {}  # per registry state: a plug-in surrogate's knobs have defaults once it is registered
+
+
+def _flat_defaults() -> dict:
+    from rlcompare.config.flat import flatten
+
+    key = surrogate_specs.registry_key()
+    if key not in _FLAT_DEFAULTS:
+        flat = flatten(OmegaConf.to_container(OmegaConf.structured(RunConfig), resolve=False))
+        flat.update({f"verifier.{k}": v for k, v in OLD_VERIFIER_DEFAULTS.items()})
+        _FLAT_DEFAULTS.clear()
+        _FLAT_DEFAULTS[key] = flat
+    return _FLAT_DEFAULTS[key]
 
 
 def _without_old_verifier_defaults(user: DictConfig) -> DictConfig:

@@ -10,7 +10,7 @@ from typing import Any, Optional
 from rlcompare.config import operational
 from rlcompare.config.components import component_prefixes
 from rlcompare.config.flat import flatten
-from rlcompare.config.schema import EvalConfig
+from rlcompare.config.schema import EvalConfig, with_missing_defaults
 from .load import Run
 from .text import _isnan, _short
 
@@ -34,7 +34,11 @@ _COMPONENT_ALIASES = {
 
 def _flatten(d: Any) -> dict:
     """Dotted keys; list values JSON-encoded so they compare as one value."""
-    return {k: json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else v for k, v in flatten(d).items()}
+    return {k: _encode(v) for k, v in flatten(d).items()}
+
+
+def _encode(v: Any) -> Any:
+    return json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else v
 
 
 def _allowed(key: str, components: list[str]) -> bool:
@@ -106,33 +110,7 @@ def config_diff(a: Run, b: Run, components: list[str] = ()) -> list[str]:
     def skip(key: str) -> bool:
         return any(key == p or key.startswith(p + ".") for p in prefixes) or operational.is_operational(key)
 
-    return _differing_keys(*_with_defaults(_flat_config(a), _flat_config(b)), skip)
-
-
-def _with_defaults(fa: dict, fb: dict) -> tuple[dict, dict]:
-    """A key one config.yaml lacks, written by a version without it, held what the schema's default computes (a
-    key is added with the default that keeps the rows as they were: `algorithm.module`, `verifier.module`, the
-    `env` group), and a verifier key a verifier no longer takes held its old default (schema.OLD_VERIFIER_DEFAULTS):
-    the other run's value is compared with that, so only a real difference is flagged."""
-    defaults = _config_defaults()
-    fill_a = {k: defaults[k] for k in fb.keys() - fa.keys() if k in defaults}
-    fill_b = {k: defaults[k] for k in fa.keys() - fb.keys() if k in defaults}
-    return ({**fa, **fill_a} if fill_a else fa), ({**fb, **fill_b} if fill_b else fb)
-
-
-_DEFAULTS: dict = {}
-
-
-def _config_defaults() -> dict:
-    """The schema's defaults as dotted keys (interpolations unresolved), with the verifiers' old defaults."""
-    if not _DEFAULTS:
-        from omegaconf import OmegaConf
-
-        from rlcompare.config.schema import OLD_VERIFIER_DEFAULTS, RunConfig
-
-        _DEFAULTS.update(_flatten(OmegaConf.to_container(OmegaConf.structured(RunConfig), resolve=False)))
-        _DEFAULTS.update({f"verifier.{k}": v for k, v in OLD_VERIFIER_DEFAULTS.items()})
-    return _DEFAULTS
+    return _differing_keys(*with_missing_defaults(_flat_config(a), _flat_config(b), _encode), skip)
 
 
 def _flat_config(r: Run) -> dict:

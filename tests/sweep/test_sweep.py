@@ -485,3 +485,20 @@ def test_failing_member_does_not_stop_the_others(tmp_path, capsys):
     assert runs.loc["boom__s0", "status"] == "failed" and not runs.loc["boom__s0", "included"]
     assert runs.loc["fine__s0", "status"] == "completed"
     assert any("failed run" in f and "boom__s0" in f for f in res["flags"])
+
+
+def test_resume_counts_a_key_an_older_run_lacks_as_the_default_it_held_then():
+    """A run written before `algorithm.module`, `verifier.module` and the `env` group existed was made with their
+    defaults: `--resume` keeps it. A member that sets the new key to something else is another config."""
+    from rlcompare.sweep.jobs import _config_changes
+
+    old_run = {"algorithm": {"name": "grpo", "clip": {"eps_low": 0.2}}, "verifier": {"name": "exact_match"}}
+    member = {
+        "algorithm": {"name": "grpo", "clip": {"eps_low": 0.2}, "module": None},
+        "verifier": {"name": "exact_match", "module": None},
+        "env": {"name": "none", "max_turns": 3},
+    }
+    assert _config_changes(member, old_run) == ""
+    member["algorithm"]["module"] = "examples.shifted_clip"
+    member["env"]["max_turns"] = 1
+    assert _config_changes(member, old_run) == "algorithm.module: null -> examples.shifted_clip, env.max_turns: 3 -> 1"
