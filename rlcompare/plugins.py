@@ -23,3 +23,15 @@ def import_by_name(module: str) -> None:
             raise
         sys.path.append(here)
         importlib.import_module(module)
+
+
+def import_registering(key: str, module, registers: str) -> None:
+    """Import the module a config's `key` names, which registers `registers`; a ValueError naming the key, the
+    failure and the fix when it cannot be imported (the user's code may raise anything)."""
+    try:
+        import_by_name(str(module))
+    except Exception as e:  # noqa: BLE001 - any failure of the user's module, named
+        raise ValueError(
+            f"{key}={module!r} cannot be imported ({type(e).__name__}: {e}); give the importable name of the "
+            f"module that registers {registers}, or null for a built-in"
+        ) from None

@@ -20,6 +20,7 @@ from omegaconf.errors import ConfigKeyError, ValidationError as OmegaValidationE
 
 from rlcompare.algos import accepted  # the math layer's accepted names, torch-free (losses/advantages re-export them)
 from rlcompare.algos import surrogate_specs  # one declaration per surrogate: algorithm.clip's knobs
+from rlcompare.config.flat import flatten
 from rlcompare.config import user_modules  # algorithm.module, imported before the config is checked
 
 
@@ -490,19 +491,17 @@ def with_missing_defaults(fa: dict, fb: dict, encode: Callable[[Any], Any] = lam
     return ({**fa, **fill_a} if fill_a else fa), ({**fb, **fill_b} if fill_b else fb)
 
 
-_FLAT_DEFAULTS: dict = {}  # per registry state: a plug-in surrogate's knobs have defaults once it is registered
+# (registry state, defaults): a plug-in surrogate's knobs have defaults once it is registered
+_FLAT_DEFAULTS: list = [None, {}]
 
 
 def _flat_defaults() -> dict:
-    from rlcompare.config.flat import flatten
-
     key = surrogate_specs.registry_key()
-    if key not in _FLAT_DEFAULTS:
+    if _FLAT_DEFAULTS[0] != key:
         flat = flatten(OmegaConf.to_container(OmegaConf.structured(RunConfig), resolve=False))
         flat.update({f"verifier.{k}": v for k, v in OLD_VERIFIER_DEFAULTS.items()})
-        _FLAT_DEFAULTS.clear()
-        _FLAT_DEFAULTS[key] = flat
-    return _FLAT_DEFAULTS[key]
+        _FLAT_DEFAULTS[:] = [key, flat]
+    return _FLAT_DEFAULTS[1]
 
 
 def _without_old_verifier_defaults(user: DictConfig) -> DictConfig:

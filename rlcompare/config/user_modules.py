@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from rlcompare.plugins import import_by_name
+from rlcompare.plugins import import_registering
 
 KEY = "algorithm.module"
 _OVERRIDE = re.compile(r"\+{0,2}algorithm\.module=(.*)", re.S)
@@ -29,14 +29,12 @@ def import_surrogate_module(module) -> None:
             f"{KEY}={module!r}: give the import name of the module that registers the surrogate "
             f"(e.g. {KEY}=examples.shifted_clip), or null for a built-in"
         )
-    try:
-        import_by_name(module.strip())
-    except Exception as e:  # noqa: BLE001 - any failure of the user's module, named
-        raise ValueError(
-            f"{KEY}={module!r} cannot be imported ({type(e).__name__}: {e}); give the importable name of the "
-            f"module that registers the surrogate (@register_surrogate; a module under the working directory, "
-            f"e.g. examples.shifted_clip from the repository's root, or an installed one), or null for a built-in"
-        ) from None
+    import_registering(
+        KEY,
+        module.strip(),
+        "the surrogate (@register_surrogate; a module under the working directory, e.g. examples.shifted_clip "
+        "from the repository's root, or an installed one)",
+    )
 
 
 def modules_in_overrides(overrides) -> list[str]:

@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from rlcompare.plugins import import_by_name
+from rlcompare.plugins import import_registering
 from rlcompare.rewards.pool import _MAX_DEFAULT_WORKERS, DEFAULT_BATCH_TIMEOUT_S, MIN_TIMEOUT_S
 
 # Keys every verifier accepts: how a run scores (time, isolation, workers), not what (= the fields of
@@ -97,13 +97,7 @@ def _load(module: str | None, where: str = "verifier") -> None:
     for m in BUILTIN_MODULES:
         importlib.import_module(m)
     if module:
-        try:
-            import_by_name(str(module))
-        except Exception as e:  # noqa: BLE001 - any failure of the user's module, named
-            raise ValueError(
-                f"{where}.module={module!r} cannot be imported ({type(e).__name__}: {e}); give the importable "
-                "name of the module that registers the verifier (@register_verifier), or null for a built-in"
-            ) from None
+        import_registering(f"{where}.module", module, "the verifier (@register_verifier)")
 
 
 def names(module: str | None = None) -> tuple[str, ...]:
