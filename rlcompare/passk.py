@@ -22,6 +22,11 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
+# completions per held-out prompt (`eval.samples`' maximum, rlcompare.config.schema): 200 prompts x 4096 is already
+# 800k completions an eval. A counts file read back may hold no larger n, so that recomputing pass@k from one (a
+# product of c terms) stays bounded whatever the file says.
+MAX_SAMPLES = 4096
+
 
 def _check(n: int, c: int, k: int) -> None:
     if not (isinstance(n, int) and isinstance(c, int) and isinstance(k, int)):

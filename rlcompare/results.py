@@ -8,6 +8,8 @@ import itertools
 import json
 from pathlib import Path
 
+from rlcompare.passk import MAX_SAMPLES  # plain Python: what eval.samples allows, the most a counts row may hold
+
 
 def read_jsonl(path: str | Path) -> list[dict]:
     """Rows of a jsonl file; a torn last line (a kill mid-write, no newline) is dropped, as is any line that
@@ -69,8 +71,9 @@ EVAL_COUNTS = "eval_counts.jsonl"
 
 def read_eval_counts(path: str | Path) -> tuple[list[dict], list[str]]:
     """The rows of an eval_counts.jsonl file whose shapes hold (an integer step; `n` and `c` lists of one integer
-    per held-out prompt each, the same length, 0 <= c_i <= n_i, n_i >= 1), and a note per row set aside (a torn
-    or unreadable line, a bad shape). A file that is absent reads as no rows and no notes."""
+    per held-out prompt each, the same length, 0 <= c_i <= n_i, 1 <= n_i <= passk.MAX_SAMPLES: a crafted n of
+    10**12 would keep pass@k's product busy for hours), and a note per row set aside (a torn or unreadable line, a
+    bad shape). A file that is absent reads as no rows and no notes."""
     rows, bad, _ = scan_jsonl(path)
     notes = [f"{Path(path).name}: {bad} unreadable line(s) dropped"] if bad else []
     kept = []
@@ -115,6 +118,6 @@ def _counts_problem(row: dict) -> str | None:
         return "n and c must be non-empty lists"
     if len(n) != len(c):
         return f"{len(n)} sample counts but {len(c)} correct counts"
-    if not all(_is_int(a) and _is_int(b) and a >= 1 and 0 <= b <= a for a, b in zip(n, c)):
-        return "every n_i must be an integer >= 1 and c_i an integer in 0..n_i"
+    if not all(_is_int(a) and _is_int(b) and 1 <= a <= MAX_SAMPLES and 0 <= b <= a for a, b in zip(n, c)):
+        return f"every n_i must be an integer in 1..{MAX_SAMPLES} (eval.samples' maximum) and c_i in 0..n_i"
     return None

@@ -21,6 +21,7 @@ from omegaconf.errors import ConfigKeyError, ValidationError as OmegaValidationE
 from rlcompare.algos import accepted  # the math layer's accepted names, torch-free (losses/advantages re-export them)
 from rlcompare.algos import surrogate_specs  # one declaration per surrogate: algorithm.clip's knobs
 from rlcompare.config.flat import flatten
+from rlcompare.passk import MAX_SAMPLES
 from rlcompare.config import user_modules  # algorithm.module, imported before the config is checked
 
 
@@ -796,7 +797,7 @@ def _check_vllm(c: DictConfig) -> None:
         raise ConfigError(f"rollout.engine=vllm: {why}")
 
 
-MAX_EVAL_SAMPLES = 4096  # completions per held-out prompt: 200 prompts x 4096 is already 800k completions an eval
+MAX_EVAL_SAMPLES = MAX_SAMPLES  # completions per held-out prompt (rlcompare.passk: the counts reader's bound too)
 
 
 def _check_eval(c: DictConfig) -> None:

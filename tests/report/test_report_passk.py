@@ -161,3 +161,24 @@ def test_runs_evaluated_only_at_start_and_end_are_read_at_the_cut_not_at_step_0(
     # grpo at 200 of its 0..210 span: 0.125 + (200 / 210) * (0.5 - 0.125)
     assert pk["arms"]["grpo"]["mean"][0] == pytest.approx(0.125 + 200 / 210 * 0.375)
     assert pk["arms"]["grpo"]["mean"][0] != pytest.approx(base1)
+
+
+def test_a_crafted_counts_file_cannot_hang_the_report(tmp_path):
+    """n = c + 1 = 10**12 passed the counts check at 6c29db8, and pass@1 looped c times (hours): now the row is set
+    aside (n above eval.samples' maximum, passk.MAX_SAMPLES) and `rlcompare report --metric eval/pass@1` ends."""
+    import subprocess
+    import sys
+
+    from rlcompare.results import read_eval_counts
+
+    root = _folder(tmp_path)
+    crafted = {"step": 2, "tokens/generated": TOKENS3[2], "n": [10**12] * 4, "c": [10**12 - 1] * 4}
+    counts = root / "grpo__s0" / "eval_counts.jsonl"
+    counts.write_text(json.dumps(crafted) + "\n")
+    script = Path(sys.executable).parent / "rlcompare"
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "rlcompare.cli"]
+    args = ["report", str(root), "--metric", "eval/pass@1", "--out", str(tmp_path / "out")]
+    done = subprocess.run(cmd + args, capture_output=True, text=True, timeout=120)  # hung for hours at 6c29db8
+    assert "Traceback" not in done.stderr, done.stderr
+    kept, why = read_eval_counts(counts)
+    assert kept == [] and "1..4096" in why[0], why
