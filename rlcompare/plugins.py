@@ -3,18 +3,35 @@
 
 The console script `rlcompare` does not put the working directory on `sys.path` (`python -m` does), so a module
 that is not found is looked for once more with the working directory last: `examples.near_miss` and
-`examples.shifted_clip` load from the repository's root either way.
+`examples.shifted_clip` load from the repository's root either way. That is for the modules of one's own config
+(the command line's, a preset's, `resume=` of one's own run): while a folder someone else may have written is read
+(`reading_as_data`: `rlcompare export`, a run folder as a teacher) no config-named module is imported at all.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
 
+_READING: list[str] = []  # what is being read as data, innermost last (reading_as_data)
+
+
+@contextlib.contextmanager
+def reading_as_data(what: str):
+    """Within the block, `import_by_name` refuses: a folder that is only read never runs a module it names."""
+    _READING.append(what)
+    try:
+        yield
+    finally:
+        _READING.pop()
+
 
 def import_by_name(module: str) -> None:
     """Import `module`; not found, once more with the working directory last on sys.path."""
+    if _READING:
+        raise ImportError(f"not imported: {_READING[-1]} reads a folder as data and runs no module it names")
     try:
         importlib.import_module(module)
     except ModuleNotFoundError as e:

@@ -87,6 +87,12 @@ SWEEP_ONLY: dict[str, str] = {
 SWEEP_IGNORED: tuple[str, ...] = tuple(OPERATIONAL) + tuple(SWEEP_ONLY)
 
 
+# Fields of fingerprint.json's `inputs` (rlcompare.train.inputs) that say where an input lies, not what it is: the
+# teacher's absolute path differs between machines and working folders while its content hash is the same.
+# Resume and the report compare the content, not these.
+INPUT_LOCATIONS = ("path",)
+
+
 def is_operational(key: str) -> bool:
     """True for an operational key, or a key below one."""
     return any(key == k or key.startswith(k + ".") for k in OPERATIONAL)

@@ -41,7 +41,19 @@ def _encode(v: Any) -> Any:
     return json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else v
 
 
+def _allowed_input(key: str, components: list[str]) -> bool:
+    """fingerprint.json's `inputs.<config key>.<field>` (rlcompare.train.inputs: a teacher's or plug-in's identity)
+    may differ when the component covers the config key naming it (`distillation` covers teacher.path); where an
+    input lies (operational.INPUT_LOCATIONS) is never compared, its content is."""
+    rest = key[len("inputs.") :]
+    if rest.rpartition(".")[2] in operational.INPUT_LOCATIONS:
+        return True
+    return any(rest == p or rest.startswith(p + ".") for p in component_prefixes(list(components)))
+
+
 def _allowed(key: str, components: list[str]) -> bool:
+    if key.startswith("inputs."):
+        return _allowed_input(key, components)
     for comp in components:
         head = comp.split(".")[0]
         targets = [comp] + _COMPONENT_ALIASES.get(comp, [])

@@ -105,19 +105,19 @@ def _checkpoint_at(run_dir: Path, step: int | None) -> tuple[Path, dict]:
 
 
 def load_checkpoint_policy(run_dir: Path, step: int | None = None):
-    """(the run's config, its policy with the checkpoint's weights), rebuilt on the CPU as training built it."""
-    from omegaconf import OmegaConf
-
-    from rlcompare.config import validate
-    from rlcompare.data.verifier_probe import build_prompt_set
-    from rlcompare.models.load import load_policy
+    """(the run's config, its policy with the checkpoint's weights), rebuilt on the CPU as training built it. The
+    folder is read as data (`rlcompare.config.foreign`): no module its config names is imported, and its
+    model.trust_remote_code is never used."""
+    from rlcompare.config.foreign import read_run_config
+    from rlcompare.plugins import reading_as_data
 
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"export: {run_dir} holds no config.yaml; give a run folder (results/<experiment>/<run>)")
     path, blob = _checkpoint_at(run_dir, step)  # before the model loads: a missing step fails fast
-    cfg = validate(OmegaConf.load(run_dir / "config.yaml"))
-    policy = load_policy(cfg, build_prompt_set(cfg), "cpu", log=lambda *a, **k: None)
+    with reading_as_data(f"reading {run_dir}"):
+        cfg = read_run_config(run_dir / "config.yaml", "export")
+        policy = _rebuilt_policy(cfg)
     weights = blob["policy"]
     if blob.get("lora") != policy.lora:
         raise ConfigError(f"export: checkpoint {path} does not match the run's model.lora.enabled")
@@ -126,6 +126,14 @@ def load_checkpoint_policy(run_dir: Path, step: int | None = None):
         raise ConfigError(f"export: checkpoint {path} holds weights the model has not: {unexpected[:5]}")
     policy.model.eval()
     return cfg, policy
+
+
+def _rebuilt_policy(cfg):
+    """The policy `cfg` (a run's config read as data) describes, on the CPU, before the checkpoint's weights."""
+    from rlcompare.data.verifier_probe import build_prompt_set
+    from rlcompare.models.load import load_policy
+
+    return load_policy(cfg, build_prompt_set(cfg), "cpu", log=lambda *a, **k: None)
 
 
 def export_run(run_dir: Path, out: Path, *, step: int | None = None, adapter: bool = False) -> Path:

@@ -151,3 +151,25 @@ def check_teacher_folder(path: str, key: str = "teacher") -> None:
         why = safetensors_header_problem(p) if p.suffix == ".safetensors" else None
         if why is not None:
             raise _error(f"{key}={path!r}: {p.name} is not a readable safetensors file ({why}); save the model again")
+
+
+def check_teacher_run_folder(path: str, key: str = "teacher") -> None:
+    """A run folder as the teacher (its newest checkpoint, read through `rlcompare export`'s reader): refused when
+    any file in it, at any depth, is code (*.py) or a pickle, as a model folder is. A run rlcompare wrote holds
+    neither; a folder that does was changed by someone, and its config.yaml is read only as data anyway."""
+    folder = Path(os.path.expanduser(path))
+    found = []
+    for root, _dirs, names in os.walk(folder):
+        found += [
+            str(Path(root, n).relative_to(folder))
+            for n in names
+            if n.endswith(".py") or Path(n).suffix.lower() in PICKLE_SUFFIXES
+        ]
+        if len(found) >= 4:
+            break
+    if found:
+        raise _error(
+            f"{key}={path!r} is a run folder holding code or pickle files ({', '.join(sorted(found)[:4])}), which "
+            f"rlcompare never loads for a teacher; export the run (`rlcompare export <run> --out <dir>`) and give "
+            f"that folder, or remove those files if you made them"
+        )

@@ -197,6 +197,51 @@ def checkpoint_to_resume(run_dir: Path) -> tuple[Path, dict] | None:
         ) from None
 
 
+def check_inputs(run_dir: Path, now: dict) -> None:
+    """Resuming from a checkpoint: the external inputs (`rlcompare.train.inputs`: the teacher, plug-in modules'
+    source) must be those fingerprint.json recorded when the run started, or its rows would mix two setups under
+    one config. A change is refused naming it; a fingerprint from before inputs were recorded is said so."""
+    from rlcompare.train.inputs import differences
+
+    try:
+        saved = parse_json((run_dir / "fingerprint.json").read_text())
+    except (OSError, ValueError):
+        saved = None
+    if not isinstance(saved, dict) or "inputs" not in saved:
+        if now:
+            print(
+                f"[rlcompare] resume: {run_dir}/fingerprint.json records no external inputs (written before they "
+                f"were recorded, or missing): {', '.join(now)} cannot be checked against the run's start",
+                file=sys.stderr,
+            )
+        return
+    changed = differences(saved.get("inputs") or {}, now)
+    if changed:
+        raise ConfigError(
+            f"resume: an input of {run_dir.name} changed since it started: {'; '.join(changed[:6])}. Its rows so "
+            f"far were computed with the old one; put it back as it was (the teacher folder's files or checkpoints, "
+            f"the module's source) to continue, or start a new run with run_name=<another name>"
+        )
+
+
+def print_imported_modules(run_dir: Path, what: str) -> None:
+    """`resume=<run dir>` imports the modules the run's config.yaml names (its surrogate, verifier, environment):
+    by design, since the run computed with them; said on stderr before the import, naming each."""
+    from rlcompare.train.inputs import plugin_modules
+
+    try:
+        modules = plugin_modules(OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=False))
+    except Exception:  # noqa: BLE001 - an unreadable config.yaml: _saved_config names it
+        return
+    if modules:
+        names = ", ".join(f"{key}={module}" for key, module in modules)
+        print(
+            f"[rlcompare] {what}: importing the modules {run_dir}/config.yaml names: {names} (their code runs; "
+            f"resume only runs you trust)",
+            file=sys.stderr,
+        )
+
+
 def _command_line_keys() -> set[str] | None:
     """Keys (and config groups) set on the command line of this Hydra run, without the operational ones;
     None when not run by Hydra (train() called with a composed config)."""
@@ -283,6 +328,7 @@ def check_folder(cfg: DictConfig, run_dir: Path, resuming: bool) -> tuple[DictCo
         return cfg, None
     if resume_is_path(cfg):
         _drop_stray_hydra_dir(run_dir)
+        print_imported_modules(run_dir, f"resume={cfg.resume}")
         cfg = _config_for_resume_from(run_dir, cfg)
     else:
         _check_resume_config(run_dir, cfg)

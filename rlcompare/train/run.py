@@ -43,6 +43,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlcompare.config import operational
 from rlcompare.train import checkpoint, provenance, resume, run_lock
 from rlcompare.train.export import export_final
+from rlcompare.train.inputs import check_teacher_loaded, external_inputs
 from rlcompare.train.parallel import World, init_world
 from rlcompare.config import ConfigError, check_fits_context, context_from, validate, why_not_creatable
 from rlcompare.train.tracking import (
@@ -83,8 +84,9 @@ class Terminated(SystemExit):
         )
 
 
-def fingerprint(cfg: DictConfig, tr) -> dict:
-    """What compared runs must share: initial weights, prompts and split, verifier, budget, sampling, eval."""
+def fingerprint(cfg: DictConfig, tr, used: dict | None = None) -> dict:
+    """What compared runs must share: initial weights, prompts and split, verifier, budget, sampling, eval, and
+    `used`, the external inputs (`rlcompare.train.inputs`: the teacher, plug-in modules), when there are any."""
     c = OmegaConf.to_container(cfg, resolve=True)
     prompts = _computing(c, "prompts")
     prompts.update(
@@ -110,6 +112,9 @@ def fingerprint(cfg: DictConfig, tr) -> dict:
         "eval": _computing(c, "eval"),
         # multi-turn episodes (issue 51): only when an environment is set, so single-turn fingerprints stay as they were
         **({"env": _computing(c, "env")} if c.get("env", {}).get("name", "none") != "none" else {}),
+        # what changes the run beyond its config, keyed by the config key naming it; only when there is any, so
+        # that a run without a teacher or plug-in has the fingerprint it had
+        **({"inputs": used} if used else {}),
     }
 
 
@@ -345,9 +350,12 @@ def _train_locked(cfg: DictConfig, run_dir: Path, followers: "_Followers") -> di
         return done
     splits, verifier = preflight(cfg, run_dir)
     found = [resume.checkpoint_to_resume(run_dir) if resuming else None]  # before the model loads: refuse early
+    used = external_inputs(cfg)  # the teacher's and the plug-ins' identity (fingerprint.json's `inputs`)
+    if found[0] is not None:  # continuing: what the run computed with must not have changed under its name
+        resume.check_inputs(run_dir, used)
     run_dir.mkdir(parents=True, exist_ok=True)
     with ConsoleLog(run_dir / "train.log") as console:
-        summary = _run(cfg, run_dir, followers, (splits, verifier), found, console)
+        summary = _run(cfg, run_dir, followers, (splits, verifier, used), found, console)
         console.note(closing_line(summary))
     return summary
 
@@ -382,6 +390,8 @@ def _run(cfg: DictConfig, run_dir: Path, followers: "_Followers", built, found: 
     t_wall = time.time()
     resolved = {**OmegaConf.to_container(cfg, resolve=True), "provenance": provenance.of_this_process(cfg.device)}
     summary: dict[str, Any] = _opening_summary(cfg, run_dir, followers.world)
+    if built[2]:
+        summary["inputs"] = built[2]  # what changes the run beyond its config (rlcompare.train.inputs)
     summary["provenance"] = resolved["provenance"]  # code, libraries, device, threads, launcher (W&B's config too)
     before = resume.run_files(run_dir) if resuming else {}  # put back as they were if the checkpoint is refused
     atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
@@ -395,16 +405,17 @@ def _run(cfg: DictConfig, run_dir: Path, followers: "_Followers", built, found: 
 
     with _SigtermGuard(record_sigterm) as term:
         try:
-            splits, verifier = built
+            splits, verifier, used = built
             tr = Trainer(
                 cfg, run_dir, splits=splits, verifier=verifier, world=followers.world
             )  # heavy: warm start, model load
+            check_teacher_loaded(used, tr.teacher)
             ckpt = resume.restore(tr, run_dir, found.pop(), resuming)
             if ckpt is not None and (synced := tr.push_rollout_weights()) is not None:  # vLLM's copy of them
                 tr.log(f"[rlcompare] the checkpoint's weights pushed to vLLM in {synced:.3f}s (perf/weight_sync_s)")
             followers.start(cfg, run_dir, ckpt, tr)  # the other ranks join with this config, checkpoint and weights
             writer = out.writer = RunWriter(run_dir)
-            writer.write_json("fingerprint.json", fingerprint(cfg, tr))
+            writer.write_json("fingerprint.json", fingerprint(cfg, tr, used))
             if cfg.logger.name == "wandb" and cfg.logger.mode != "disabled":
                 out.logger = _wandb_logger(cfg, run_dir, resolved, tr, writer, resumed=ckpt is not None)
             out.recorded = tr.state.as_dict()  # the counters as of the last row written: what summary.json reports

@@ -41,6 +41,7 @@ class Teacher:
     model: torch.nn.Module  # eval mode, no parameter requires grad
     tokenizer: object
     source: str  # the path or hub id it was loaded from (named in errors and logs)
+    checkpoint_step: int | None = None  # a run folder's: the step of the checkpoint loaded (its newest)
 
 
 def _error(msg: str) -> Exception:
@@ -92,13 +93,19 @@ def load_teacher(path: str, *, dtype: torch.dtype, device: str) -> Teacher:
 
 
 def _teacher_from_run(path: str, *, dtype: torch.dtype, device: str) -> Teacher:
-    """A run folder's newest checkpoint through `rlcompare export`'s reader, LoRA adapters folded in."""
+    """A run folder's newest checkpoint through `rlcompare export`'s reader (its config.yaml read as data), LoRA
+    adapters folded in; a run folder holding code or pickles is refused even when the run's check was skipped."""
     from rlcompare.train.export import _merged, load_checkpoint_policy
+    from rlcompare.train.inputs import newest_checkpoint
+    from rlcompare.train.model_folder import check_teacher_run_folder
 
-    _, policy = load_checkpoint_policy(Path(os.path.expanduser(path)))
+    check_teacher_run_folder(path, key="teacher.path")
+    folder = Path(os.path.expanduser(path))
+    step, _ = newest_checkpoint(folder)  # the one the run's fingerprint records (rlcompare.train.inputs)
+    _, policy = load_checkpoint_policy(folder, step)
     model = _merged(policy.model) if policy.lora else policy.model
     model.eval().requires_grad_(False)
-    return Teacher(model.to(device=device, dtype=dtype), policy.tokenizer, path)
+    return Teacher(model.to(device=device, dtype=dtype), policy.tokenizer, path, checkpoint_step=step)
 
 
 @torch.no_grad()

@@ -62,12 +62,14 @@ def student_tokenizer(model_cfg):
 
 
 def teacher_tokenizer(path: str):
-    """The tokenizer of the teacher at `path`: a run folder's model's, else the folder's (or hub id's) own."""
-    from omegaconf import OmegaConf
+    """The tokenizer of the teacher at `path`: a run folder's model's (its config.yaml read as data: its
+    model.trust_remote_code is never used), else the folder's (or hub id's) own."""
     from transformers import AutoTokenizer
 
+    from rlcompare.config.foreign import read_run_config
+
     if is_run_folder(path):
-        return student_tokenizer(OmegaConf.load(Path(os.path.expanduser(path)) / "config.yaml").model)
+        return student_tokenizer(read_run_config(Path(os.path.expanduser(path)) / "config.yaml", "teacher.path").model)
     full = os.path.expanduser(path)
     return AutoTokenizer.from_pretrained(full if os.path.isdir(full) else path, trust_remote_code=False)
 
@@ -75,10 +77,12 @@ def teacher_tokenizer(path: str):
 def check_teacher(cfg) -> None:
     """Everything about `teacher` that can be refused before the run folder exists and before any model loads:
     the folder (no pickle, no code), the device, and the tokenizer against the student's."""
-    from rlcompare.train.model_folder import check_teacher_folder
+    from rlcompare.train.model_folder import check_teacher_folder, check_teacher_run_folder
 
     path = str(cfg.teacher.path)
-    if not is_run_folder(path):
+    if is_run_folder(path):
+        check_teacher_run_folder(path, key="teacher.path")
+    else:
         check_teacher_folder(path, key="teacher.path")
     if cfg.teacher.device is not None and cfg.device != "auto":  # auto: the trainer compares once resolved
         check_same_device(str(cfg.teacher.device), str(cfg.device))
