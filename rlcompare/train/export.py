@@ -132,7 +132,12 @@ def _rebuilt_policy(cfg):
     """The policy `cfg` (a run's config read as data) describes, on the CPU, before the checkpoint's weights."""
     from rlcompare.data.verifier_probe import build_prompt_set
     from rlcompare.models.load import load_policy
+    from rlcompare.train.model_folder import check_model
 
+    try:  # its model folder: no code to run (model.trust_remote_code is off for a folder read as data)
+        check_model(cfg.model)
+    except ConfigError as e:
+        raise ConfigError(f"{e} (a run folder is read as data: its model.trust_remote_code is never used)") from None
     return load_policy(cfg, build_prompt_set(cfg), "cpu", log=lambda *a, **k: None)
 
 
