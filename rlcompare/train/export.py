@@ -108,8 +108,7 @@ def load_checkpoint_policy(run_dir: Path, step: int | None = None):
     """(the run's config, its policy with the checkpoint's weights), rebuilt on the CPU as training built it. The
     folder is read as data (`rlcompare.config.foreign`): no module its config names is imported, and its
     model.trust_remote_code is never used."""
-    from rlcompare.config.foreign import read_run_config
-    from rlcompare.plugins import reading_as_data
+    from rlcompare.config.foreign import read_run_config, reading_as_data
 
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():

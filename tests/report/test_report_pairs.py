@@ -174,3 +174,45 @@ def test_welch_rows_name_the_arm_whose_seed_decides(tmp_path):
     assert row["method"] == "welch" and row["verdict"] == NO_DIFFERENCE and row["bimodal"] == ""
     assert row["diff"] == pytest.approx(0.064)
     assert row["fragile"] == "seed 14 of `v`"
+
+
+def test_arms_whose_inputs_differ_under_one_name_are_flagged(tmp_path):
+    """Two OPD arms with one teacher.path whose teachers differ (fingerprint.json's `inputs`, issue 62): the
+    config.yaml files agree, the weights behind the path do not. Flagged within an arm and between arms; where the
+    teacher lies (its absolute path) is not compared, and a variant declaring `distillation` may change it."""
+
+    def teacher(sha, where="/a/teacher"):
+        return {"kind": "run", "path": where, "checkpoint_step": 2, "weights_sha256": sha}
+
+    def fp(sha, where="/a/teacher"):
+        return {"inputs": {"teacher.path": teacher(sha, where)}}
+
+    make_run(tmp_path, "opd__s0", 0, [0.1, 0.2, 0.3], variant="opd", fp_changes=fp("w1"), algorithm="opd")
+    make_run(tmp_path, "opd__s1", 1, [0.1, 0.2, 0.3], variant="opd", fp_changes=fp("w2"), algorithm="opd")
+    res = build_report(tmp_path, write=False)
+    flags = " ".join(res["flags"])
+    assert "Unmatched runs within `opd`" in flags and "inputs.teacher.path.weights_sha256: w2 vs w1" in flags
+
+    for sub, (other_sha, other_where, component) in {
+        "a": ("w2", "/a/teacher", "algorithm"),  # another teacher under one path: flagged
+        "b": ("w1", "/elsewhere/teacher", "algorithm"),  # the same teacher elsewhere: matched
+        "c": ("w2", "/a/teacher", "distillation"),  # declared: the variant changes the teacher
+    }.items():
+        root = tmp_path / sub
+        for s in (0, 1):
+            make_run(root, f"opd__s{s}", s, [0.1, 0.2, 0.3], variant="opd", fp_changes=fp("w1"), algorithm="opd")
+            make_run(
+                root,
+                f"opd2__s{s}",
+                s,
+                [0.1, 0.3, 0.5],
+                variant="opd2",
+                reference="opd",
+                component=component,
+                fp_changes=fp(other_sha, other_where),
+                algorithm="opd",
+            )
+        flags = " ".join(build_report(root, write=False)["flags"])
+        flagged = "inputs.teacher.path.weights_sha256: w2 vs w1" in flags
+        assert flagged == (sub == "a"), (sub, flags)
+        assert "inputs.teacher.path.path" not in flags
