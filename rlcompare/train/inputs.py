@@ -52,10 +52,13 @@ def external_inputs(cfg: Any) -> dict:
 
 
 def plugin_modules(cfg: Any) -> list[tuple[str, str]]:
-    """(config key, import name) of each user module the config imports: algorithm.module, verifier.module,
-    env.target's module (rlcompare's own modules left out)."""
+    """(config key, import name) of each user module the config imports: algorithm.module, verifier.module (and
+    a weighted verifier's components'), env.target's module (rlcompare's own modules left out)."""
     found = []
-    for key in ("algorithm.module", "verifier.module"):
+    components = _select_dotted(cfg, "verifier.components") or []  # a weighted verifier's may name their own
+    keys = ["algorithm.module", "verifier.module"]
+    keys += [f"verifier.components.{i}.module" for i in range(len(components) if _is_list(components) else 0)]
+    for key in keys:
         value = _select_dotted(cfg, key)
         if isinstance(value, str) and value.strip() not in ("", "null", "None", "none"):
             found.append((key, value.strip()))
@@ -215,10 +218,14 @@ def _get(node: Any, key: str) -> Any:
         return None
 
 
+def _is_list(node: Any) -> bool:
+    return isinstance(node, (list, tuple)) or type(node).__name__ == "ListConfig"
+
+
 def _select_dotted(cfg: Any, dotted: str) -> Any:
     node = cfg
     for part in dotted.split("."):
-        node = _get(node, part)
+        node = node[int(part)] if part.isdigit() and _is_list(node) else _get(node, part)
         if node is None:
             return None
     return node

@@ -79,6 +79,21 @@ def test_rlcompares_own_environment_module_is_not_an_input_but_a_verifiers_packa
     assert set(got["env.settings.module"]) == {"module", "distribution", "version", "source_sha256", "verifiers"}
 
 
+def test_every_module_a_config_imports_is_named_by_its_key():
+    from rlcompare.train.inputs import plugin_modules
+
+    cfg = {
+        "algorithm": {"module": "mine.surrogate"},
+        "verifier": {"module": None, "components": [{"name": "a", "module": "theirs"}, {"name": "format"}]},
+        "env": {"target": "my_env:Env"},
+    }
+    assert plugin_modules(cfg) == [
+        ("algorithm.module", "mine.surrogate"),
+        ("verifier.components.0.module", "theirs"),
+        ("env.target", "my_env"),
+    ]
+
+
 # ----------------------------------------------------------------------------- resume
 def test_a_teacher_run_folder_that_gains_a_checkpoint_refuses_the_resume(compose, tmp_path):
     teacher = Path(train(compose("budget.max_steps=1", "budget.total_tokens=null", "run_name=teacher"))["run_dir"])
