@@ -53,11 +53,18 @@ def train_main(argv: list[str]) -> int:
     @hydra.main(config_path=conf_dir(), config_name="config", version_base=None)
     def _app(cfg: DictConfig) -> None:
         from rlcompare.config import ConfigError
+        from rlcompare.train.failure import PluginFailed
+        from rlcompare.train.health import UnhealthyRun
         from rlcompare.train.placement import place_job
         from rlcompare.train.run import Terminated, closing_line, train
 
         try:
             summary = train(place_job(cfg))  # a multirun job's threads and device (docs/scaling.md)
+        except (UnhealthyRun, PluginFailed) as e:  # recorded (summary.json failed): one line, exit 1, no traceback
+            print(f"[rlcompare] failed: {e}", file=sys.stderr, flush=True)
+            if _is_multirun():
+                raise  # Hydra's launcher goes on with the other jobs and reports this one at the end
+            raise SystemExit(1)
         except Terminated as e:  # SIGTERM: one line saying how to continue; the exit status stays 143
             if e.run_dir is not None:
                 print(e.closing_line(), flush=True)
