@@ -41,7 +41,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlcompare.config import operational
-from rlcompare.train import checkpoint, health, provenance, resume, run_lock
+from rlcompare import health
+from rlcompare.train import checkpoint, provenance, resume, run_lock
 from rlcompare.train.failure import PluginFailed, plugin_failure
 from rlcompare.train.export import export_final
 from rlcompare.train.parallel import World, init_world
@@ -410,7 +411,7 @@ def _run(cfg: DictConfig, run_dir: Path, followers: "_Followers", built, found: 
             if cfg.logger.name == "wandb" and cfg.logger.mode != "disabled":
                 out.logger = _wandb_logger(cfg, run_dir, resolved, tr, writer, resumed=ckpt is not None)
             out.recorded = tr.state.as_dict()  # the counters as of the last row written: what summary.json reports
-            out.health = health.of_rows(read_jsonl(run_dir / "metrics.jsonl"), cfg)  # a resumed run's rows so far (no warnings)
+            out.health = health.of_rows(read_jsonl(run_dir / "metrics.jsonl"), cfg)  # a resumed run's rows so far
             out.pbar = _progress(cfg, tr)
             _steps(cfg, tr, followers.world, term, out)
             export_final(cfg, tr.policy, run_dir)  # trainer.export_final: <run dir>/export
@@ -443,7 +444,7 @@ def _run(cfg: DictConfig, run_dir: Path, followers: "_Followers", built, found: 
 
 
 def _check_health(summary: dict, out: "_Outputs") -> None:
-    """summary.json's `health` (rlcompare.train.health); a run that broke an invariant at every step raises
+    """summary.json's `health` (rlcompare.health); a run that broke an invariant at every step raises
     UnhealthyRun, recorded as its failure."""
     broken = out.health.verdict(out.recorded)
     summary["health"] = out.health.record(broken)
@@ -491,7 +492,7 @@ class _Outputs:
     logger: Any = field(default_factory=NullLogger)
     pbar: Any = None
     recorded: dict | None = None
-    health: Any = None  # rlcompare.train.health.Health: the invariants, checked on each row written
+    health: Any = None  # rlcompare.health.Health: the invariants, checked on each row written
 
     def write_row(self, row: dict, tr, term) -> None:
         with term.no_interrupt():  # the row and the counters summary.json reports go together

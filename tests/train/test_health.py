@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rlcompare.train import health
-from rlcompare.train.health import Context, step_breaks
+from rlcompare import health
+from rlcompare.health import Context, step_breaks
 
 REPO = Path(__file__).resolve().parents[2]
 GRPO = Context(group_size=4, updates_per_rollout=2)
@@ -106,8 +106,10 @@ def test_the_learning_signal_is_the_estimators():
 def test_a_run_is_unhealthy_only_when_every_step_broke_it_and_warns_once():
     h = health.Health(GRPO)
     bad = _row(groups__zero_variance_frac=1.0, reward__mean=0.0)
-    assert h.check(bad) == ["step 1: no_learning_signal: groups/zero_variance_frac = 1, reward/mean = 0.0 "
-                            "(every advantage was zero (all rewards of each group equal): the reward taught nothing)"]
+    assert h.check(bad) == [
+        "step 1: no_learning_signal: groups/zero_variance_frac = 1, reward/mean = 0.0 "
+        "(every advantage was zero (all rewards of each group equal): the reward taught nothing)"
+    ]
     assert h.check({**bad, "step": 2}) == []  # once per invariant
     (broken,) = h.verdict()
     assert broken.name == "no_learning_signal" and broken.steps == 2
@@ -165,7 +167,7 @@ def test_a_run_whose_every_update_was_skipped_fails_naming_the_invariant(tmp_pat
     assert any(ln.startswith("[rlcompare] warning: step 1: no_update: optim/skipped_updates") for ln in log)
 
 
-PLUGIN = '''
+PLUGIN = """
 from dataclasses import dataclass
 
 from rlcompare.algos.surrogate_specs import SurrogateSpec
@@ -184,7 +186,7 @@ class BoomSettings:
 @register_surrogate(SurrogateSpec(name="boom", settings=BoomSettings, ratio_levels=("token",), doc="raises"))
 def boom_objective(t, s):
     raise ValueError("the plug-in's own bug")
-'''
+"""
 
 
 def test_a_plug_in_surrogate_that_raises_ends_the_run_with_one_line_naming_it(tmp_path):

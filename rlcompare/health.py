@@ -167,7 +167,9 @@ def _no_update(row, prev, ctx) -> Optional[str]:
 
 def _env_single_turn(row, prev, ctx) -> Optional[str]:
     turns = _num(row, "env/turns_mean")
-    return f"env/turns_mean = {turns:g} (env.max_turns {ctx.env_max_turns})" if turns is not None and turns <= 1 else None
+    return (
+        f"env/turns_mean = {turns:g} (env.max_turns {ctx.env_max_turns})" if turns is not None and turns <= 1 else None
+    )
 
 
 def _no_learning_signal(row, prev, ctx) -> Optional[str]:
