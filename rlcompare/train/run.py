@@ -416,7 +416,7 @@ def _run(cfg: DictConfig, run_dir: Path, followers: "_Followers", built, found: 
             _steps(cfg, tr, followers.world, term, out)
             export_final(cfg, tr.policy, run_dir)  # trainer.export_final: <run dir>/export
             _warn_if_no_update(summary, out.recorded)
-            _check_health(summary, out)
+            _check_health(cfg, summary, out)
             summary.update(status="completed")
         except resume.ResumeRefused:  # nothing of the run changed: its files stay as they were (summary "running" too)
             resume.put_back(run_dir, before)
@@ -443,12 +443,14 @@ def _run(cfg: DictConfig, run_dir: Path, followers: "_Followers", built, found: 
     return summary
 
 
-def _check_health(summary: dict, out: "_Outputs") -> None:
+def _check_health(cfg, summary: dict, out: "_Outputs") -> None:
     """summary.json's `health` (rlcompare.health); a run that broke an invariant at every step raises
-    UnhealthyRun, recorded as its failure."""
+    UnhealthyRun, recorded as its failure (`trainer.unhealthy=warn`: a warning, and the run completes)."""
     broken = out.health.verdict(out.recorded)
     summary["health"] = out.health.record(broken)
-    if broken:
+    if broken and cfg.trainer.unhealthy == "warn":  # completed, the break in `health` (the report still flags it)
+        print(f"[rlcompare] warning: {health.reason(broken)}", file=sys.stderr, flush=True)
+    elif broken:
         raise health.UnhealthyRun(health.reason(broken))
 
 
