@@ -31,10 +31,13 @@ def _recorded(r: Run) -> list[str]:
 
 def mark_degenerate(runs: list[Run]) -> None:
     """Fill each run's `degenerate` (the invariants it broke: recorded, or found in a completed run's rows); a
-    completed one found degenerate is left out as failed."""
+    completed one that is degenerate is left out as failed."""
     for r in runs:
         r.degenerate = _recorded(r)
-        if r.degenerate or r.status != "completed":
+        if r.status != "completed":
+            continue
+        if r.degenerate:  # completed under trainer.unhealthy=warn: recorded, never compared
+            r.status, r.error = "failed", "degenerate (recorded, trainer.unhealthy=warn): " + "; ".join(r.degenerate)
             continue
         try:
             verdict = health.of_rows(_rows(r), r.config or {}).verdict(_counters(r))

@@ -39,16 +39,20 @@ def test_degenerate_runs_are_left_out_and_flagged_by_arm(tmp_path):
     s["health"] = {"broken": [{"name": "no_policy_tokens", "evidence": "tokens/step = 0", "steps": 3}]}
     recorded.write_text(json.dumps(s))
     _rows_without_signal(tmp_path / "exp" / "dapo__s1")  # a run made before run health: status completed
+    warned = tmp_path / "exp" / "grpo__s2" / "summary.json"  # completed under trainer.unhealthy=warn
+    s = json.loads(warned.read_text())
+    s["health"] = {"broken": [{"name": "no_update", "evidence": "optim/skipped_updates grew by 2", "steps": 3}]}
+    warned.write_text(json.dumps(s))
 
     res = build_report(tmp_path / "exp", write=False)
     (flag,) = [f for f in res["flags"] if "✗ degenerate" in f]
-    assert "2 run(s)" in flag and "arm `dapo`" in flag and "grpo__" not in flag
+    assert "3 run(s)" in flag and "arm `dapo`" in flag and "arm `grpo`: `grpo__s2` (no_update: " in flag
     assert "`dapo__s0` (no_policy_tokens: tokens/step = 0)" in flag
     assert "`dapo__s1` (no_learning_signal: groups/zero_variance_frac = 1, reward/mean = 0.0)" in flag
     runs = res["runs"].set_index("run")
     assert not runs.loc["dapo__s0", "included"] and not runs.loc["dapo__s1", "included"]
     assert runs.loc["dapo__s1", "status"] == "failed"
     assert runs.loc["dapo__s1", "error"].startswith("degenerate (re-checked by the report): unhealthy run: ")
-    assert runs["included"].sum() == 4
+    assert not runs.loc["grpo__s2", "included"] and runs["included"].sum() == 3
     # the failed-runs flag does not list them again
     assert not any(f.startswith("**") and "failed run(s)" in f and "dapo__s" in f for f in res["flags"])
