@@ -53,11 +53,15 @@ def train_main(argv: list[str]) -> int:
     @hydra.main(config_path=conf_dir(), config_name="config", version_base=None)
     def _app(cfg: DictConfig) -> None:
         from rlcompare.config import ConfigError
+        from rlcompare.train.failure import PluginFailed
+        from rlcompare.health import UnhealthyRun
         from rlcompare.train.placement import place_job
         from rlcompare.train.run import Terminated, closing_line, train
 
         try:
             summary = train(place_job(cfg))  # a multirun job's threads and device (docs/scaling.md)
+        except (UnhealthyRun, PluginFailed) as e:  # recorded (summary.json failed): one line, exit 1, no traceback
+            _failed_in_one_line(e)
         except Terminated as e:  # SIGTERM: one line saying how to continue; the exit status stays 143
             if e.run_dir is not None:
                 print(e.closing_line(), flush=True)
@@ -118,6 +122,14 @@ def train_main(argv: list[str]) -> int:
     sys.argv = ["rlcompare train"] + argv
     _app()
     return 0
+
+
+def _failed_in_one_line(e: Exception) -> None:
+    """A run that recorded its failure (an unhealthy run, a plug-in's error): its one line, exit status 1."""
+    print(f"[rlcompare] failed: {e}", file=sys.stderr, flush=True)
+    if _is_multirun():
+        raise e  # Hydra's launcher goes on with the other jobs and reports this one at the end
+    raise SystemExit(1)
 
 
 def _register_sweeper() -> None:

@@ -34,6 +34,7 @@ OPERATIONAL: dict[str, str] = {
     "trainer.keep_checkpoints": "how many checkpoints are kept on disk",
     "trainer.export_final": "writes the trained policy as a Hugging Face folder after the last step",
     "trainer.max_bad_steps": "when a run gives up on non-finite steps; a run that finishes computed the same",
+    "trainer.unhealthy": "whether a run that broke a run-health invariant ends failed or completed: the same rows",
     "trainer.parallel": "how many processes share each step: the same rows up to rounding (tests/train/test_parallel.py)",
     "trainer.grad_sum": "how ranks add their gradients: the same sums (tests/train/test_parallel.py)",
     "rollout.kv_cache": "how decoding stores its cache: the same tokens (tests/fast/test_static_decode.py)",

@@ -316,6 +316,7 @@ class TrainerConfig:
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     export_final: bool = False  # at the end of the run, write the policy as a Hugging Face folder in <run dir>/export
     max_bad_steps: int = 5  # non-finite steps (skipped) in a row before the run fails
+    unhealthy: str = "fail"  # a run that broke a run-health invariant at every step: fail (exit 1) | warn (completed)
     threads: Optional[int] = None  # CPU threads for torch; null: torch's default
     keep_freed_memory: bool = True  # CPU: malloc keeps freed memory for reuse (rlcompare.fast.malloc_tuning)
     progress: bool = True  # print a progress line
@@ -429,6 +430,7 @@ KV_CACHES = ("auto", "dynamic")
 ROLLOUT_ENGINES = ("auto", "eager", "graphs", "vllm")
 STREAMS = ("batch", "group")
 PARALLEL_MODES = ("auto", "none", "ddp", "fsdp")
+UNHEALTHY = ("fail", "warn")  # trainer.unhealthy (docs/metrics.md, "Run health")
 GRAD_SUMS = ("auto", "shared_memory", "backend")
 
 
@@ -715,6 +717,7 @@ def _check_trainer(c: DictConfig) -> None:
         _at_least("trainer.micro_batch_size", t.micro_batch_size, 1)
     _at_least("trainer.eval_every", t.eval_every, 1)
     _at_least("trainer.max_bad_steps", t.max_bad_steps, 1)
+    _one_of("trainer.unhealthy", t.unhealthy, UNHEALTHY)
     _at_least("trainer.keep_checkpoints", t.keep_checkpoints, 1)
     if t.checkpoint_every is not None:
         _at_least("trainer.checkpoint_every", t.checkpoint_every, 0, "0 turns checkpoints off, null saves at each eval")

@@ -405,6 +405,12 @@ def countdown_splits(cfg: Any) -> tuple[list[Example], list[Example]]:
 
 
 # ----------------------------------------------------------------------------- hub
+NO_DATASETS = (
+    "prompts.kind=hf needs the Hugging Face `datasets` package: pip install datasets (rlcompare's [hub] "
+    "extra; or use a local copy: prompts.kind=file prompts.path=... [prompts.eval_path=...])"
+)
+
+
 def load_hf(cfg: Any, split: str) -> list[dict]:
     hf_id = _get(cfg, "hf_id")
     if not hf_id:
@@ -412,10 +418,7 @@ def load_hf(cfg: Any, split: str) -> list[dict]:
     try:
         import datasets
     except ImportError:
-        raise ValueError(
-            "prompts.kind=hf needs the Hugging Face `datasets` package: pip install datasets (rlcompare's [hub] "
-            "extra; or use a local copy: prompts.kind=file prompts.path=... [prompts.eval_path=...])"
-        ) from None
+        raise ValueError(NO_DATASETS) from None
     try:
         ds = datasets.load_dataset(hf_id, _get(cfg, "hf_config"), split=split)
     except Exception as e:

@@ -80,6 +80,7 @@ from .load import (
     read_jsonl_frame,  # noqa: F401
     strip_seed,  # noqa: F401
 )
+from .degenerate import degenerate_flag, mark_degenerate
 from .markdown import _write_report
 from .matching import fingerprint_diff, provenance_flag  # noqa: F401
 
@@ -137,7 +138,7 @@ def build_report(
     runs_df = _runs_table(runs)
     fit_report = _compute_fit(variants, list(headline["variant"]) if not headline.empty else [], differences, compute)
     _status_flags(runs, flags, notes)
-    flags += [f for f in [provenance_flag(included)] if f]  # compared runs made in different setups
+    flags += [f for f in [degenerate_flag(runs), provenance_flag(included)] if f]  # run health; setups
 
     result = {
         "headline": headline,
@@ -190,6 +191,7 @@ def _load_runs(root: Path, out: Path) -> list[Run]:
     """Every run folder under root (the output folder aside), read; ReportError when there is none."""
     dirs = find_run_dirs(root, skip={out} if out != root else None)
     runs = [r for r in (load_run(d, root) for d in dirs) if r is not None]
+    mark_degenerate(runs)  # runs that broke a run-health invariant: never compared, flagged by arm
     if not runs:
         what = "is empty" if not any(root.iterdir()) else "has no run folders"
         raise ReportError(

@@ -590,7 +590,7 @@ def _runs_table(runs: list[Run]) -> pd.DataFrame:
 def _status_flags(runs: list[Run], flags: list[str], notes: list[str]) -> None:
     """Flags for partial, failed and left-out runs; notes for rows dropped or files unreadable."""
     partial = [r for r in runs if r.status == "partial"]
-    failed = [r for r in runs if r.status == "failed"]
+    failed = [r for r in runs if r.status == "failed" and not r.degenerate]  # degenerate: flagged by arm
     other_excluded = [r for r in runs if r.status == "completed" and not r.included]
     if partial:
         flags.append(

@@ -194,6 +194,7 @@ class Run:
     warnings: list[str] = field(default_factory=list)  # summary.json's `warnings` (e.g. no update was applied)
     flat_config: Optional[dict] = None  # config as dotted keys, filled when first compared (matching.config_diff)
     eval_counts: Optional[list] = None  # eval_counts.jsonl's rows, read when first needed (passk_section.counts_of)
+    degenerate: list[str] = field(default_factory=list)  # run-health invariants it broke (report.degenerate)
 
 
 def _looks_like_run(d: Path, config: dict) -> bool:

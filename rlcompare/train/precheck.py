@@ -130,6 +130,8 @@ def _check_prompts_and_verifier(cfg, probed: set[str]) -> None:
     if both in probed:
         return
     probed.add(both)
+    if cfg.prompts.kind == "hf":  # the download is the job's; the package it needs is checked before the folder
+        _check_hub_package()
     if cfg.prompts.kind == "reasoning_gym":  # its verifier runs in workers, so the probe below skips its prompts
         _check_gym_settings(cfg.prompts)
     verifier = build_run_verifier(cfg)
@@ -139,6 +141,16 @@ def _check_prompts_and_verifier(cfg, probed: set[str]) -> None:
             check_verifier_reads_prompts(cfg, build_prompt_set(cfg), verifier)  # a warning is printed by the job
     finally:
         verifier.close()
+
+
+def _check_hub_package() -> None:
+    import importlib.util
+
+    from rlcompare.config import ConfigError
+    from rlcompare.data.datasets import NO_DATASETS
+
+    if importlib.util.find_spec("datasets") is None:
+        raise ConfigError(NO_DATASETS)
 
 
 def _check_gym_settings(prompts) -> None:

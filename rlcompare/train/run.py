@@ -41,7 +41,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlcompare.config import operational
+from rlcompare import health
 from rlcompare.train import checkpoint, provenance, resume, run_lock
+from rlcompare.train.failure import PluginFailed, plugin_failure
 from rlcompare.train.export import export_final
 from rlcompare.train.inputs import check_teacher_loaded, external_inputs
 from rlcompare.train.parallel import World, init_world
@@ -53,6 +55,7 @@ from rlcompare.train.tracking import (
     WandbLogger,
     atomic_write_json,
     atomic_write_text,
+    read_jsonl,
 )
 
 FINGERPRINT_SAMPLING_KEYS = ("temperature", "top_p")
@@ -419,11 +422,13 @@ def _run(cfg: DictConfig, run_dir: Path, followers: "_Followers", built, found: 
             if cfg.logger.name == "wandb" and cfg.logger.mode != "disabled":
                 out.logger = _wandb_logger(cfg, run_dir, resolved, tr, writer, resumed=ckpt is not None)
             out.recorded = tr.state.as_dict()  # the counters as of the last row written: what summary.json reports
+            out.health = health.of_rows(read_jsonl(run_dir / "metrics.jsonl"), cfg)  # a resumed run's rows so far
             out.pbar = _progress(cfg, tr)
             _steps(cfg, tr, followers.world, term, out)
             export_final(cfg, tr.policy, run_dir)  # trainer.export_final: <run dir>/export
-            summary.update(status="completed")
             _warn_if_no_update(summary, out.recorded)
+            _check_health(cfg, summary, out)
+            summary.update(status="completed")
         except resume.ResumeRefused:  # nothing of the run changed: its files stay as they were (summary "running" too)
             resume.put_back(run_dir, before)
             raise
@@ -432,7 +437,9 @@ def _run(cfg: DictConfig, run_dir: Path, followers: "_Followers", built, found: 
             term.quiet = True
             if isinstance(e, Terminated):
                 e.run_dir = run_dir
-            summary.update(status="failed", error=_failure(e), traceback=traceback.format_exc(limit=8))
+            plugin = plugin_failure(cfg, e)  # a plug-in's own error, named (a one-line message, no traceback)
+            summary.update(status="failed", error=plugin or _failure(e))
+            summary["traceback"] = None if isinstance(e, health.UnhealthyRun) else traceback.format_exc(limit=8)
             try:
                 _finish(run_dir, writer, out.logger, tr, summary, t_wall, out.pbar, exit_code=1, state=out.recorded)
             except Exception as fe:  # noqa: BLE001 - never hide the run's own error behind a bookkeeping one
@@ -440,13 +447,28 @@ def _run(cfg: DictConfig, run_dir: Path, followers: "_Followers", built, found: 
                     f"[rlcompare] could not record the failure in {run_dir}: {type(fe).__name__}: {fe}", file=sys.stderr
                 )
             console.note(e.closing_line() if isinstance(e, Terminated) else f"[rlcompare] failed: {summary['error']}")
+            if plugin:
+                raise PluginFailed(plugin) from e
             raise
     _finish(run_dir, writer, out.logger, tr, summary, t_wall, out.pbar, exit_code=0, state=out.recorded)
     return summary
 
 
+def _check_health(cfg, summary: dict, out: "_Outputs") -> None:
+    """summary.json's `health` (rlcompare.health); a run that broke an invariant at every step raises
+    UnhealthyRun, recorded as its failure (`trainer.unhealthy=warn`: a warning, and the run completes)."""
+    broken = out.health.verdict(out.recorded)
+    summary["health"] = out.health.record(broken)
+    if broken and cfg.trainer.unhealthy == "warn":  # completed, the break in `health` (the report still flags it)
+        print(f"[rlcompare] warning: {health.reason(broken)}", file=sys.stderr, flush=True)
+    elif broken:
+        raise health.UnhealthyRun(health.reason(broken))
+
+
 def _failure(e: BaseException) -> str:
     """summary.json's `error` for a run that stopped on `e`; a SIGTERM says where its checkpoint is."""
+    if isinstance(e, health.UnhealthyRun):
+        return str(e)
     if not isinstance(e, Terminated):
         return f"{type(e).__name__}: {e}"
     saved = e.checkpoint_step is not None
@@ -483,12 +505,15 @@ class _Outputs:
     logger: Any = field(default_factory=NullLogger)
     pbar: Any = None
     recorded: dict | None = None
+    health: Any = None  # rlcompare.health.Health: the invariants, checked on each row written
 
     def write_row(self, row: dict, tr, term) -> None:
         with term.no_interrupt():  # the row and the counters summary.json reports go together
             self.writer.metrics.write(row)
             self.recorded = tr.state.as_dict()
         self.logger.log(row, step=tr.state.step)
+        for warning in self.health.check(row):  # once per invariant, naming the metric that shows it
+            print(f"[rlcompare] warning: {warning}", file=sys.stderr, flush=True)
 
     def show_progress(self, row: dict, st, total: int | None) -> None:
         if self.pbar is not None:

@@ -27,6 +27,7 @@ FAST = [
     "trainer.group_size=4",
     "trainer.eval_every=2",
     "trainer.threads=1",
+    "trainer.unhealthy=warn",  # the 20-step warm start solves nothing: no learning signal (docs/metrics.md)
 ]  # one torch thread: 2 threads oversubscribe a busy 2-core machine badly
 
 

@@ -15,6 +15,7 @@ from typing import Sequence
 import pytest
 
 from conftest import FAST
+from rlcompare.health import UnhealthyRun
 from rlcompare.train import checkpoint
 from rlcompare.train.run import SIGTERM_EXIT, train
 from rlcompare.train.tracking import read_jsonl
@@ -318,12 +319,25 @@ def test_a_nan_loss_is_skipped_and_counted(compose):
     assert all(r["optim/grad_norm"] is not None and r["loss/policy"] is not None for r in (rows[2], rows[3]))
 
 
-def test_a_run_that_skipped_every_update_says_so_and_a_normal_run_does_not(compose, capsys):
+UNHEALTHY_FAILS = "trainer.unhealthy=fail"  # FAST's warn is for its untrained model; this run's break is the point
+
+
+def test_a_run_that_skipped_every_update_says_so_and_a_normal_run_does_not(compose, capsys, tmp_path):
     # issue 41 item 17: algorithm.kl.coef=1e300 skipped every update and the run read "completed" with nothing more.
     # Here the loss of the only step is NaN (the testing hook): both of its updates skipped, fewer than
-    # trainer.max_bad_steps, so the run completes without having trained
-    s = train(compose("algorithm=grpo", "budget.max_steps=1", "trainer.inject_nan_at_step=1", "run_name=allnan"))
-    assert s["status"] == "completed" and s["optim/skipped_updates"] == 2 and s["optim/applied_updates"] == 0
+    # trainer.max_bad_steps, so the run ends without having trained: failed by run health (issue 62), with the warning
+    with pytest.raises(UnhealthyRun, match="^unhealthy run: no_update: "):
+        train(
+            compose(
+                "algorithm=grpo",
+                "budget.max_steps=1",
+                "trainer.inject_nan_at_step=1",
+                "run_name=allnan",
+                UNHEALTHY_FAILS,
+            )
+        )
+    s = _summary(tmp_path / "results" / "default" / "allnan")
+    assert s["status"] == "failed" and s["optim/skipped_updates"] == 2 and s["optim/applied_updates"] == 0
     (warning,) = s["warnings"]
     assert warning.startswith("no update was applied: all 2 were skipped; the last for a non-finite loss at step 1")
     assert "trainer.lr" in warning and "algorithm.kl.coef" in warning
