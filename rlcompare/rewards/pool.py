@@ -268,7 +268,7 @@ def _score_in_worker(verifier, i: int, completion, answer, timeout_s) -> tuple:
 class _Worker:
     """One worker: `python -c ...` (a fresh interpreter: no fork of a threaded/CUDA parent, no re-import of
     the caller's __main__), over a socketpair: the parent's messages pickled (multiprocessing's framing), the
-    worker's replies JSON (`_reply`, `_read_reply`)."""
+    worker's replies JSON (`_reply`, `_read_reply`). It leads a process group of its own, killed whole with it."""
 
     def __init__(self, verifier_blob: bytes, modules: list):
         import socket
@@ -288,6 +288,7 @@ class _Worker:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 env=env,
+                start_new_session=True,  # its own process group: `kill` ends what it started (an env's tool)
             )
         finally:
             theirs.close()
@@ -301,6 +302,14 @@ class _Worker:
         return self.proc.poll() is None
 
     def kill(self) -> None:
+        """Kill the worker's whole process group: the worker and whatever it started (an environment's tool
+        process, which would otherwise outlive the run holding the run's stderr open: `rlcompare train | tee`)."""
+        import signal
+
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the group's id is the worker's pid (start_new_session)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
         try:
             self.proc.kill()
             self.proc.wait(timeout=2)
