@@ -54,7 +54,7 @@ def as_reward(value: Any) -> float | None:
     try:
         return float(value)
     except OverflowError:  # an int past a float's range: a real number, not a finite one
-        return math.copysign(math.inf, value)
+        return math.inf if value > 0 else -math.inf
     except (TypeError, ValueError):
         return None
 

@@ -181,7 +181,13 @@ def _worker_entry(fd: int) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
     signal.signal(signal.SIGALRM, on_alarm)
-    conn = Connection(fd)
+    try:
+        _serve(Connection(fd))
+    finally:
+        _end_own_group()
+
+
+def _serve(conn) -> None:
     verifier = _worker_ready(conn)
     if verifier is None:
         return
@@ -196,6 +202,22 @@ def _worker_entry(fd: int) -> None:
             conn.send_bytes(_reply(_score_in_worker(verifier, *msg)))
         except (EOFError, OSError):
             return
+
+
+def _end_own_group() -> None:
+    """A worker leads a process group of its own (`_Worker`): on its way out, whatever the reason (the pool
+    closed, the parent gone), it kills that group, itself last, so that what the verifier or environment started
+    there (a tool process holding the run's stderr open) ends with it."""
+    import signal
+
+    if os.getpgrp() != os.getpid():  # not started by `_Worker`: not ours to kill
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 def _worker_ready(conn):
