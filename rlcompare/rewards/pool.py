@@ -181,7 +181,13 @@ def _worker_entry(fd: int) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
     signal.signal(signal.SIGALRM, on_alarm)
-    conn = Connection(fd)
+    try:
+        _serve(Connection(fd))
+    finally:
+        _end_own_group()
+
+
+def _serve(conn) -> None:
     verifier = _worker_ready(conn)
     if verifier is None:
         return
@@ -196,6 +202,22 @@ def _worker_entry(fd: int) -> None:
             conn.send_bytes(_reply(_score_in_worker(verifier, *msg)))
         except (EOFError, OSError):
             return
+
+
+def _end_own_group() -> None:
+    """A worker leads a process group of its own (`_Worker`): on its way out, whatever the reason (the pool
+    closed, the parent gone), it kills that group, itself last, so that what the verifier or environment started
+    there (a tool process holding the run's stderr open) ends with it."""
+    import signal
+
+    if os.getpgrp() != os.getpid():  # not started by `_Worker`: not ours to kill
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 def _worker_ready(conn):
@@ -268,7 +290,7 @@ def _score_in_worker(verifier, i: int, completion, answer, timeout_s) -> tuple:
 class _Worker:
     """One worker: `python -c ...` (a fresh interpreter: no fork of a threaded/CUDA parent, no re-import of
     the caller's __main__), over a socketpair: the parent's messages pickled (multiprocessing's framing), the
-    worker's replies JSON (`_reply`, `_read_reply`)."""
+    worker's replies JSON (`_reply`, `_read_reply`). It leads a process group of its own, killed whole with it."""
 
     def __init__(self, verifier_blob: bytes, modules: list):
         import socket
@@ -288,6 +310,7 @@ class _Worker:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 env=env,
+                start_new_session=True,  # its own process group: `kill` ends what it started (an env's tool)
             )
         finally:
             theirs.close()
@@ -301,6 +324,14 @@ class _Worker:
         return self.proc.poll() is None
 
     def kill(self) -> None:
+        """Kill the worker's whole process group: the worker and whatever it started (an environment's tool
+        process, which would otherwise outlive the run holding the run's stderr open: `rlcompare train | tee`)."""
+        import signal
+
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the group's id is the worker's pid (start_new_session)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
         try:
             self.proc.kill()
             self.proc.wait(timeout=2)

@@ -14,20 +14,21 @@ the first of the environment's stop strings (the tokens sampled after it are dro
 distributed as if sampling had stopped there).
 
 An episode ends when the environment says `done`, after `max_turns` policy turns (an environment that never
-sets done), when its tokens would pass `max_tokens`, or on an environment error (a crash, a timeout, a NaN
-reward, an observation over `max_observation_tokens`): the reason is recorded (`Outcome.ends`), the episode's
-reward is then 0 and the run goes on.
+sets done), when its tokens would pass `max_tokens`, or on an environment error (a crash, a timeout, a reward
+that is not a finite real number or a sum of them that overflows float32, a correctness that is not a bool, an
+observation over `max_observation_tokens`, a replay that differs from what the policy saw): the reason is
+recorded (`Outcome.ends`), the episode's reward is then 0 and the run goes on. An episode is correct when its
+last answer's `info["correct"]` says so, else when its reward (summed or last, `reward`) is above 0.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 import torch
 
-from rlcompare.envs.base import StepResult
+from rlcompare.envs.base import StepResult, as_bool, as_reward, finite_reward
 from rlcompare.rollout.sampler import Completions, left_pad
 
 ENDS = ("done", "max_turns", "budget")  # how an episode ends without an error
@@ -40,6 +41,7 @@ ERRORS = (  # how an environment error ends one (env/errors/<reason>)
     "bad_reply",
     "nan_reward",
     "huge_observation",
+    "not_replayable",
 )
 REWARDS = ("sum", "last")
 
@@ -120,7 +122,7 @@ def run(
     group_prompts = []
     for g, p in enumerate(prompts):
         for r in range(g * G, (g + 1) * G):
-            eps[r].end = _error_of(first[r], settings)
+            eps[r].end = _error_of(first[r], settings) or _unlike_the_group(first[r], first[g * G])
         opening = _opening(tokenizer, first[g * G], settings) if eps[g * G].end is None else []
         if opening is None:  # one seed per group: the group's first observation is every member's
             for r in range(g * G, (g + 1) * G):
@@ -138,6 +140,13 @@ def run(
         e.end = e.end or "max_turns"
     prompt_ids, prompt_mask = left_pad([p for p in group_prompts for _ in range(G)], pad_id, device)
     return prompt_ids, prompt_mask, _completions(tokenizer, eps, pad_id, device)
+
+
+def _unlike_the_group(res: StepResult, group_first: StepResult) -> str | None:
+    """`not_replayable` when an episode's first observation is not its group's (the group's first member's: the
+    one the policy sees), from one seed: a reset that does not depend on its seed alone."""
+    text = res.observation or ""
+    return None if text == (group_first.observation or "") else "not_replayable"
 
 
 def _sample(sample_turn, group_prompts, eps, live, turn, settings, G, pad_id, device, width=None) -> list:
@@ -191,13 +200,17 @@ def stop_cut(tokenizer, ids: list[int], stop: tuple[str, ...]) -> int:
 
 def _error_of(res, settings: EpisodeSettings) -> str | None:
     """Why an environment's answer ends its episode as an error, or None: what the worker said (`info["error"]`),
-    a reward that is not a finite number, an observation that is not text or None."""
-    if not isinstance(res, StepResult):
+    a reward that is not a real number (bad_reply) or not finite (nan_reward), an `info["correct"]` set to
+    anything but a bool, an observation that is not text or None."""
+    if not isinstance(res, StepResult) or not isinstance(res.info, dict):
         return "bad_reply"
     if res.info.get("error"):
         err = str(res.info["error"])
         return err if err in ERRORS else "raised"
-    if isinstance(res.reward, bool) or not isinstance(res.reward, (int, float)) or not math.isfinite(res.reward):
+    reward = as_reward(res.reward)
+    if reward is None or (res.info.get("correct") is not None and as_bool(res.info["correct"]) is None):
+        return "bad_reply"
+    if not finite_reward(reward):
         return "nan_reward"
     if res.observation is not None and not isinstance(res.observation, str):
         return "bad_reply"
@@ -208,11 +221,16 @@ def _answer(tokenizer, e: _Episode, res, turn: int, settings: EpisodeSettings) -
     """The environment's answer to the episode's last policy turn: its reward, then the episode ends (done, an
     error, max_turns, no room left) or the observation is appended as environment tokens."""
     err = _error_of(res, settings)
+    reward = as_reward(res.reward) if err is None else 0.0
+    total = e.reward + reward if settings.reward == "sum" else reward
+    if err is None and not finite_reward(total):  # the turns' rewards sum past float32: the environment's doing
+        err = "nan_reward"
     if err is not None:
         e.end, e.reward, e.correct = err, 0.0, False
         return
-    e.reward = e.reward + float(res.reward) if settings.reward == "sum" else float(res.reward)
-    e.correct = bool(res.info.get("correct", res.reward > 0))
+    e.reward = total
+    said = res.info.get("correct")  # the environment's verdict when it gives one, else the episode's reward > 0
+    e.correct = as_bool(said) if said is not None else total > 0
     if res.done:
         e.end = "done"
         return
@@ -245,7 +263,9 @@ def _opening(tokenizer, res: StepResult, settings: EpisodeSettings) -> list[int]
 
 
 def _encode(tokenizer, text: str | None) -> list[int]:
-    return list(tokenizer(text, add_special_tokens=False).input_ids) if text else []
+    """An observation's tokens, as text: a special token's spelling in it (`<eos>`, `<|im_end|>`) is that text's
+    tokens, never the control token (split_special_tokens), so the policy sees what samples.jsonl shows."""
+    return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids) if text else []
 
 
 def _completions(tokenizer, eps: list[_Episode], pad_id: int, device) -> Completions:

@@ -33,7 +33,9 @@ class EnvRollout:
     def __init__(self, cfg: Any, world=None):
         e = cfg.env
         self.cfg, self.world = cfg, world
-        spec = {"name": e.name, "target": e.target, "settings": dict(e.settings or {})}
+        # plain containers all the way down: the spec is pickled to worker processes, which cannot unpickle a
+        # node of the composed config (its classes are made at run time)
+        spec = runner.plain({"name": e.name, "target": e.target, "settings": e.settings or {}})
         self.replay = runner.EnvReplay(spec, workers=cfg.verifier.workers)
         self.settings = episodes.EpisodeSettings(
             max_turns=e.max_turns,

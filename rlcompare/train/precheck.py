@@ -92,6 +92,9 @@ def check_job(overrides: list[str], multirun: bool = False, probed: set[str] | N
 
             check_teacher(checked)
         _check_prompts_and_verifier(checked, set() if probed is None else probed)
+        from rlcompare.envs.room import check_env_room
+
+        check_env_room(checked)  # a tool-use environment's turns hold a call (a tokenizer's load, for env=calc)
     except ConfigError as e:
         return str(e)
     key, folder = _run_folder(cfg, overrides, multirun)

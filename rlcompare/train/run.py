@@ -48,6 +48,7 @@ from rlcompare.train.export import export_final
 from rlcompare.train.inputs import check_teacher_loaded, external_inputs
 from rlcompare.train.parallel import World, init_world
 from rlcompare.config import ConfigError, check_fits_context, context_from, validate, why_not_creatable
+from rlcompare.envs.room import check_env_room
 from rlcompare.train.tracking import (
     ConsoleLog,
     NullLogger,
@@ -203,6 +204,7 @@ def preflight(cfg: DictConfig, run_dir: Path | None = None):
         cfg.budget, ctx, f"({ctx} positions, from model.name_or_path={cfg.model.name_or_path!r}'s config)"
     )
     _probe_verifier(cfg, splits, verifier)
+    check_env_room(cfg)  # a tool-use environment's turns hold a tool call
     if run_dir is not None:
         _check_writable(run_dir, "the run folder")
     return splits, verifier
