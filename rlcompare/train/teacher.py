@@ -95,7 +95,7 @@ def _teacher_from_run(path: str, *, dtype: torch.dtype, device: str) -> Teacher:
     """A run folder's newest checkpoint through `rlcompare export`'s reader, LoRA adapters folded in."""
     from rlcompare.train.export import _merged, load_checkpoint_policy
 
-    _, policy = load_checkpoint_policy(Path(os.path.expanduser(path)))
+    _, policy, _ = load_checkpoint_policy(Path(os.path.expanduser(path)))
     model = _merged(policy.model) if policy.lora else policy.model
     model.eval().requires_grad_(False)
     return Teacher(model.to(device=device, dtype=dtype), policy.tokenizer, path)
