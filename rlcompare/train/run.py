@@ -194,9 +194,10 @@ def preflight(cfg: DictConfig, run_dir: Path | None = None):
     Returns (prompt splits, verifier) so that the trainer does not build them again."""
     from rlcompare.data.verifier_probe import build_prompt_set, build_run_verifier
 
-    from rlcompare.train.model_folder import check_model
+    from rlcompare.train.model_folder import check_chat_template, check_model
 
     check_model(cfg.model)  # no model code to run, no pickle weights, safetensors headers that read
+    check_chat_template(cfg)  # before the warm start: prompts.chat=true on a tokenizer without a template
     if cfg.teacher.path is not None:  # on-policy distillation's teacher: its folder, device and tokenizer
         from rlcompare.train.teacher_check import check_same_device, check_teacher
 
@@ -210,9 +211,30 @@ def preflight(cfg: DictConfig, run_dir: Path | None = None):
         cfg.budget, ctx, f"({ctx} positions, from model.name_or_path={cfg.model.name_or_path!r}'s config)"
     )
     _probe_verifier(cfg, splits, verifier)
+    try:
+        _check_tiny_prompts_fit(cfg, splits)
+    except ConfigError:
+        verifier.close()  # its worker processes, if it started any
+        raise
     if run_dir is not None:
         _check_writable(run_dir, "the run folder")
     return splits, verifier
+
+
+def _check_tiny_prompts_fit(cfg: DictConfig, splits) -> None:
+    """model=tiny: its character tokenizer is made in code, so the prompts are encoded here as the trainer will
+    (`encode_prompts`) and a split none of whose prompts fits budget.max_prompt_tokens is refused before the warm
+    start (minutes on a long prompt set) instead of after it."""
+    if cfg.model.kind != "tiny":
+        return
+    from rlcompare.models import build_char_tokenizer
+    from rlcompare.train.trainer import encode_prompts
+
+    tok = build_char_tokenizer()
+    for split, examples in (("train", splits.train), ("eval", splits.eval)):
+        encode_prompts(
+            examples, tok, chat=False, system_prompt=None, max_prompt_tokens=cfg.budget.max_prompt_tokens, split=split
+        )
 
 
 def _probe_verifier(cfg: DictConfig, splits, verifier) -> None:
