@@ -411,7 +411,18 @@ def _opening_summary(cfg: DictConfig, run_dir: Path, world: World) -> dict:
         # how the ranks summed the gradients of the weights each holds whole (trainer.grad_sum resolved; fsdp
         # reduce-scatters its shards itself); none on one process
         "grad_sum": None if world.size == 1 else ("shared_memory" if world.shared_memory else "backend"),
+        **_teacher_record(cfg),
     }
+
+
+def _teacher_record(cfg: DictConfig) -> dict:
+    """On-policy distillation's teacher as given (config.yaml keeps teacher.path as typed, often relative to where
+    the run started) and, for a local folder, its absolute path: the run folder alone then says which one it was."""
+    path = cfg.teacher.path
+    if path is None:
+        return {}
+    local = Path(os.path.expanduser(str(path)))
+    return {"teacher": {"path": str(path), "absolute_path": str(local.resolve()) if local.exists() else None}}
 
 
 def _run(cfg: DictConfig, run_dir: Path, followers: "_Followers", built, found: list, console) -> dict:

@@ -49,3 +49,21 @@ def test_a_local_folder_without_a_chat_template_is_refused(compose, tmp_path):
         check_chat_template(cfg)
     (tmp_path / "m" / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
     check_chat_template(cfg)
+
+
+def test_an_unknown_surrogate_points_at_algorithm_module():
+    err = check_train_args(["algorithm.surrogate=xyz"])
+    assert "use one of: clip" in err and "algorithm.module=<the module that registers 'xyz'>" in err
+
+
+def test_summary_records_a_relative_teacher_path_as_given_and_absolute(compose, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from rlcompare.train.run import _opening_summary
+
+    (tmp_path / "teach").mkdir()
+    monkeypatch.chdir(tmp_path)
+    world = SimpleNamespace(size=1, mode="none", shared_memory=False)
+    s = _opening_summary(compose("++teacher.path=teach"), tmp_path / "run", world)
+    assert s["teacher"] == {"path": "teach", "absolute_path": str(tmp_path.resolve() / "teach")}
+    assert "teacher" not in _opening_summary(compose(), tmp_path / "run", world)
