@@ -1,6 +1,7 @@
-"""#63: checks that can run before the tiny model's warm start (minutes on a long prompt set) do: a chat template the
-tokenizer lacks, prompts none of which fits budget.max_prompt_tokens, a setting of another model preset (LoRA on the
-tiny model: it was Hydra's generic 'not in struct')."""
+"""#63, the front door: checks that can run before the tiny model's warm start (minutes on a long prompt set) do (a
+chat template the tokenizer lacks, prompts none of which fits budget.max_prompt_tokens, a setting of another model
+preset: LoRA on the tiny model was Hydra's generic 'not in struct'); an unknown surrogate points at
+algorithm.module; summary.json records a teacher's absolute path; a copied completed run resumed names the copy."""
 
 from __future__ import annotations
 
@@ -67,3 +68,15 @@ def test_summary_records_a_relative_teacher_path_as_given_and_absolute(compose, 
     s = _opening_summary(compose("++teacher.path=teach"), tmp_path / "run", world)
     assert s["teacher"] == {"path": "teach", "absolute_path": str(tmp_path.resolve() / "teach")}
     assert "teacher" not in _opening_summary(compose(), tmp_path / "run", world)
+
+
+def test_resuming_a_copied_completed_run_names_the_copy(compose, tmp_path):
+    import shutil
+    from pathlib import Path
+
+    s = train(compose("budget.max_steps=1", "trainer.eval_every=1"))
+    copy = tmp_path / "copy"
+    shutil.copytree(s["run_dir"], copy)
+    again = train(compose("budget.max_steps=1", "trainer.eval_every=1", f"resume={copy}"))
+    assert again["run_dir"] == str(copy) and again["run_name"] == "copy" and again["steps"] == 1
+    assert Path(s["run_dir"]).name != "copy"
