@@ -62,10 +62,13 @@ def train_main(argv: list[str]) -> int:
             summary = train(place_job(cfg))  # a multirun job's threads and device (docs/scaling.md)
         except (UnhealthyRun, PluginFailed) as e:  # recorded (summary.json failed): one line, exit 1, no traceback
             _failed_in_one_line(e)
-        except Terminated as e:  # SIGTERM: one line saying how to continue; the exit status stays 143
+        except Terminated as e:  # SIGTERM or Ctrl-C: one line saying how to continue; the exit status stays 143 / 130
             if e.run_dir is not None:
                 print(e.closing_line(), flush=True)
             raise
+        except KeyboardInterrupt:  # Ctrl-C before the run folder was written (checks, the folder's lock)
+            print("[rlcompare] interrupted before the run started; nothing was written", file=sys.stderr, flush=True)
+            raise SystemExit(130) from None
         except ConfigError as e:
             print(f"rlcompare: config error: {e}", file=sys.stderr)
             if _is_multirun():

@@ -1302,7 +1302,13 @@ def _check_finite(node: Any, key: str = "") -> None:
 
 def _check_variants(a: DictConfig, t: DictConfig) -> None:
     """The knobs of issue 19: surrogate, REINFORCE++, rollout-mismatch correction, top-entropy mask."""
-    _one_of("algorithm.surrogate", a.surrogate, tuple(surrogate_specs.SPECS))
+    try:
+        _one_of("algorithm.surrogate", a.surrogate, tuple(surrogate_specs.SPECS))
+    except ConfigError as e:  # not built in, and no algorithm.module registered it
+        raise ConfigError(
+            f"{e}; or a surrogate of your own: algorithm.module=<the module that registers {a.surrogate!r}> "
+            f"(docs/api.md)"
+        ) from None
     spec = surrogate_specs.SPECS[a.surrogate]
     ratios = spec.ratio_levels
     if a.ratio not in ratios:

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import random
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -175,16 +176,24 @@ def warm_start_tiny(
     recipe = warm_start_recipe(mcfg, prompts_cfg)
     log(
         f"[rlcompare] warm start: {recipe['steps']} supervised steps on {len(table)} prompts, computed on this "
-        f"machine (no shipped weights for this config; cached as {key})"
+        f"machine (no shipped weights for this config); progress every {WARM_START_PROGRESS_S:.0f} s"
     )
-    model = _train_warm_start(mcfg, table, device, recipe, _target_fn(recipe, prompts_cfg))
+    t0 = time.monotonic()
+    model = _train_warm_start(mcfg, table, device, recipe, _target_fn(recipe, prompts_cfg), log=log)
     _save_atomically(model.to("cpu"), build_char_tokenizer(), folder)
+    log(f"[rlcompare] warm start: done in {time.monotonic() - t0:.0f} s, cached as {key} for later runs ({folder})")
     return WarmStart(str(folder), key, "computed")
 
 
-def _train_warm_start(mcfg: Any, table: list[tuple[str, str]], device: str, recipe: dict, target) -> nn.Module:
+WARM_START_PROGRESS_S = 30.0  # seconds between the warm start's progress lines (a long one showed nothing for minutes)
+
+
+def _train_warm_start(
+    mcfg: Any, table: list[tuple[str, str]], device: str, recipe: dict, target, log=print
+) -> nn.Module:
     """Supervised steps on the table with noisy labels (loss on the completion only); `target(prompt, answer, rng)`
-    writes each completion (the answer, off by one or two with probability noisy_label_frac, for the default)."""
+    writes each completion (the answer, off by one or two with probability noisy_label_frac, for the default).
+    A progress line every WARM_START_PROGRESS_S seconds (it reads the clock only: the steps are as without it)."""
     from transformers import LlamaForCausalLM
 
     tok = build_char_tokenizer()
@@ -199,6 +208,7 @@ def _train_warm_start(mcfg: Any, table: list[tuple[str, str]], device: str, reci
     # only, and the eval prompts measure how far the RL gain transfers. Trained on the train pairs
     # alone, a 0.5M-parameter model memorizes them and RL moves held-out accuracy by noise only.
     model.train()
+    t0 = last = time.monotonic()
     for step in range(steps):
         batch = [table[rng.randrange(len(table))] for _ in range(recipe["batch_size"])]
         texts, plens = [], []
@@ -217,6 +227,9 @@ def _train_warm_start(mcfg: Any, table: list[tuple[str, str]], device: str, reci
         loss.backward()
         opt.step()
         sched.step()
+        if time.monotonic() - last >= WARM_START_PROGRESS_S:
+            last = time.monotonic()
+            log(f"[rlcompare] warm start: step {step + 1}/{steps} (loss {loss.item():.3f}, {last - t0:.0f} s)")
     return model
 
 

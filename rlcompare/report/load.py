@@ -211,6 +211,9 @@ def _run_status(summary: Optional[dict], notes: list[str]) -> str:
     raw = summary.get("status")
     if raw in ("completed", "failed"):
         return raw
+    if raw == "interrupted":
+        notes.append("interrupted (Ctrl-C): `rlcompare train resume=<run dir>` continues it")
+        return "partial"
     if raw == "running":
         pid = summary.get("pid")
         if isinstance(pid, int) and _pid_alive(pid):

@@ -8,6 +8,8 @@ docs/vllm.md. The `[vllm]` extra installs it; nothing here imports vllm until an
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import shutil
 import tempfile
@@ -59,26 +61,23 @@ class VllmSampler:
         self.folder = tempfile.mkdtemp(prefix="rlcompare-vllm-")
         base.save_pretrained(self.folder)  # config.json and the weights vLLM builds its model from
         dtype = next(base.parameters()).dtype
-        # vLLM sets torch's threads to 1 and replaces torch.set_num_threads for its serving loop; in-process that
-        # would be the trainer's too, whose thread count is the train entry's (run.apply_process_settings)
-        threads, set_threads = torch.get_num_threads(), torch.set_num_threads
+        _repeat_once(logging.getLogger("vllm"))
         try:
-            self.llm = LLM(
-                model=self.folder,
-                skip_tokenizer_init=True,  # rlcompare tokenizes; the tiny model's char tokenizer is not vLLM's to load
-                dtype=str(dtype).removeprefix("torch."),
-                max_model_len=max_model_len,
-                max_num_seqs=max_num_seqs,
-                kv_cache_memory_bytes=kv_cache_bytes(base.config, max_model_len * max_num_seqs, dtype),
-                logprobs_mode="processed_logprobs",  # after temperature (top-p is refused: config/schema.py)
-                # the CPU build: no torch.compile at start; CUDA: vLLM's graphs (untested here: docs/vllm.md)
-                enforce_eager=next(base.parameters()).device.type != "cuda",
-                seed=seed,
-                disable_log_stats=True,
-            )
+            with threads_kept():
+                self.llm = LLM(
+                    model=self.folder,
+                    skip_tokenizer_init=True,  # rlcompare tokenizes; the tiny model's char tokenizer is not vLLM's to load
+                    dtype=str(dtype).removeprefix("torch."),
+                    max_model_len=max_model_len,
+                    max_num_seqs=max_num_seqs,
+                    kv_cache_memory_bytes=kv_cache_bytes(base.config, max_model_len * max_num_seqs, dtype),
+                    logprobs_mode="processed_logprobs",  # after temperature (top-p is refused: config/schema.py)
+                    # the CPU build: no torch.compile at start; CUDA: vLLM's graphs (untested here: docs/vllm.md)
+                    enforce_eager=next(base.parameters()).device.type != "cuda",
+                    seed=seed,
+                    disable_log_stats=True,
+                )
         finally:
-            torch.set_num_threads = set_threads
-            torch.set_num_threads(threads)
             # the engine holds the weights now and pushes come as tensors: the folder (the policy's size) can go
             shutil.rmtree(self.folder, ignore_errors=True)
         self.sync_s = 0.0  # the last push's seconds (perf/weight_sync_s)
@@ -90,9 +89,10 @@ class VllmSampler:
         `load_weights` no longer works once loading is done (its parameters have lost their `weight_loader`)."""
         t0 = time.perf_counter()
         weights = [(name, p.detach()) for name, p in base_model_of(model).named_parameters()]
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
-        self.llm.apply_model(_reprocess_head)
-        self.llm.reset_prefix_cache()
+        with threads_kept():
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+            self.llm.apply_model(_reprocess_head)
+            self.llm.reset_prefix_cache()
         self.sync_s = time.perf_counter() - t0
         return self.sync_s
 
@@ -136,8 +136,53 @@ class VllmSampler:
             )
             for seed in seeds
         ]
-        outs = self.llm.generate([p for p in prompts for _ in range(repeats)], params, use_tqdm=False)
+        with threads_kept():
+            outs = self.llm.generate([p for p in prompts for _ in range(repeats)], params, use_tqdm=False)
         return completions_of([o.outputs[0] for o in outs], eos, pad_id, logprobs, prompt_ids.device)
+
+
+@contextlib.contextmanager
+def threads_kept():
+    """torch's CPU thread count (and `torch.set_num_threads` itself) as they were before the block. vLLM sets the
+    threads to 1 and replaces torch.set_num_threads for its serving loop, at build and again when its engine runs;
+    in-process those would be the trainer's too (2 -> 1 while summary.json's provenance said 2), whose thread count
+    is the train entry's (run.apply_process_settings)."""
+    threads, set_threads = torch.get_num_threads(), torch.set_num_threads
+    try:
+        yield
+    finally:
+        torch.set_num_threads = set_threads
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+
+
+REPEATED = ("Failed to load weights",)  # vLLM messages each weight push repeats: shown once, with a note
+
+
+class _OnceFilter(logging.Filter):
+    """Lets the first record holding one of REPEATED through, with a note that repeats are hidden; drops the rest."""
+
+    def __init__(self):
+        super().__init__("rlcompare-once")
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        hit = next((r for r in REPEATED if r in text), None)
+        if hit is None:
+            return True
+        if hit in self.seen:
+            return False
+        self.seen.add(hit)
+        record.msg, record.args = f"{text} [rlcompare: shown once; vLLM repeats it on every weight push]", None
+        return True
+
+
+def _repeat_once(logger: logging.Logger) -> None:
+    """Install `_OnceFilter` on the handlers of vLLM's logger (its modules' loggers propagate to them)."""
+    for handler in logger.handlers:
+        if not any(isinstance(f, _OnceFilter) for f in handler.filters):
+            handler.addFilter(_OnceFilter())
 
 
 def _reprocess_head(vllm_model) -> None:

@@ -122,6 +122,7 @@ def _settle(batch: list[Job], root: Path, t0: float, results: dict) -> tuple[lis
     for j in batch:
         d = run_dir(root, *j.key)
         status = (_fresh_summary(d, t0) or {}).get("status")
+        status = "failed" if status == "interrupted" else status  # a run stopped by its own Ctrl-C: not completed
         not_ours = _not_this_members_run(d, j, status) if status in ("completed", "failed") else None
         if not_ours:
             results[j.key] = {"status": "failed", "error": not_ours, "dir": str(d)}

@@ -55,11 +55,12 @@ def run_name(
     key = (algorithm, str(seed), overrides or "", str(results_dir), str(experiment), str(resume))
     if key in _NAME_CACHE:  # Hydra resolves the run dir more than once: answer the same each time
         return _NAME_CACHE[key]
-    parts = [algorithm] + ([_short_values(overrides)] if overrides else []) + [f"s{seed}"]
-    name = re.sub(r"[^A-Za-z0-9._=,+\-]+", "_", "__".join(parts))
-    if len(name) > MAX_NAME:  # cut, and keep names of different override sets apart with a hash of them all
+    parts = [algorithm] + ([_short_values(overrides)] if overrides else [])
+    name, tail = re.sub(r"[^A-Za-z0-9._=,+\-]+", "_", "__".join(parts)), f"__s{seed}"
+    if len(name) + len(tail) > MAX_NAME:  # cut, keep names of different override sets apart with a hash of them
         digest = hashlib.sha1("__".join([algorithm, overrides or "", str(seed)]).encode()).hexdigest()[:8]
-        name = f"{name[: MAX_NAME - 9]}~{digest}"
+        name = f"{name[: MAX_NAME - 9 - len(tail)]}~{digest}"  # the seed stays visible after the hash
+    name += tail
     resuming = str(resume).lower() not in ("false", "none", "0", "")
     if results_dir is not None and not resuming:
         base, n = name, 1

@@ -391,16 +391,18 @@ def check_fits(tr, blob: dict) -> None:
     critic) has the name, shape and dtype of the model's own, and every optimizer state has one entry per
     parameter with moments shaped and typed like it. A short moment (a crafted file) would otherwise be written
     past its end by the fused AdamW kernel. Raises CheckpointError naming the first misfit."""
-    _fits_weights("policy", blob["policy"], _policy_weights(tr), partial=bool(blob.get("lora")))
+    fits_weights("policy", blob["policy"], _policy_weights(tr), partial=bool(blob.get("lora")))
     _fits_optimizer("optimizer", blob["opt"], tr.opt)
     if (tr.critic is None) != ("critic" not in blob):
         raise CheckpointError("it was written by a run with a different critic setting")
     if tr.critic is not None:
-        _fits_weights("critic", blob["critic"], tr.critic.state_dict())
+        fits_weights("critic", blob["critic"], tr.critic.state_dict())
         _fits_optimizer("critic optimizer", blob["critic_opt"], tr.critic_opt)
 
 
-def _fits_weights(what: str, saved: dict, model: dict, partial: bool = False) -> None:
+def fits_weights(what: str, saved: dict, model: dict, partial: bool = False) -> None:
+    """`saved` weights have the names (all of them unless `partial`), shapes and dtypes of `model`'s state dict;
+    CheckpointError naming the first misfit (also `rlcompare export`'s check)."""
     missing = sorted(set(model) - set(saved))
     extra = sorted(set(saved) - set(model))
     if extra or (missing and not partial):

@@ -33,6 +33,42 @@ def check_model(model_cfg) -> None:
         check_model_folder(str(model_cfg.name_or_path), bool(model_cfg.trust_remote_code))
 
 
+def check_chat_template(cfg) -> None:
+    """prompts.chat=true needs a tokenizer with a chat template: refused here, before the warm start or the model
+    load, for the tiny model (its character tokenizer has none) and for a local folder whose tokenizer files hold
+    none (a hub id is checked once its tokenizer loads, `trainer.encode_prompts`)."""
+    if not cfg.prompts.chat:
+        return
+    chat = f"prompts.chat=true (prompts={cfg.prompts.name})"
+    if cfg.model.kind == "tiny":
+        raise _error(
+            f"{chat}: the tiny model's character tokenizer has no chat template; add prompts.chat=false "
+            f"prompts.template=plain, or use a chat model (model=hf model.name_or_path=<an instruct model>)"
+        )
+    folder = Path(os.path.expanduser(str(cfg.model.name_or_path)))
+    if folder.is_dir() and not _has_chat_template(folder):
+        raise _error(
+            f"{chat}: the tokenizer of model.name_or_path={str(cfg.model.name_or_path)!r} has no chat template; add "
+            f"prompts.chat=false (with a plain prompts.template), or use a chat (instruct) model"
+        )
+
+
+def _has_chat_template(folder: Path) -> bool:
+    """Whether transformers would find a chat template in the tokenizer files of `folder` (tokenizer_config.json's
+    chat_template, or chat_template.jinja / .json beside it); a folder without tokenizer_config.json passes."""
+    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
+        return True
+    if (folder / "additional_chat_templates").is_dir():
+        return True
+    try:
+        conf = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return True  # nothing to read here: the tokenizer's own load decides
+    except (OSError, ValueError, RecursionError):
+        return True  # an unreadable file is the loader's to report
+    return not isinstance(conf, dict) or bool(conf.get("chat_template"))
+
+
 def check_model_folder(path: str, trust_remote_code: bool) -> None:
     """Raise ConfigError when the local folder `path` cannot be loaded safely; a hub id (not a folder) passes."""
     folder = Path(os.path.expanduser(path))

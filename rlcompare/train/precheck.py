@@ -95,6 +95,9 @@ def check_job(overrides: list[str], multirun: bool = False, probed: set[str] | N
         from rlcompare.envs.room import check_env_room
 
         check_env_room(checked)  # a tool-use environment's turns hold a call (a tokenizer's load, for env=calc)
+        from rlcompare.train.model_folder import check_chat_template
+
+        check_chat_template(checked)  # after the prompt set's own settings: those errors name the key to fix first
     except ConfigError as e:
         return str(e)
     key, folder = _run_folder(cfg, overrides, multirun)
@@ -198,7 +201,24 @@ def _composition_error(e: Exception, overrides: list[str]) -> str:
     culprit = next((o for o in overrides if key and o.split("=", 1)[0].lstrip("+~") == key), None)
     if culprit and "not in struct" in msg and not _in_schema(key):
         return f"{culprit}: unknown config key '{key}' (Hydra: {msg.rsplit('; ', 1)[-1]}){_accepted_keys(key)}"
+    if culprit and "not in struct" in msg and key.startswith("model."):
+        return _other_models_key(culprit, key, overrides)
     return f"{culprit + ': ' if culprit else ''}{msg}"
+
+
+HF_ONLY_FIX = {"model.lora": "LoRA adapters are for pretrained models: the tiny model trains every weight"}
+
+
+def _other_models_key(culprit: str, key: str, overrides: list[str]) -> str:
+    """A model key of another model preset (`model.lora.enabled=true` with the default model=tiny): which preset has
+    it and the fix, instead of Hydra's 'not in struct'."""
+    preset = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == "model"), "tiny")
+    why = next((w for k, w in HF_ONLY_FIX.items() if key == k or key.startswith(k + ".")), None)
+    use = "model=hf model.name_or_path=<a hub id or a local folder>" if preset != "hf" else "model=tiny"
+    return (
+        f"{culprit}: model={preset} has no '{key}'{f' ({why})' if why else ''}; it is a setting of "
+        f"{use.split()[0]}: use {use}, or drop {culprit.split('=', 1)[0]}"
+    )
 
 
 def _schema():

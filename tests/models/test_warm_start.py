@@ -132,11 +132,17 @@ def test_a_non_default_warm_start_is_computed_here_and_cached(compose, tmp_path,
     cfg = validate(compose(f"model.cache_dir={tmp_path}"))  # FAST: model.warm_start.steps=20
     splits = build_prompts(cfg.prompts)
     lines = []
+    monkeypatch.setattr(models, "WARM_START_PROGRESS_S", 0.0)  # a progress line every step
     first = models.warm_start_tiny(cfg.model, cfg.prompts, splits, log=lines.append)
     assert first.origin == "computed" and not (models.SHIPPED_WARM_STARTS / first.key).exists()
     assert Path(first.folder) == tmp_path / "warmstart" / first.key
     assert (Path(first.folder) / "model.safetensors").is_file()
-    assert "computed on this machine" in lines[-1] and "20 supervised steps" in lines[-1]
+    # #63: progress while it trains, and "cached as" only once it is
+    assert "computed on this machine" in lines[0] and "20 supervised steps" in lines[0] and "cached" not in lines[0]
+    assert [line.split(" (")[0] for line in lines[1:-1]] == [
+        f"[rlcompare] warm start: step {i}/20" for i in range(1, 21)
+    ]
+    assert lines[-1].startswith("[rlcompare] warm start: done in ") and f"cached as {first.key}" in lines[-1]
     _no_fresh_warm_start(monkeypatch)  # the second run reads the cache
     policy = models.load_policy(cfg, splits, "cpu", log=lines.append)
     assert policy.warm_start_origin == "cached" and policy.warm_start_key == first.key

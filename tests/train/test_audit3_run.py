@@ -374,6 +374,42 @@ def test_sigterm_prints_one_closing_line_with_the_command_that_continues(tmp_pat
     assert (run / "train.log").read_text().splitlines()[-1] == want
 
 
+def test_ctrl_c_ends_like_sigterm_with_the_resume_command_and_no_traceback(tmp_path):
+    """#63: Ctrl-C (SIGINT) printed a 27-frame traceback and summary.json said "KeyboardInterrupt: "."""
+    import signal
+    import time
+
+    run = tmp_path / "results" / "default" / "int"
+    cmd = [sys.executable, "-m", "rlcompare.cli", "train", *FAST, "results_dir=results", "budget.max_steps=50"]
+    proc = subprocess.Popen(
+        [*cmd, "run_name=int"],
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # a shell without job control starts children with SIGINT ignored; a terminal's Ctrl-C finds the default
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    t0 = time.time()
+    while len(read_jsonl(run / "metrics.jsonl")) < 1:
+        assert proc.poll() is None and time.time() - t0 < 300
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
+    step = read_jsonl(run / "metrics.jsonl")[-1]["step"]
+    assert checkpoint.step_of(checkpoint.latest(run)) == step  # the step in flight finished and was saved
+    want = (
+        f"[rlcompare] int: stopped by Ctrl-C after step {step} (checkpoint saved); "
+        f"continue with: rlcompare train resume=results/default/int"
+    )
+    assert out.splitlines() == [want], out
+    s = json.loads((run / "summary.json").read_text())
+    assert s["status"] == "interrupted" and s["error"].startswith("interrupted (Ctrl-C); checkpoint saved"), s
+
+
 # ----------------------------------------------------------------------------- item 10: resume after a name collision
 def test_resume_true_after_a_name_collision_continues_the_newest_unfinished_run(tmp_path):
     first = _cli(tmp_path, "budget.max_steps=4")

@@ -67,9 +67,10 @@ def test_full_fine_tuning_export_gives_the_trainers_logits(compose, tmp_path):
     model, tok = _load(out)
     want = _logits(tr.policy.model, tr.policy.tokenizer)
     assert (want - before).abs().max() > 1e-3  # training moved the weights: the comparison can fail
-    assert torch.allclose(_logits(model, tok), want, atol=1e-5)
-    # the character tokenizer round-trips: same ids as the trainer's
-    assert tok(TEXTS).input_ids == tr.policy.tokenizer(TEXTS).input_ids
+    assert torch.allclose(_logits(model, tr.policy.tokenizer), want, atol=1e-5)
+    # the exported tokenizer encodes as training did: BOS in front (encode_prompts prepends it), a finite length
+    assert tok(TEXTS).input_ids == [[tok.bos_token_id] + ids for ids in tr.policy.tokenizer(TEXTS).input_ids]
+    assert tok.model_max_length == tr.policy.context_length
     gen = json.loads((out / "generation_config.json").read_text())
     eos = gen["eos_token_id"]
     assert sorted([eos] if isinstance(eos, int) else eos) == tr.eos_ids.tolist()
@@ -148,12 +149,14 @@ def test_lora_export_merged_and_adapter_give_the_trainers_logits(compose, tmp_pa
     want = _logits(tr.policy.model, tr.policy.tokenizer)
     assert (want - before).abs().max() > 1e-4  # the adapters moved
 
-    merged = export_run(tr.run_dir, tmp_path / "merged")
-    model, tok = _load(merged)
+    merged, step = export_run(tr.run_dir, tmp_path / "merged")
+    assert step == 3
+    model, _ = _load(merged)
+    tok = tr.policy.tokenizer
     assert not any("lora" in k for k in model.state_dict())  # plain weights, no adapter modules
     assert torch.allclose(_logits(model, tok), want, atol=1e-5)
 
-    adapter = export_run(tr.run_dir, tmp_path / "adapter", adapter=True)
+    adapter, _ = export_run(tr.run_dir, tmp_path / "adapter", adapter=True)
     files = {p.name for p in adapter.iterdir()}
     assert {"adapter_config.json", "adapter_model.safetensors"} <= files and "model.safetensors" not in files
     plain = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
@@ -166,7 +169,7 @@ def test_export_final_writes_the_last_policy_into_the_run_folder(compose, tmp_pa
     assert s["status"] == "completed"
     run = Path(s["run_dir"])
     final, tok = _load(run / "export")
-    again, _ = _load(export_run(run, tmp_path / "from_checkpoint", step=3))  # the same weights, read back
+    again, _ = _load(export_run(run, tmp_path / "from_checkpoint", step=3)[0])  # the same weights, read back
     assert torch.equal(_logits(final, tok), _logits(again, tok))
 
 
@@ -186,3 +189,32 @@ def test_a_completed_run_with_default_settings_can_be_exported(compose, tmp_path
     s = train(compose("budget=tiny", "budget.max_steps=7", "trainer.checkpoint_every=2", "run_name=rot"))
     held = sorted(checkpoint.step_of(p) for p in checkpoint.candidates(Path(s["run_dir"])))
     assert held == [6, 7]
+
+
+def test_export_refuses_a_full_out_before_loading_names_its_step_and_wraps_a_misfit(
+    compose, tmp_path, capsys, monkeypatch
+):
+    import rlcompare.models.load as load
+
+    tr = _trainer(compose, tmp_path / "run")
+    _trained(tr, steps=1)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    with monkeypatch.context() as m:
+        m.setattr(load, "load_policy", lambda *a, **k: pytest.fail("the model loaded before --out was checked"))
+        assert cli_main(["export", str(tr.run_dir), "--out", str(tmp_path / "full")]) == 2
+    assert "not empty" in capsys.readouterr().err
+    # a run trained with rollout.engine=vllm exports without vLLM (the export samples nothing)
+    cfg_file = tr.run_dir / "config.yaml"
+    cfg_file.write_text(cfg_file.read_text().replace("engine: auto", "engine: vllm"))
+    assert cli_main(["export", str(tr.run_dir), "--out", str(tmp_path / "a")]) == 0
+    assert f"exported step 1 of {tr.run_dir} to" in capsys.readouterr().err
+    # a checkpoint whose weights do not fit the model the config builds: one line naming the weight, no traceback
+    path = checkpoint.candidates(tr.run_dir)[-1] / checkpoint.FILE
+    blob = checkpoint.read_file(path)
+    name = next(iter(blob["policy"]))
+    blob["policy"][name] = torch.zeros(3, 3)
+    checkpoint.write_file(blob, path)
+    assert cli_main(["export", str(tr.run_dir), "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"weight {name} is (3, 3)" in err and "does not fit the model" in err

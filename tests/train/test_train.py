@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import json
 import os
 import subprocess
@@ -193,5 +195,6 @@ def test_derived_run_names_are_short_readable_and_distinct():
     # long override sets are cut to MAX_NAME characters, and two that differ only past the cut stay apart
     base = "__".join(f"trainer.knob_{i}=value_{i}" for i in range(12))
     a, b = run_name("dapo", 0, base + "__rollout.top_p=0.9"), run_name("dapo", 0, base + "__rollout.top_p=0.8")
-    assert len(a) == len(b) == MAX_NAME and a != b and a[: MAX_NAME - 9] == b[: MAX_NAME - 9]
+    assert len(a) == len(b) == MAX_NAME and a != b and a[: MAX_NAME - 13] == b[: MAX_NAME - 13]
+    assert a.endswith("__s0") and re.fullmatch(r"dapo__trainer\.knob_0=.*~[0-9a-f]{8}__s12", run_name("dapo", 12, base))
     assert a.startswith("dapo__trainer.knob_0=value_0__")
