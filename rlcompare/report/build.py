@@ -7,7 +7,7 @@ differences.csv, runs.csv and PNG plots. Never imports torch.
     rlcompare report RESULTS_DIR [--metric eval/accuracy] [--at-tokens N]
                      [--estimand window|final|auc] [--threshold X] [--out DIR] [--allow-unmatched]
                      [--reference VARIANT] [--min-seeds 5]
-                     [--compute tokens|seconds]
+                     [--compute tokens|seconds] [--format png|svg|pdf]
 
     python -m rlcompare.report RESULTS_DIR ...
 
@@ -55,6 +55,9 @@ from .compare import (
     _runs_table,
     _status_flags,
     _variant_tables,
+    SAMPLED_METRIC,
+    default_metric,
+    unreferenced_flag,
     verdict,  # noqa: F401
 )
 from .curves import tokens_to_reach  # noqa: F401
@@ -81,6 +84,7 @@ from .load import (
     strip_seed,  # noqa: F401
 )
 from .markdown import _write_report
+from .plots import FIGURE_FORMATS
 from .matching import fingerprint_diff, provenance_flag  # noqa: F401
 
 
@@ -89,7 +93,7 @@ __all__ = ["build_report", "main", "ReportError", "read_jsonl_frame", "find_run_
 
 def build_report(
     results_dir,
-    metric: str = DEFAULT_METRIC,
+    metric: Optional[str] = None,
     at_tokens: Optional[float] = None,
     out_dir=None,
     allow_unmatched: bool = False,
@@ -100,8 +104,12 @@ def build_report(
     min_seeds: int = DEFAULT_MIN_SEEDS,
     compute: str = "tokens",
     estimand: str = DEFAULT_ESTIMAND,
+    figure_format: str = "png",
 ) -> dict:
     """Build the comparison and (by default) write report.md, CSVs and PNGs.
+
+    ``metric`` None: the metric the runs' summary.json calls accuracy (compare.default_metric: eval/accuracy, or
+    eval/avg@n for sampled evals). ``figure_format`` svg or pdf: each plot also as a vector figure beside its PNG.
 
     Returns a dict with DataFrames ``headline`` (one row per variant, sorted by
     final metric), ``summary`` (long: variant x quantity), ``differences``,
@@ -114,13 +122,14 @@ def build_report(
     """
     root = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else root
-    _check_report_arguments(root, at_tokens, reps, min_seeds, compute, estimand)
+    _check_report_arguments(root, at_tokens, reps, min_seeds, compute, estimand, figure_format)
     runs = _load_runs(root, out)
     flags: list[str] = []  # shown at the top of report.md
     notes: list[str] = []  # comparability notes
 
     _assign_variants(runs, reference)
-    passk_section.recompute_from_counts(runs, metric)  # eval/pass@K, pass^K: any K, from the stored counts
+    metric, metric_note = default_metric(runs) if metric is None else (metric, None)
+    recomputed = passk_section.recompute_from_counts(runs, metric)  # eval/pass@K, pass^K: any K, from the counts
     source = _metric_source(runs, metric)
     _mark_included(runs, metric, source)
     mode, T, shortest = _comparison_point(runs, at_tokens, metric, source)
@@ -135,8 +144,10 @@ def build_report(
     )
     headline, summary = _variant_tables(variants, unmatched_variants, pair_problems, reps, metric, estimand)
     runs_df = _runs_table(runs)
-    fit_report = _compute_fit(variants, list(headline["variant"]) if not headline.empty else [], differences, compute)
+    order = list(headline["variant"]) if not headline.empty else []
+    fit_report = _compute_fit(variants, order, differences, compute, metric, source)
     _status_flags(runs, flags, notes)
+    flags += [f for f in [unreferenced_flag(variants)] if f]  # a folder of runs from outside a sweep
     flags += [f for f in [provenance_flag(included)] if f]  # compared runs made in different setups
 
     result = {
@@ -153,6 +164,9 @@ def build_report(
         "threshold_how": threshold_how,
         "metric": metric,
         "metric_source": source,
+        "metric_file": _metric_file(source, recomputed, len(included)),
+        "metric_note": metric_note,  # why the default metric is not eval/accuracy
+        "figure_format": figure_format,
         "shortest_run": shortest.name if mode == "cut" and shortest is not None else None,
         "reps": reps,
         "min_seeds": min_seeds,
@@ -169,7 +183,19 @@ def build_report(
     return result
 
 
-def _check_report_arguments(root: Path, at_tokens, reps: int, min_seeds, compute: str, estimand: str) -> None:
+def _metric_file(source: str, recomputed: int, n_included: int) -> str:
+    """Where report.md says the metric's values come from: a pass@K recomputed from the counts is not eval.jsonl's."""
+    if not recomputed:
+        return f"{source}.jsonl"
+    if recomputed >= n_included:
+        return "eval_counts.jsonl, recomputed from the per-prompt counts"
+    return (
+        f"eval_counts.jsonl, recomputed from the per-prompt counts for {recomputed} run(s); eval.jsonl for "
+        "the runs without counts"
+    )
+
+
+def _check_report_arguments(root: Path, at_tokens, reps: int, min_seeds, compute: str, estimand: str, fmt) -> None:
     if not root.exists():
         raise ReportError(f"{root} does not exist")
     if not root.is_dir():
@@ -180,6 +206,8 @@ def _check_report_arguments(root: Path, at_tokens, reps: int, min_seeds, compute
         raise ReportError("--reps must be at least 1")
     _check_min_seeds(min_seeds)
     _check_compute(compute)
+    if fmt not in FIGURE_FORMATS:
+        raise ReportError(f"--format {fmt!r}: must be one of {', '.join(FIGURE_FORMATS)} (default png)")
     if estimand not in ESTIMANDS:
         raise ReportError(
             f"--estimand {estimand!r}: must be one of {', '.join(ESTIMANDS)} (default {DEFAULT_ESTIMAND})"
@@ -205,7 +233,12 @@ def _parser() -> argparse.ArgumentParser:
         description="Compare runs in a results folder at equal generated tokens, with seed confidence intervals.",
     )
     p.add_argument("results_dir", help="results folder (e.g. results/<experiment>); searched recursively for runs")
-    p.add_argument("--metric", default=DEFAULT_METRIC, help="metric to compare (default: eval/accuracy)")
+    p.add_argument(
+        "--metric",
+        default=None,
+        help=f"metric to compare (default: what the runs call accuracy: {DEFAULT_METRIC}, or {SAMPLED_METRIC} "
+        "for sampled evals without a greedy one)",
+    )
     p.add_argument(
         "--at-tokens",
         type=float,
@@ -261,6 +294,12 @@ def _parser() -> argparse.ArgumentParser:
         help="compute axis of ScaleRL's compute-performance fit: generated tokens or wall seconds "
         "(default: tokens; docs/compute_fit.md)",
     )
+    p.add_argument(
+        "--format",
+        choices=FIGURE_FORMATS,
+        default="png",
+        help="figures: PNG only (png), or also a vector copy of each beside it (svg, pdf)",
+    )
     return p
 
 
@@ -279,6 +318,7 @@ def main(argv: Optional[list] = None) -> int:
             min_seeds=args.min_seeds,
             compute=args.compute,
             estimand=args.estimand,
+            figure_format=args.format,
         )
     except ReportError as e:
         print(f"rlcompare report: {e}", file=sys.stderr)
