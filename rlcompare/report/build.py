@@ -106,20 +106,15 @@ def build_report(
     estimand: str = DEFAULT_ESTIMAND,
     figure_format: str = "png",
 ) -> dict:
-    """Build the comparison and (by default) write report.md, CSVs and PNGs.
+    """Build the comparison and (by default) write report.md, CSVs and PNGs (``figure_format`` svg or pdf: and a
+    vector copy of each). ``metric`` None: what the runs call accuracy (compare.default_metric).
 
-    ``metric`` None: the metric the runs' summary.json calls accuracy (compare.default_metric: eval/accuracy, or
-    eval/avg@n for sampled evals). ``figure_format`` svg or pdf: each plot also as a vector figure beside its PNG.
-
-    Returns a dict with DataFrames ``headline`` (one row per variant, sorted by
-    final metric), ``summary`` (long: variant x quantity), ``differences``,
-    ``runs`` (one row per run folder), plus ``flags`` and ``notes`` (lists of
-    str), ``mode`` ('cut' | 'interpolate'), ``at_tokens``, ``threshold``,
-    ``plots`` (paths) and ``report_path``, ``estimand`` (what the verdicts judge; ``differences`` holds every
-    estimand's rows, each with its verdicts), and ``compute_fit`` (a ComputeFitReport:
-    ScaleRL's fit per variant against ``compute``, tokens or seconds). Raises
-    ReportError for folders without runs, an unknown metric or compute axis.
-    """
+    Returns a dict with DataFrames ``headline`` (one row per variant, sorted by final metric), ``summary`` (long:
+    variant x quantity), ``differences``, ``runs`` (one row per run folder), plus ``flags`` and ``notes`` (lists of
+    str), ``mode`` ('cut' | 'interpolate'), ``at_tokens``, ``threshold``, ``plots`` (paths) and ``report_path``,
+    ``estimand`` (what the verdicts judge; ``differences`` holds every estimand's rows, each with its verdicts), and
+    ``compute_fit`` (a ComputeFitReport: ScaleRL's fit per variant against ``compute``, tokens or seconds). Raises
+    ReportError for folders without runs, an unknown metric or compute axis."""
     root = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else root
     _check_report_arguments(root, at_tokens, reps, min_seeds, compute, estimand, figure_format)
@@ -128,9 +123,7 @@ def build_report(
     notes: list[str] = []  # comparability notes
 
     _assign_variants(runs, reference)
-    metric, metric_note = default_metric(runs) if metric is None else (metric, None)
-    recomputed = passk_section.recompute_from_counts(runs, metric)  # eval/pass@K, pass^K: any K, from the counts
-    source = _metric_source(runs, metric)
+    metric, metric_note, metric_file, source = _judged_metric(runs, metric)
     _mark_included(runs, metric, source)
     mode, T, shortest = _comparison_point(runs, at_tokens, metric, source)
     included = [r for r in runs if r.included]
@@ -144,11 +137,8 @@ def build_report(
     )
     headline, summary = _variant_tables(variants, unmatched_variants, pair_problems, reps, metric, estimand)
     runs_df = _runs_table(runs)
-    order = list(headline["variant"]) if not headline.empty else []
-    fit_report = _compute_fit(variants, order, differences, compute, metric, source)
-    _status_flags(runs, flags, notes)
-    flags += [f for f in [unreferenced_flag(variants)] if f]  # a folder of runs from outside a sweep
-    flags += [f for f in [provenance_flag(included)] if f]  # compared runs made in different setups
+    fit_report = _compute_fit(variants, list(headline.get("variant", [])), differences, compute, metric, source)
+    _attention_flags(runs, included, variants, flags, notes)
 
     result = {
         "headline": headline,
@@ -164,7 +154,7 @@ def build_report(
         "threshold_how": threshold_how,
         "metric": metric,
         "metric_source": source,
-        "metric_file": _metric_file(source, recomputed, len(included)),
+        "metric_file": metric_file,
         "metric_note": metric_note,  # why the default metric is not eval/accuracy
         "figure_format": figure_format,
         "shortest_run": shortest.name if mode == "cut" and shortest is not None else None,
@@ -183,16 +173,32 @@ def build_report(
     return result
 
 
-def _metric_file(source: str, recomputed: int, n_included: int) -> str:
-    """Where report.md says the metric's values come from: a pass@K recomputed from the counts is not eval.jsonl's."""
+def _attention_flags(runs: list[Run], included: list[Run], variants: dict, flags: list[str], notes: list[str]) -> None:
+    """The run-level flags at the top of report.md: failed or unfinished runs, compared runs made in different
+    setups (provenance), variants no reference ties together (a folder of runs from outside a sweep)."""
+    _status_flags(runs, flags, notes)
+    flags += [f for f in [provenance_flag(included)] if f]
+    flags += [f for f in [unreferenced_flag(variants)] if f]
+
+
+def _judged_metric(runs: list[Run], metric: Optional[str]) -> tuple[str, Optional[str], str, str]:
+    """(metric, why it is the default or None, where report.md says its values come from, 'eval' | 'metrics'):
+    --metric or the runs' accuracy; eval/pass@K, pass^K, maj@K recomputed from the stored counts for any K (a
+    recomputed K is eval_counts.jsonl's, not eval.jsonl's)."""
+    metric, note = default_metric(runs) if metric is None else (metric, None)
+    recomputed = passk_section.recompute_from_counts(runs, metric)
+    source = _metric_source(runs, metric)
+    with_evals = sum(1 for r in runs if r.status == "completed" and not r.evals.empty)
     if not recomputed:
-        return f"{source}.jsonl"
-    if recomputed >= n_included:
-        return "eval_counts.jsonl, recomputed from the per-prompt counts"
-    return (
-        f"eval_counts.jsonl, recomputed from the per-prompt counts for {recomputed} run(s); eval.jsonl for "
-        "the runs without counts"
-    )
+        where = f"{source}.jsonl"
+    elif recomputed >= with_evals:
+        where = "eval_counts.jsonl, recomputed from the per-prompt counts"
+    else:
+        where = (
+            f"eval_counts.jsonl, recomputed from the per-prompt counts for {recomputed} run(s); eval.jsonl for the "
+            "others"
+        )
+    return metric, note, where, source
 
 
 def _check_report_arguments(root: Path, at_tokens, reps: int, min_seeds, compute: str, estimand: str, fmt) -> None:
