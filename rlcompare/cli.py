@@ -20,8 +20,13 @@ commands:
   report <results dir> [options]    statistics, intervals and plots from results/
   bench [--sizes ...]               speed against TRL's GRPOTrainer on identical work
   export <run dir> --out <dir> [--step N] [--adapter]  the trained policy as a Hugging Face folder
+
+shell completion of train's overrides: eval "$(rlcompare -sc install=bash)" (zsh, fish too)
 """
 
+
+COMMANDS = ("train", "sweep", "report", "bench", "export")
+SHELL_COMPLETION = ("-sc", "--shell-completion")  # Hydra's flag: install=bash|zsh|fish, uninstall=..., query=...
 
 _RESUME_ARG = re.compile(r"(\+{0,2}resume=)(.*)", re.S)
 
@@ -122,7 +127,8 @@ def train_main(argv: list[str]) -> int:
     # `rlcompare sweep` runs `train -m hydra/sweeper=rlcompare_jobs`. Registered after the checks above: Hydra's
     # plugin scan imports every installed launcher, which a config error need not wait for
     _register_sweeper()
-    sys.argv = ["rlcompare train"] + argv
+    # Hydra's completion script registers, and calls back, the program sys.argv[0] names: `rlcompare`
+    sys.argv = ["rlcompare" if any(a in SHELL_COMPLETION for a in argv) else "rlcompare train"] + argv
     _app()
     return 0
 
@@ -133,6 +139,23 @@ def _failed_in_one_line(e: Exception) -> None:
     if _is_multirun():
         raise e  # Hydra's launcher goes on with the other jobs and reports this one at the end
     raise SystemExit(1)
+
+
+def completion_main(argv: list[str]) -> int:
+    """`rlcompare [train] -sc install=bash` (zsh, fish; uninstall=...): Hydra's shell completion of `rlcompare
+    train`'s overrides. The script Hydra prints calls back `rlcompare -sc query=bash` with the line typed in
+    COMP_LINE: the command word is completed here, `train`'s overrides by Hydra (the line without `train`, as Hydra
+    reads an app's), other commands' arguments by the shell's file completion."""
+    line = os.environ.get("COMP_LINE")
+    if line is not None and any(a.startswith("query=") for a in argv):
+        typed = line.split()[1:]  # after `rlcompare`
+        if len(typed) == 0 or (len(typed) == 1 and not line.endswith(" ")):
+            print(" ".join(c for c in COMMANDS if c.startswith(typed[0] if typed else "")))
+            return 0
+        if typed[0] != "train":
+            return 0
+        os.environ["COMP_LINE"] = re.sub(r"\s+train\b", "", line, count=1)
+    return train_main([a for a in argv if a != "train"])
 
 
 def _register_sweeper() -> None:
@@ -161,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0
     cmd, rest = argv[0], argv[1:]
+    if any(a in SHELL_COMPLETION for a in argv[:2]):  # `rlcompare -sc ...`, `rlcompare train -sc ...`
+        return completion_main(argv)
     if cmd == "train":
         return train_main(rest)
     if cmd == "sweep":

@@ -7,7 +7,7 @@ differences.csv, runs.csv and PNG plots. Never imports torch.
     rlcompare report RESULTS_DIR [--metric eval/accuracy] [--at-tokens N]
                      [--estimand window|final|auc] [--threshold X] [--out DIR] [--allow-unmatched]
                      [--reference VARIANT] [--min-seeds 5]
-                     [--compute tokens|seconds]
+                     [--compute tokens|seconds] [--format png|svg|pdf]
 
     python -m rlcompare.report RESULTS_DIR ...
 
@@ -55,6 +55,9 @@ from .compare import (
     _runs_table,
     _status_flags,
     _variant_tables,
+    SAMPLED_METRIC,
+    default_metric,
+    unreferenced_flag,
     verdict,  # noqa: F401
 )
 from .curves import tokens_to_reach  # noqa: F401
@@ -82,6 +85,7 @@ from .load import (
 )
 from .degenerate import degenerate_flag, mark_degenerate
 from .markdown import _write_report
+from .plots import FIGURE_FORMATS
 from .matching import fingerprint_diff, provenance_flag  # noqa: F401
 
 
@@ -90,7 +94,7 @@ __all__ = ["build_report", "main", "ReportError", "read_jsonl_frame", "find_run_
 
 def build_report(
     results_dir,
-    metric: str = DEFAULT_METRIC,
+    metric: Optional[str] = None,
     at_tokens: Optional[float] = None,
     out_dir=None,
     allow_unmatched: bool = False,
@@ -101,28 +105,26 @@ def build_report(
     min_seeds: int = DEFAULT_MIN_SEEDS,
     compute: str = "tokens",
     estimand: str = DEFAULT_ESTIMAND,
+    figure_format: str = "png",
 ) -> dict:
-    """Build the comparison and (by default) write report.md, CSVs and PNGs.
+    """Build the comparison and (by default) write report.md, CSVs and PNGs (``figure_format`` svg or pdf: and a
+    vector copy of each). ``metric`` None: what the runs call accuracy (compare.default_metric).
 
-    Returns a dict with DataFrames ``headline`` (one row per variant, sorted by
-    final metric), ``summary`` (long: variant x quantity), ``differences``,
-    ``runs`` (one row per run folder), plus ``flags`` and ``notes`` (lists of
-    str), ``mode`` ('cut' | 'interpolate'), ``at_tokens``, ``threshold``,
-    ``plots`` (paths) and ``report_path``, ``estimand`` (what the verdicts judge; ``differences`` holds every
-    estimand's rows, each with its verdicts), and ``compute_fit`` (a ComputeFitReport:
-    ScaleRL's fit per variant against ``compute``, tokens or seconds). Raises
-    ReportError for folders without runs, an unknown metric or compute axis.
-    """
+    Returns a dict with DataFrames ``headline`` (one row per variant, sorted by final metric), ``summary`` (long:
+    variant x quantity), ``differences``, ``runs`` (one row per run folder), plus ``flags`` and ``notes`` (lists of
+    str), ``mode`` ('cut' | 'interpolate'), ``at_tokens``, ``threshold``, ``plots`` (paths) and ``report_path``,
+    ``estimand`` (what the verdicts judge; ``differences`` holds every estimand's rows, each with its verdicts), and
+    ``compute_fit`` (a ComputeFitReport: ScaleRL's fit per variant against ``compute``, tokens or seconds). Raises
+    ReportError for folders without runs, an unknown metric or compute axis."""
     root = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else root
-    _check_report_arguments(root, at_tokens, reps, min_seeds, compute, estimand)
+    _check_report_arguments(root, at_tokens, reps, min_seeds, compute, estimand, figure_format)
     runs = _load_runs(root, out)
     flags: list[str] = []  # shown at the top of report.md
     notes: list[str] = []  # comparability notes
 
     _assign_variants(runs, reference)
-    passk_section.recompute_from_counts(runs, metric)  # eval/pass@K, pass^K: any K, from the stored counts
-    source = _metric_source(runs, metric)
+    metric, metric_note, metric_file, source = _judged_metric(runs, metric)
     _mark_included(runs, metric, source)
     mode, T, shortest = _comparison_point(runs, at_tokens, metric, source)
     included = [r for r in runs if r.included]
@@ -136,9 +138,8 @@ def build_report(
     )
     headline, summary = _variant_tables(variants, unmatched_variants, pair_problems, reps, metric, estimand)
     runs_df = _runs_table(runs)
-    fit_report = _compute_fit(variants, list(headline["variant"]) if not headline.empty else [], differences, compute)
-    _status_flags(runs, flags, notes)
-    flags += [f for f in [degenerate_flag(runs), provenance_flag(included)] if f]  # run health; setups
+    fit_report = _compute_fit(variants, list(headline.get("variant", [])), differences, compute, metric, source)
+    _attention_flags(runs, included, variants, flags, notes)
 
     result = {
         "headline": headline,
@@ -154,6 +155,9 @@ def build_report(
         "threshold_how": threshold_how,
         "metric": metric,
         "metric_source": source,
+        "metric_file": metric_file,
+        "metric_note": metric_note,  # why the default metric is not eval/accuracy
+        "figure_format": figure_format,
         "shortest_run": shortest.name if mode == "cut" and shortest is not None else None,
         "reps": reps,
         "min_seeds": min_seeds,
@@ -170,7 +174,36 @@ def build_report(
     return result
 
 
-def _check_report_arguments(root: Path, at_tokens, reps: int, min_seeds, compute: str, estimand: str) -> None:
+def _attention_flags(runs: list[Run], included: list[Run], variants: dict, flags: list[str], notes: list[str]) -> None:
+    """The run-level flags at the top of report.md: failed or unfinished runs, runs that broke a run-health
+    invariant, compared runs made in different
+    setups (provenance), variants no reference ties together (a folder of runs from outside a sweep)."""
+    _status_flags(runs, flags, notes)
+    flags += [f for f in [degenerate_flag(runs), provenance_flag(included)] if f]  # run health; setups
+    flags += [f for f in [unreferenced_flag(variants)] if f]
+
+
+def _judged_metric(runs: list[Run], metric: Optional[str]) -> tuple[str, Optional[str], str, str]:
+    """(metric, why it is the default or None, where report.md says its values come from, 'eval' | 'metrics'):
+    --metric or the runs' accuracy; eval/pass@K, pass^K, maj@K recomputed from the stored counts for any K (a
+    recomputed K is eval_counts.jsonl's, not eval.jsonl's)."""
+    metric, note = default_metric(runs) if metric is None else (metric, None)
+    recomputed = passk_section.recompute_from_counts(runs, metric)
+    source = _metric_source(runs, metric)
+    with_evals = sum(1 for r in runs if r.status == "completed" and not r.evals.empty)
+    if not recomputed:
+        where = f"{source}.jsonl"
+    elif recomputed >= with_evals:
+        where = "eval_counts.jsonl, recomputed from the per-prompt counts"
+    else:
+        where = (
+            f"eval_counts.jsonl, recomputed from the per-prompt counts for {recomputed} run(s); eval.jsonl for the "
+            "others"
+        )
+    return metric, note, where, source
+
+
+def _check_report_arguments(root: Path, at_tokens, reps: int, min_seeds, compute: str, estimand: str, fmt) -> None:
     if not root.exists():
         raise ReportError(f"{root} does not exist")
     if not root.is_dir():
@@ -181,6 +214,8 @@ def _check_report_arguments(root: Path, at_tokens, reps: int, min_seeds, compute
         raise ReportError("--reps must be at least 1")
     _check_min_seeds(min_seeds)
     _check_compute(compute)
+    if fmt not in FIGURE_FORMATS:
+        raise ReportError(f"--format {fmt!r}: must be one of {', '.join(FIGURE_FORMATS)} (default png)")
     if estimand not in ESTIMANDS:
         raise ReportError(
             f"--estimand {estimand!r}: must be one of {', '.join(ESTIMANDS)} (default {DEFAULT_ESTIMAND})"
@@ -207,7 +242,12 @@ def _parser() -> argparse.ArgumentParser:
         description="Compare runs in a results folder at equal generated tokens, with seed confidence intervals.",
     )
     p.add_argument("results_dir", help="results folder (e.g. results/<experiment>); searched recursively for runs")
-    p.add_argument("--metric", default=DEFAULT_METRIC, help="metric to compare (default: eval/accuracy)")
+    p.add_argument(
+        "--metric",
+        default=None,
+        help=f"metric to compare (default: what the runs call accuracy: {DEFAULT_METRIC}, or {SAMPLED_METRIC} "
+        "for sampled evals without a greedy one)",
+    )
     p.add_argument(
         "--at-tokens",
         type=float,
@@ -263,6 +303,12 @@ def _parser() -> argparse.ArgumentParser:
         help="compute axis of ScaleRL's compute-performance fit: generated tokens or wall seconds "
         "(default: tokens; docs/compute_fit.md)",
     )
+    p.add_argument(
+        "--format",
+        choices=FIGURE_FORMATS,
+        default="png",
+        help="figures: PNG only (png), or also a vector copy of each beside it (svg, pdf)",
+    )
     return p
 
 
@@ -281,6 +327,7 @@ def main(argv: Optional[list] = None) -> int:
             min_seeds=args.min_seeds,
             compute=args.compute,
             estimand=args.estimand,
+            figure_format=args.format,
         )
     except ReportError as e:
         print(f"rlcompare report: {e}", file=sys.stderr)

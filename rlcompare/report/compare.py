@@ -24,10 +24,14 @@ from .estimands import (
 )
 from .load import _SEED_PART, TOKENS, ReportError, Run, _components, strip_seed
 from .matching import config_diff, fingerprint_diff
+from .passk_section import COUNTS_METRIC, counts_of
 from .text import _fmt_tokens, _isnan, _seedset
 
 
 DEFAULT_METRIC = "eval/accuracy"
+# a sampled eval (eval.samples > 0) logs no greedy eval/accuracy unless eval.greedy: its accuracy is avg@n, the
+# number summary.json's eval/accuracy_* hold (rlcompare.train.run.headline), and the report's default then
+SAMPLED_METRIC = "eval/avg@n"
 DEFAULT_REPS = 2000  # only for the old --reps option: the report's intervals are closed-form
 ALPHA = 0.05
 DEFAULT_MIN_SEEDS = 5  # seeds per arm before a comparison gets a verdict (issue 16)
@@ -71,13 +75,18 @@ KIND_BOUNDS = {
     "rate": (0.0, math.inf),
 }
 BOUNDED_METRIC_WORDS = ("accuracy", "frac", "correct")  # a metric named so is a share in [0, 1]
+# the sampled eval's estimators (rlcompare.passk): each a mean over prompts of a probability, in [0, 1]
+PROPORTION_PREFIXES = ("eval/pass@", "eval/pass^", "eval/maj@", "eval/avg@")
 
 
 def metric_bounds(metric: str) -> tuple[float, float]:
-    """The range of a --metric: [0, 1] for accuracies and fractions, lengths and tokens >= 0, else unbounded."""
-    if any(w in metric for w in BOUNDED_METRIC_WORDS) and not metric.startswith("length/"):
+    """The range of a --metric: [0, 1] for accuracies, fractions and the sampled eval's pass@k, pass^k, maj@k and
+    avg@n; lengths and tokens >= 0; else unbounded."""
+    if metric.startswith(PROPORTION_PREFIXES):
         return 0.0, 1.0
-    if metric.startswith(("length/", "tokens/", "time/")):
+    if any(w in metric for w in BOUNDED_METRIC_WORDS) and not metric.startswith(("length/", "eval/mean_length")):
+        return 0.0, 1.0
+    if metric.startswith(("length/", "tokens/", "time/", "eval/mean_length")):
         return 0.0, math.inf
     return -math.inf, math.inf
 
@@ -185,6 +194,22 @@ def _has_values(df: pd.DataFrame, col: str) -> bool:
     return not df.empty and col in df.columns and pd.to_numeric(df[col], errors="coerce").notna().any()
 
 
+def default_metric(runs: list[Run]) -> tuple[str, Optional[str]]:
+    """(metric, note) for a report without --metric: the metric the runs' summary.json calls accuracy. That is
+    the greedy eval/accuracy where a completed run logged it, else the sampled eval's eval/avg@n; the note says
+    so in the second case (None in the first)."""
+    completed = [r for r in runs if r.status == "completed"]
+    if any(_has_values(r.evals, DEFAULT_METRIC) for r in completed):
+        return DEFAULT_METRIC, None
+    if any(_has_values(r.evals, SAMPLED_METRIC) for r in completed):
+        return SAMPLED_METRIC, (
+            f"no `--metric`: the runs' sampled evals (eval.samples > 0) logged no greedy `{DEFAULT_METRIC}`, so "
+            f"`{SAMPLED_METRIC}` is compared (the mean share of correct samples, what their summary.json calls "
+            "accuracy); pass `--metric` for another, e.g. eval/pass@K"
+        )
+    return DEFAULT_METRIC, None
+
+
 def _metric_source(runs: list[Run], metric: str) -> str:
     """'eval' or 'metrics': the file the metric is read from (eval.jsonl first), judged on completed runs."""
     completed = [r for r in runs if r.status == "completed"]
@@ -193,12 +218,59 @@ def _metric_source(runs: list[Run], metric: str) -> str:
     if any(_has_values(r.metrics, metric) for r in completed):
         return "metrics"
     if completed:
-        keys = sorted({c for r in completed for c in r.evals.columns if c not in ("step", TOKENS)})
+        # only keys with values: a --metric eval/pass@K beyond the samples is a column of nan by now
+        keys = sorted(
+            {c for r in completed for c in r.evals.columns if c not in ("step", TOKENS) and _has_values(r.evals, c)}
+        )
         raise ReportError(
             f"metric {metric!r} is in neither eval.jsonl nor metrics.jsonl of any completed run"
+            + _beyond_samples(completed, metric)
             + (f"; eval.jsonl keys: {', '.join(keys)}" if keys else "")
         )
     return "eval"
+
+
+def _beyond_samples(completed: list[Run], metric: str) -> str:
+    """'; <why>' when metric is eval/pass@K (pass^K, maj@K) with K above every run's samples per prompt."""
+    m = COUNTS_METRIC.fullmatch(metric)
+    samples = [min(row["n"]) for r in completed for row in counts_of(r) if row.get("n")]
+    if m is None or not samples or int(m.group(2)) <= max(samples):
+        return ""
+    return (
+        f" (K = {m.group(2)} needs at least {m.group(2)} samples per prompt; these runs sampled at most "
+        f"{max(samples)}: eval.samples)"
+    )
+
+
+def unreferenced_flag(variants: dict[str, list[Run]]) -> Optional[str]:
+    """The Attention line for a folder of variants no reference ties together (runs trained outside a sweep, no
+    --reference): the headline lists them side by side, but nothing checked that they differ in one setting only,
+    so the line names what their first runs' fingerprints and configs differ in. None when every variant is a
+    reference or has one, or there is only one."""
+    tied = {r.reference for vr in variants.values() for r in vr if r.reference} | {
+        v for v, vr in variants.items() if any(r.reference for r in vr)
+    }
+    loose = [v for v in variants if v not in tied]
+    if len(variants) < 2 or not loose:
+        return None
+    first = variants[loose[0]][0]
+    found: list[str] = []
+    for v in loose[1:]:
+        r = variants[v][0]
+        fp = (
+            fingerprint_diff(r.fingerprint, first.fingerprint, ignore=("init_weights_hash",))
+            if r.fingerprint is not None and first.fingerprint is not None
+            else []
+        )
+        diff = (fp + config_diff(r, first))[:4]
+        found += [f"`{v}` vs `{loose[0]}`: " + "; ".join(diff)] if diff else []
+    differ = " They differ in: " + " | ".join(found) + "." if found else ""
+    return (
+        f"**No reference for {', '.join(f'`{v}`' for v in loose)}** (no sweep.reference, no `--reference`): "
+        "the headline lists these variants side by side, but they are not checked to be matched nor compared."
+        + differ
+        + " Pass `--reference VARIANT` to check and compare them against one."
+    )
 
 
 def _source_frame(r: Run, source: str) -> pd.DataFrame:

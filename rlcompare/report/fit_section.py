@@ -11,13 +11,15 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from . import compute_fit
+from . import compute_fit, figures
+from .compare import metric_bounds
 from .curves import _curve
 from .load import TOKENS, ReportError
 from .text import _fmt_tokens, _md_table, csv_safe, plain_label
 
 
-# ScaleRL's curve is fitted to held-out accuracy (a value in [0, 1]) whatever --metric says
+# ScaleRL's curve is fitted to the report's --metric when it is a held-out share in [0, 1] read from eval.jsonl
+# (eval/accuracy, the default; eval/avg@n, pass@k, ...); another metric is not fitted (the curve lives in [0, 1])
 FIT_METRIC = "eval/accuracy"
 FIT_SECONDS = "time/elapsed_s"
 FIT_CURVE_POINTS = 200  # points of each dashed fitted curve in the plots
@@ -34,6 +36,7 @@ class ComputeFitReport:
     fit: Optional[compute_fit.ArmFits]
     curves: dict  # variant -> [compute_fit.SeedCurve], the runs the fit read
     notes: list[str]
+    metric: str = FIT_METRIC  # the held-out metric the fit read (the report's --metric)
 
 
 def _check_compute(compute: Any) -> None:
@@ -44,16 +47,18 @@ def _check_compute(compute: Any) -> None:
         )
 
 
-def _fit_seed_curve(evals: pd.DataFrame, compute: str) -> tuple[Optional[compute_fit.SeedCurve], str]:
+def _fit_seed_curve(
+    evals: pd.DataFrame, compute: str, metric: str = FIT_METRIC
+) -> tuple[Optional[compute_fit.SeedCurve], str]:
     """One run's eval rows as the fit's SeedCurve, rows kept as `_curve` keeps them; or (None, why not)."""
-    tokens, accuracy = _curve(evals, FIT_METRIC)
+    tokens, accuracy = _curve(evals, metric)
     if tokens.size < 2:
-        return None, f"fewer than 2 eval.jsonl rows with {FIT_METRIC} and {TOKENS}"
+        return None, f"fewer than 2 eval.jsonl rows with {metric} and {TOKENS}"
     step_tokens, steps = _curve(evals, "step")
     if not (step_tokens.size and step_tokens[0] == tokens[0] and steps[0] == 0):
         return None, "its first eval row is not the step-0 eval (R0 is read there)"
     if np.any((accuracy < 0) | (accuracy > 1)):
-        return None, f"{FIT_METRIC} outside [0, 1]"
+        return None, f"{metric} outside [0, 1]"
     seconds_tokens, seconds = _curve(evals, FIT_SECONDS)
     has_seconds = np.array_equal(seconds_tokens, tokens)
     if compute == "seconds" and not has_seconds:
@@ -65,13 +70,13 @@ def _fit_seed_curve(evals: pd.DataFrame, compute: str) -> tuple[Optional[compute
     return compute_fit.SeedCurve(accuracy, tokens, seconds if has_seconds else None), ""
 
 
-def _fit_curves(variants: dict, order: list[str], compute: str) -> tuple[dict, list[str]]:
+def _fit_curves(variants: dict, order: list[str], compute: str, metric: str = FIT_METRIC) -> tuple[dict, list[str]]:
     """variant -> the SeedCurves of its included runs the fit can read; one note per reason for the rest."""
     curves: dict = {}
     left_out: dict[str, list[str]] = {}
     for v in order:
         for r in variants[v]:
-            curve, why = _fit_seed_curve(r.evals, compute)
+            curve, why = _fit_seed_curve(r.evals, compute, metric)
             if curve is None and compute == "seconds" and f"eval.jsonl: {FIT_SECONDS}" in r.infinite:
                 why = f"{FIT_SECONDS} not finite"  # set aside when read (frames.finite_frame), not missing
             if curve is None:
@@ -88,11 +93,22 @@ def _fit_reference_pairs(differences: pd.DataFrame, arms) -> dict:
     return {v: ref for v, ref in pairs if v in arms and ref in arms}
 
 
-def _compute_fit(variants: dict, order: list[str], differences: pd.DataFrame, compute: str) -> ComputeFitReport:
-    """ScaleRL's fit per variant over its seeds, and the differences for the differences table's pairs."""
-    curves, notes = _fit_curves(variants, order, compute)
+def _compute_fit(
+    variants: dict,
+    order: list[str],
+    differences: pd.DataFrame,
+    compute: str,
+    metric: str = FIT_METRIC,
+    source: str = "eval",
+) -> ComputeFitReport:
+    """ScaleRL's fit per variant over its seeds to --metric, and the differences for the differences table's
+    pairs; not fitted (a note says why) when --metric is not a held-out share in [0, 1]."""
+    if source != "eval" or metric_bounds(metric) != (0.0, 1.0):
+        why = f"`{metric}` is not a held-out share in [0, 1] read from eval.jsonl, and ScaleRL's curve lives in [0, 1]"
+        return ComputeFitReport(compute, None, {}, [f"not fitted: {why}"], metric)
+    curves, notes = _fit_curves(variants, order, compute, metric)
     if not curves:
-        return ComputeFitReport(compute, None, curves, notes)
+        return ComputeFitReport(compute, None, curves, notes, metric)
     try:
         fit = compute_fit.fit_arms(
             curves,
@@ -102,8 +118,8 @@ def _compute_fit(variants: dict, order: list[str], differences: pd.DataFrame, co
             reference=_fit_reference_pairs(differences, curves),
         )
     except ValueError as e:  # a curve shape the checks above let through: the rest of the report stands
-        return ComputeFitReport(compute, None, curves, notes + [f"fit not computed: {e}"])
-    return ComputeFitReport(compute, fit, curves, notes)
+        return ComputeFitReport(compute, None, curves, notes + [f"fit not computed: {e}"], metric)
+    return ComputeFitReport(compute, fit, curves, notes, metric)
 
 
 def _write_compute_fit_csvs(fr: ComputeFitReport, out: Path) -> None:
@@ -139,8 +155,9 @@ def _fit_axis(fr: ComputeFitReport, curve: compute_fit.SeedCurve) -> np.ndarray:
     return np.asarray(raw, float) - float(raw[0])  # counted from step 0, as the fit counts it
 
 
-def _compute_fit_plot(fr: ComputeFitReport, color: dict, out: Path, plt) -> Optional[str]:
-    """compute_fit.png: per variant the mean curve the fit read (band = min/max over seeds), the fit dashed."""
+def _compute_fit_plot(fr: ComputeFitReport, color: dict, out: Path, plt, figure_format: str = "png") -> Optional[str]:
+    """compute_fit.png: per variant the mean curve the fit read (its 95% t interval over seeds as a band), the fit
+    dashed."""
     if fr.fit is None:
         return None
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
@@ -148,16 +165,17 @@ def _compute_fit_plot(fr: ComputeFitReport, color: dict, out: Path, plt) -> Opti
         seeds = np.vstack([np.interp(arm.grid, _fit_axis(fr, cv), cv.accuracy) for cv in fr.curves[v]])
         ax.plot(arm.grid, arm.mean_curve, "-", color=color[v], label=plain_label(f"{v} (n={arm.n_seeds})"))
         if arm.n_seeds > 1:
-            ax.fill_between(arm.grid, seeds.min(axis=0), seeds.max(axis=0), color=color[v], alpha=0.15, linewidth=0)
+            _, low, high = figures.seed_band(seeds, 0.0, 1.0)
+            ax.fill_between(arm.grid, low, high, color=color[v], alpha=0.15, linewidth=0)
     _draw_fit_lines(ax, _fit_lines(fr, on_token_axis=False), color)
     ax.set_xlabel(("generated tokens" if fr.compute == "tokens" else "wall seconds") + " from the step-0 eval")
-    ax.set_title(f"Held-out {FIT_METRIC}, ScaleRL fit dashed — band = min/max over seeds")
+    ax.set_title(f"Held-out {fr.metric}, ScaleRL fit dashed — {figures.BAND_LABEL}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small", loc="best")
     fig.tight_layout()
-    fig.savefig(out / "compute_fit.png", dpi=100)
+    path = figures.save(fig, out / "compute_fit.png", figure_format)
     plt.close(fig)
-    return str(out / "compute_fit.png")
+    return path
 
 
 def _fit_cell(iv, fmt) -> str:
@@ -223,15 +241,15 @@ def _compute_fit_section(res: dict) -> list[str]:
     L = ["## Compute–performance fit (ScaleRL)", ""]
     if fr.fit is None:
         L.append(
-            f"Not fitted: no included run has an eval.jsonl curve of `{FIT_METRIC}` from its step-0 eval."
-            if not fr.curves
+            f"Not fitted: no included run has an eval.jsonl curve of `{fr.metric}` from its step-0 eval."
+            if not fr.curves and not fr.notes
             else "Not fitted (see the note below)."
         )
         return L + [""] + [f"- {n}" for n in fr.notes] + ([""] if fr.notes else [])
     axis = "generated tokens" if fr.compute == "tokens" else "wall seconds"
     L.append(
         f"R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) fitted as ScaleRL App. A.5 does to held-out "
-        f"`{FIT_METRIC}` against {axis} C counted from the step-0 eval (`--compute {fr.compute}`), on each "
+        f"`{fr.metric}` against {axis} C counted from the step-0 eval (`--compute {fr.compute}`), on each "
         "variant's mean curve over seeds; R0 = mean step-0 accuracy, A = asymptote, B = efficiency, "
         f"C_mid = compute at half the gain. Intervals: percentile bootstrap over seeds, "
         f"{fr.fit.reps} refits."

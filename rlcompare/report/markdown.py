@@ -10,6 +10,7 @@ import pandas as pd
 from . import stats
 from .compare import BETTER, BIMODAL_INCONCLUSIVE, DIFF_QUANTITIES, NO_DIFFERENCE, TOO_FEW_SEEDS, WORSE
 from .estimands import WINDOW_EVALS, estimand_label
+from .figures import vector_copy
 from .fit_section import _compute_fit_section, _write_compute_fit_csvs
 from .load import ReportError, Run
 from . import passk_section
@@ -45,6 +46,7 @@ def _write_files(result: dict, variants: dict[str, list[Run]], out: Path) -> Non
         result["notes"],
         fit_report,
         result.get("passk"),
+        result.get("figure_format", "png"),
     )
     report_path = out / "report.md"
     report_path.write_text(_markdown(result), encoding="utf-8")
@@ -276,7 +278,8 @@ def _md_comparison_point(res: dict) -> list[str]:
     L.append("")
     L += _verdicts_on(res)
     L.append(
-        f"Metric: `{metric}` (from {res['metric_source']}.jsonl). "
+        f"Metric: `{metric}` (from {res.get('metric_file') or res['metric_source'] + '.jsonl'}). "
+        + (f"{res['metric_note'][0].upper()}{res['metric_note'][1:]}. " if res.get("metric_note") else "")
         + (
             f"Threshold for *tokens to threshold*: {res['threshold']:.3f} ({res['threshold_how']})."
             if res["threshold"] is not None and not _isnan(res["threshold"])
@@ -402,9 +405,11 @@ def _md_comparability(res: dict) -> list[str]:
 def _md_plots(res: dict) -> list[str]:
     L = ["## Plots", ""]
     if res["plots"]:
+        fmt = res.get("figure_format", "png")
         for p in res["plots"]:
             name = Path(p).name
-            L.append(f"- [{name}]({name})")
+            vector = vector_copy(name, fmt).name
+            L.append(f"- [{name}]({name})" + (f" ([{fmt}]({vector}))" if fmt != "png" else ""))
         L.append("")
         for p in res["plots"]:
             name = Path(p).name

@@ -16,8 +16,9 @@ import numpy as np
 from rlcompare import passk
 from rlcompare.results import EVAL_COUNTS, read_eval_counts
 
+from . import figures
 from .load import TOKENS, Run
-from .stats import mean_ci
+from .stats import Interval, clip_interval, mean_ci
 from .curves import _value_at
 from .text import _fmt, _md_table, plain_label
 
@@ -33,15 +34,17 @@ def counts_of(r: Run) -> list[dict]:
     return r.eval_counts
 
 
-def recompute_from_counts(runs: list[Run], metric: str) -> bool:
+def recompute_from_counts(runs: list[Run], metric: str) -> int:
     """For `--metric eval/pass@K` (or pass^K, maj@K): every run's eval rows get the metric recomputed from its
     stored counts (nan where an eval sampled fewer than K per prompt, or, for maj@K, did not report K); runs without
     counts keep what eval.jsonl logged.
-    Called before any curve is read (frames are not changed afterwards). Returns whether the metric is one."""
+    Called before any curve is read (frames are not changed afterwards). Returns how many runs were recomputed
+    (0 for another metric: report.md names eval_counts.jsonl as the source when any was)."""
     m = COUNTS_METRIC.fullmatch(metric)
     if m is None:
-        return False
+        return 0
     estimator, k = _ESTIMATORS.get(m.group(1), _majority), int(m.group(2))
+    recomputed = 0
     for r in runs:
         rows = counts_of(r)
         if not rows or r.evals.empty or "step" not in r.evals.columns:
@@ -51,7 +54,8 @@ def recompute_from_counts(runs: list[Run], metric: str) -> bool:
         evals = r.evals.copy()
         evals[metric] = np.asarray(values, dtype=float)
         r.evals = evals
-    return True
+        recomputed += 1
+    return recomputed
 
 
 def _value(row: Optional[dict], estimator, k: int) -> float:
@@ -122,7 +126,7 @@ def curves(variants: dict[str, list[Run]], T: float) -> dict:
     return {"ks": ks, "base": base_curve, "arms": arms}
 
 
-def plot(pk: dict, color: dict, out: Path, plt) -> Optional[str]:
+def plot(pk: dict, color: dict, out: Path, plt, figure_format: str = "png") -> Optional[str]:
     """passk.png: pass@k against k (log2 axis) per variant, its seed interval as a band, the warm start dashed."""
     if not pk or not pk["arms"]:
         return None
@@ -144,10 +148,15 @@ def plot(pk: dict, color: dict, out: Path, plt) -> Optional[str]:
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small", loc="best")
     fig.tight_layout()
-    path = out / "passk.png"
-    fig.savefig(path, dpi=100)
+    path = figures.save(fig, out / "passk.png", figure_format)
     plt.close(fig)
-    return str(path)
+    return path
+
+
+def _cell(mean: float, low: float, high: float) -> str:
+    """mean [low, high] with the interval cut to [0, 1], pass@k's range, and marked ✂ where it was cut."""
+    (_, low, high), cut = clip_interval(Interval(mean, low, high), 0.0, 1.0)
+    return f"{_fmt(mean, 'metric')} [{_fmt(low, 'metric')}, {_fmt(high, 'metric')}]" + (" ✂" if cut else "")
 
 
 def section(res: dict) -> list[str]:
@@ -159,10 +168,7 @@ def section(res: dict) -> list[str]:
     head = ["variant", "seeds"] + [f"pass@{k}" for k in ks] + ["falls to the warm start at k"]
     rows = [["warm start (step 0)", "—"] + [_fmt(b, "metric") for b in pk["base"]] + ["—"]]
     for v, arm in pk["arms"].items():
-        cells = [
-            f"{_fmt(m, 'metric')} [{_fmt(lo, 'metric')}, {_fmt(hi, 'metric')}]"
-            for m, lo, hi in zip(arm["mean"], arm["low"], arm["high"])
-        ]
+        cells = [_cell(m, lo, hi) for m, lo, hi in zip(arm["mean"], arm["low"], arm["high"])]
         crosses = arm["crosses_at"]
         rows.append([v, str(arm["seeds"])] + cells + ["never" if crosses is None else f"{crosses:.3g}"])
     return [
@@ -171,7 +177,7 @@ def section(res: dict) -> list[str]:
         "From the per-prompt correct counts of the sampled evals (eval_counts.jsonl), read at the comparison point "
         "as the verdicts read a metric (linear in generated tokens between the evals around it), "
         "with the unbiased estimator 1 − C(n−c, k)/C(n, k) averaged over held-out prompts; mean over seeds with a "
-        "95% Student t interval over seeds (the seed is the unit of replication: a prompt's samples are not "
+        "95% Student t interval over seeds, cut to [0, 1] where it runs past (✂) (the seed is the unit of replication: a prompt's samples are not "
         "replications of training). The warm start's curve is the step-0 eval. *Falls to the warm start at k*: "
         "the k (interpolated in log2 k) where the variant's mean curve, above the warm start's at small k, "
         "meets it (the base model catching up at large k, arXiv 2504.13837); never: it stays above, or starts "

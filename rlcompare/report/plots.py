@@ -1,4 +1,5 @@
-"""The report's PNG plots: per variant the mean curve over seeds with a min/max band, against generated tokens."""
+"""The report's plots: per variant the mean curve over seeds with its 95% t interval as a band (figures.seed_band),
+against generated tokens; PNG, and an svg or pdf copy with --format."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ from typing import Optional
 
 import numpy as np
 
+from . import figures
+from .compare import metric_bounds
 from .curves import _curve
-from .fit_section import FIT_METRIC, ComputeFitReport, _compute_fit_plot, _draw_fit_lines, _fit_lines
+from .figures import FIGURE_FORMATS  # noqa: F401 - build's --format choices
+from .fit_section import ComputeFitReport, _compute_fit_plot, _draw_fit_lines, _fit_lines
 from .load import Run
 from . import passk_section
 from .text import plain_label
@@ -56,7 +60,8 @@ def _band(vr: list[Run], col: str, source: str):
     n_points = min(200, max(c[0].size for c in curves))
     grid = np.linspace(lo, hi, max(n_points, 2))
     ys = np.vstack([np.interp(grid, t, y) for t, y in curves])
-    return grid, ys.mean(axis=0), ys.min(axis=0), ys.max(axis=0), len(curves)
+    mean, low, high = figures.seed_band(ys, *metric_bounds(col))
+    return grid, mean, low, high, len(curves)
 
 
 def _plots(
@@ -69,6 +74,7 @@ def _plots(
     notes: list[str],
     fit_report: Optional[ComputeFitReport] = None,
     passk_curves: Optional[dict] = None,
+    figure_format: str = "png",
 ) -> list[str]:
     if not variants:
         return []
@@ -83,7 +89,7 @@ def _plots(
     specs += _PLOTS
     # the fit is drawn over the accuracy band where that plot shows the fit's metric against tokens,
     # else (--compute seconds, another --metric) on a plot of its own, compute_fit.png
-    overlay = fit_report is not None and fit_report.compute == "tokens" and metric == FIT_METRIC and source == "eval"
+    overlay = fit_report is not None and fit_report.compute == "tokens" and metric == fit_report.metric
     fit_over_accuracy = _fit_lines(fit_report, on_token_axis=True) if overlay else {}
     written: list[str] = []
     for fname, title, series in specs:
@@ -109,13 +115,12 @@ def _plots(
         if not math.isnan(T):
             ax.axvline(T, color="grey", linestyle=":", linewidth=1, label="comparison point")
         ax.set_xlabel("generated tokens")
-        ax.set_title(plain_label(title) + " — mean over seeds, band = min/max")
+        ax.set_title(plain_label(title) + f" — mean over seeds, {figures.BAND_LABEL}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small", loc="best")
         fig.tight_layout()
-        fig.savefig(out / fname, dpi=100)
+        written.append(figures.save(fig, out / fname, figure_format))
         plt.close(fig)
-        written.append(str(out / fname))
-    fit_plot = _compute_fit_plot(fit_report, color, out, plt) if fit_report and not overlay else None
-    passk_plot = passk_section.plot(passk_curves, color, out, plt) if passk_curves else None
+    fit_plot = _compute_fit_plot(fit_report, color, out, plt, figure_format) if fit_report and not overlay else None
+    passk_plot = passk_section.plot(passk_curves, color, out, plt, figure_format) if passk_curves else None
     return written + [p for p in (fit_plot, passk_plot) if p]

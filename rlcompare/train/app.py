@@ -138,8 +138,10 @@ def _store_surrogate_knobs() -> None:
     from rlcompare.config.schema import clip_config
 
     clip = {f.name: f.default for f in fields(clip_config())}
-    # algorithm.module (a plug-in surrogate's module, config/user_modules.py) at its default, for every preset
-    ConfigStore.instance().store(name=KNOBS_NODE, node={"algorithm": {"clip": clip, "module": None}})
+    # algorithm.module and verifier.module (a plug-in's module, config/user_modules.py) at their defaults, for every
+    # preset: `verifier.module=x verifier.name=y` works on any verifier preset, as docs/config.md lists it
+    node = {"algorithm": {"clip": clip, "module": None}, "verifier": {"module": None}}
+    ConfigStore.instance().store(name=KNOBS_NODE, node=node)
 
 
 surrogate_specs.on_change(_store_surrogate_knobs)
