@@ -11,6 +11,7 @@ from . import stats
 from .compare import BETTER, BIMODAL_INCONCLUSIVE, DIFF_QUANTITIES, NO_DIFFERENCE, TOO_FEW_SEEDS, WORSE
 from .estimands import WINDOW_EVALS, estimand_label
 from .fit_section import _compute_fit_section, _write_compute_fit_csvs
+from .fragile import words as fragile_words
 from .load import ReportError, Run
 from . import passk_section
 from .plots import _plots
@@ -166,7 +167,7 @@ def _mde_cell(x: pd.Series) -> str:
 def _verdict_cell(x: pd.Series, holm: bool = False) -> str:
     """The verdict, and "fragile (seed s of `arm` decides it)" where leaving that seed out changes it."""
     word, seed = (x["verdict_holm"], x.get("fragile_holm", "")) if holm else (x["verdict"], x.get("fragile", ""))
-    return f"{word}; fragile ({seed} decides it)" if isinstance(seed, str) and seed else word
+    return f"{word}; {fragile_words(seed)}" if isinstance(seed, str) and seed else word
 
 
 def _bimodal_cell(x: pd.Series) -> str:
