@@ -73,9 +73,9 @@ def _claims(claims_dir: Path) -> list[dict]:
 def _source() -> str:
     try:
         head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-        return f"rerun at {head.stdout.strip() or 'unknown commit'}"
+        return f"collected at {head.stdout.strip() or 'unknown commit'}"  # the runs' own commit: --source
     except OSError:
-        return "rerun"
+        return "collected"
 
 
 def collect(data: dict, results: Path, min_seeds: int, source: str) -> list[dict]:

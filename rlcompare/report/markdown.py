@@ -92,8 +92,8 @@ def _statistics_method(res: dict) -> list[str]:
         '(t(0.975, df) + t(0.80, df))·SE (Bloom 1995): *no detectable difference* reads "none larger than '
         'the MDE".',
         "- Bimodal: an arm whose seeds split at one gap much wider than their spread inside the two groups (the "
-        "gap rule, `stats.looks_bimodal`: 5% false alarms on normal seeds) — runs that learned and runs that "
-        "collapsed. Below "
+        "gap rule, `stats.looks_bimodal`, with two seeds or more on each side: under 5% false alarms on normal "
+        "seeds) — runs that learned and runs that collapsed. Below "
         f"{stats.BIMODAL_MIN_SEEDS} seeds in that arm its verdicts read *{BIMODAL_INCONCLUSIVE}*: the coverage "
         "simulation (`scripts/coverage.py --bimodal`) shows the difference's interval covering less than 95% there "
         "(0.80 at 5 seeds with one collapse in 10 against one in 5).",
