@@ -145,3 +145,18 @@ def test_clip_interval_to_physical_bounds():
     assert stats.clip_interval(inside, 0.0, 1.0) == (inside, False)
     nan = Interval(0.5, float("nan"), float("nan"))
     assert stats.clip_interval(nan, 0.0, 1.0)[1] is False
+
+
+def test_the_report_floors_the_gap_rule_at_a_sampled_evals_error():
+    # issue 65: the report's bimodal column on c13's DAPO pass@1 values (above) with 200 prompts x 64 samples
+    from types import SimpleNamespace
+
+    from rlcompare.report.compare import _bimodal_arms, eval_draws
+
+    runs = [SimpleNamespace(config={"eval": {"samples": 64}, "prompts": {"n_eval": 200}})]
+    assert eval_draws(runs, "eval/pass@1") == 12800
+    assert eval_draws(runs, "eval/accuracy") == 0 and eval_draws([SimpleNamespace(config={})], "eval/pass@1") == 0
+    dapo = np.array([0.2342, 0.2300, 0.2337, 0.2301, 0.2333])
+    flat = np.full(5, 0.2326)
+    assert _bimodal_arms([("dapo", dapo), ("grpo", flat)]) == "dapo"
+    assert _bimodal_arms([("dapo", dapo), ("grpo", flat)], 12800) == ""
