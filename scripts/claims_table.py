@@ -37,21 +37,29 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rlcompare.report import ReportError, build_report, stats  # noqa: E402
-from rlcompare.report.fragile import fragility  # noqa: E402
+from rlcompare.report import ReportError, build_report  # noqa: E402
+from rlcompare.report.claims_table import (  # noqa: E402, F401 (the table's names, for the tests and readers)
+    ALPHA,
+    ESTIMAND,
+    IDENTITY,
+    MARKER,
+    TITLES,
+    claim_rows,
+    compare,
+    eval_draws,
+    markdown,
+    readme_table,
+    replace_table,
+    verdict,
+)
 
 SEEDS_CSV = REPO / "docs" / "claims_seeds.csv"
 FIELDS = ["claim", "variant", "reference", "metric", "quantity", "arm", "seed", "value", "comparison_tokens", "source"]
-ESTIMAND = "window"
-ALPHA = 0.05
-IDENTITY = "mechanism identity"
 
 
 def slug(metric: str) -> str:
@@ -71,9 +79,9 @@ def _claims(claims_dir: Path) -> list[dict]:
 def _source() -> str:
     try:
         head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-        return f"rerun at {head.stdout.strip() or 'unknown commit'}"
+        return f"collected at {head.stdout.strip() or 'unknown commit'}"  # the runs' own commit: --source
     except OSError:
-        return "rerun"
+        return "collected"
 
 
 def collect(data: dict, results: Path, min_seeds: int, source: str) -> list[dict]:
@@ -118,152 +126,7 @@ def write_seeds(path: Path, rows: list[dict]) -> None:
         w.writerows({k: r[k] for k in FIELDS} for r in rows)
 
 
-def compare(rows: list[dict], claim: str, variant: str, metric: str, quantity: str = ESTIMAND) -> dict | None:
-    """The statistics of one (claim, variant, metric) from its per-seed rows; None without rows."""
-    mine = [
-        r for r in rows if (r["claim"], r["variant"], r["metric"], r["quantity"]) == (claim, variant, metric, quantity)
-    ]
-    if not mine:
-        return None
-    va = {r["seed"]: r["value"] for r in mine if r["arm"] == "variant"}
-    vb = {r["seed"]: r["value"] for r in mine if r["arm"] == "reference"}
-    paired = set(va) == set(vb)
-    xa = np.array([va[s] for s in sorted(va)])
-    xb = np.array([vb[s] for s in (sorted(va) if paired else sorted(vb))])
-    if paired:
-        d, p, mde = stats.paired_difference_ci(xa, xb), stats.paired_p_value(xa, xb), stats.paired_mde(xa, xb)
-    else:
-        d, p, mde = stats.difference_ci(xa, xb), stats.welch_p_value(xa, xb), stats.welch_mde(xa, xb)
-    return {
-        "diff": d.point, "low": d.low, "high": d.high, "p": p, "mde": mde, "method": "paired" if paired else "Welch",
-        "poi": stats.probability_of_improvement(xa, xb), "n_var": xa.size, "n_ref": xb.size,
-        "tokens": float(mine[0]["comparison_tokens"]), "source": mine[0]["source"],
-        "bimodal": ", ".join(lb for lb, x in ((variant, xa), ("base", xb)) if stats.looks_bimodal(x)),
-        "bimodal_n": min([n for n, x in ((xa.size, xa), (xb.size, xb)) if stats.looks_bimodal(x)], default=0),
-        "seeds_variant": " ".join(map(str, sorted(va))), "values_variant": " ".join(repr(float(x)) for x in xa),
-        "seeds_reference": " ".join(map(str, sorted(va) if paired else sorted(vb))),
-        "values_reference": " ".join(repr(float(x)) for x in xb),
-    }  # fmt: skip
-
-
-def verdict(direction: str, diff: float, p_holm: float, mde: float, n_var: int, n_ref: int, min_seeds: int) -> str:
-    if min(n_var, n_ref) < min_seeds:
-        return "too few seeds: inconclusive"
-    if direction == "report":
-        return "(reported)"
-    rejected = p_holm <= ALPHA
-    if direction == "same":
-        return "not reproduced" if rejected else f"consistent (none larger than {fmt(mde)})"
-    if not rejected:
-        return f"inconclusive (none larger than {fmt(mde)})"
-    return "reproduced" if (diff > 0) == (direction == "higher") else "opposite"
-
-
-def claim_rows(data: dict, seeds: list[dict], min_seeds: int) -> list[dict]:
-    name, base, claim = data["name"], data["base"]["label"], data["claim"]
-    rows = []
-    for e in claim["expect"]:
-        row = {
-            "claim": name,
-            "variant": e["variant"],
-            "reference": base,
-            "metric": e["metric"],
-            "direction": e["direction"],
-        }
-        got = compare(seeds, name, e["variant"], e["metric"])
-        final = compare(seeds, name, e["variant"], e["metric"], "final")
-        rows.append({**row, **(got or {}), "final": final, "kind": claim.get("kind", "")})
-    _holm(rows, min_seeds)
-    fragile = _fragile(rows, name, base)
-    for i, r in enumerate(rows):
-        if "p" not in r:
-            r["verdict"] = "not in the CSV: rerun the sweep and --collect"
-            continue
-        if _bimodal_too_few(r, min_seeds):
-            r["verdict"] = f"{BIMODAL_INCONCLUSIVE}; {r['bimodal']}: fewer than {stats.BIMODAL_MIN_SEEDS} seeds"
-        else:
-            r["verdict"] = verdict(r["direction"], r["diff"], r["p_holm"], r["mde"], r["n_var"], r["n_ref"], min_seeds)
-        if r["kind"] == IDENTITY:
-            r["verdict"] = f"{IDENTITY} (claim_same_rows.py), not a statistical result; {r['verdict']}"
-        if fragile.get(i):
-            r["verdict"] += f"; fragile ({fragile[i]} decides it)"
-    return rows
-
-
-BIMODAL_INCONCLUSIVE = "inconclusive (bimodal seeds)"
-
-
-def _bimodal_too_few(r: dict, min_seeds: int) -> bool:
-    """A bimodal arm below stats.BIMODAL_MIN_SEEDS seeds (a row with too few seeds says that first)."""
-    return bool(r["bimodal"]) and r["bimodal_n"] < stats.BIMODAL_MIN_SEEDS and min(r["n_var"], r["n_ref"]) >= min_seeds
-
-
-def _decided(r: dict, min_seeds: int) -> bool:
-    return "p" in r and min(r["n_var"], r["n_ref"]) >= min_seeds and not _bimodal_too_few(r, min_seeds)
-
-
-def _holm(rows: list[dict], min_seeds: int) -> None:
-    """Holm over the report's family: the variants compared with the base on one metric, within this claim, that get
-    a verdict (a bimodal arm below stats.BIMODAL_MIN_SEEDS, or too few seeds, spends no alpha, as in the report)."""
-    for metric in {r["metric"] for r in rows}:
-        family = [r for r in rows if r["metric"] == metric and _decided(r, min_seeds)]
-        for r, ph in zip(family, stats.holm_adjusted([r["p"] for r in family])):
-            r["p_holm"], r["family"] = float(ph), len(family)
-        for r in rows:
-            if r["metric"] == metric and "p" in r and not _decided(r, min_seeds):
-                r["p_holm"], r["family"] = float("nan"), len(family)
-
-
-def _fragile(rows: list[dict], claim: str, base: str) -> dict[int, str]:
-    """Row index -> the seed that decides its Holm verdict (rlcompare.report.fragile, leaving one seed out), over
-    the decided rows ("report" rows decide nothing but sit in the family, as in the report)."""
-    decided = [i for i, r in enumerate(rows) if "p" in r and not np.isnan(r["p_holm"])]
-    if not decided:
-        return {}
-    frame = pd.DataFrame(
-        [
-            {**{k: rows[i][k] for k in ("variant", "diff", "p_holm", "seeds_variant", "values_variant")},
-             "seeds_reference": rows[i]["seeds_reference"], "values_reference": rows[i]["values_reference"],
-             "reference": base, "quantity": f"{claim}/{rows[i]['metric']}", "diff_low": rows[i]["low"],
-             "diff_high": rows[i]["high"], "method": rows[i]["method"].lower()}
-            for i in decided
-        ],
-        index=decided,
-    )  # fmt: skip
-    _, holm = fragility(frame, pd.Series(True, index=frame.index), ALPHA)
-    return {i: who for i, who in holm.items() if who and rows[i]["direction"] != "report"}
-
-
-def fmt(x: float) -> str:
-    return f"{x:+.3g}" if abs(x) >= 1e-3 or x == 0 else f"{x:+.2e}"
-
-
-def _p(p: float) -> str:
-    return "–" if np.isnan(p) else f"{p:.3f}"  # a row out of Holm's family (bimodal seeds)
-
-
-HEADER = (
-    "| claim | variant vs base | metric | predicted | Δ, window mean [95% CI] | interval | p (Holm, family) "
-    "| MDE (80% power) | P(variant > base) | seeds | verdict (Holm) | Δ at the single final point [95% CI] |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|---|"
-)
-
-
-def markdown(rows: list[dict]) -> str:
-    out = [HEADER]
-    for r in rows:
-        lead = f"| {r['claim']} | {r['variant']} vs {r['reference']} | `{r['metric']}` | {r['direction']} |"
-        if "p" not in r:
-            out.append(f"{lead} – | – | – | – | – | – | {r['verdict']} | – |")
-            continue
-        f = r["final"]
-        final = f"{fmt(f['diff'])} [{fmt(f['low'])}, {fmt(f['high'])}]" if f else "–"
-        out.append(
-            f"{lead} {fmt(r['diff'])} [{fmt(r['low'])}, {fmt(r['high'])}] | {r['method']} | "
-            f"{r['p']:.3f} ({_p(r['p_holm'])}, {r['family']}) | {abs(r['mde']):.3g} | {r['poi']:.2f} | "
-            f"{r['n_var']}/{r['n_ref']} | {r['verdict']} | {final} |"
-        )
-    return "\n".join(out) + "\n"
+README = REPO / "README.md"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,9 +139,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-seeds", type=int, default=5)
     p.add_argument("--out", default=None, help="write the table here (markdown); default: print it")
     p.add_argument("--rerun-only", action="store_true", help="only the rows with per-seed values (docs/claims.md)")
+    p.add_argument("--readme", action="store_true", help="rewrite README.md's claims block from the CSV")
+    p.add_argument("--check", action="store_true", help="with --readme: exit 1 if README.md's block differs")
     args = p.parse_args(argv)
     claims, csv_path = _claims(Path(args.claims)), Path(args.seeds_csv)
     seeds = read_seeds(csv_path)
+    if args.readme:
+        text = README.read_text()
+        new = replace_table(text, readme_table(claims, seeds, args.min_seeds))
+        if args.check:
+            print("README.md's claims table " + ("agrees with" if new == text else "differs from") + " the CSV")
+            return 0 if new == text else 1
+        README.write_text(new)
+        return 0
     if args.collect:
         source = args.source or _source()
         for data in claims:

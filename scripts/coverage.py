@@ -1,7 +1,8 @@
 """Print the measured coverage of every interval `rlcompare report` uses (rlcompare/report/coverage.py).
 
     python scripts/coverage.py [--trials 10000] [--seed 0] [--shape 'bimodal(0.45, 0.28, 0.005, 0.2)' ...]
-    python scripts/coverage.py --bimodal [--trials 40000]   # the seed count behind stats.BIMODAL_MIN_SEEDS
+    python scripts/coverage.py --bimodal [--trials 40000]   # the seed count behind stats.BIMODAL_MIN_SEEDS, the
+        # coverage of the seed sets that still get a verdict, and how the gap rule reads outliers and two modes
 
 One row per interval x shape, one column per seed count: the share of simulated seed sets whose nominal 95%
 interval holds the true value, with the floor it must reach (nominal less three Monte Carlo standard errors
@@ -54,8 +55,9 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--bimodal",
         action="store_true",
-        help="only the bimodal shapes' difference intervals (Welch, paired) at 5-20 seeds, over all sets and over the "
-        "sets the gap rule flags, and the seed count from which they cover (stats.BIMODAL_MIN_SEEDS)",
+        help="only the bimodal shapes' intervals (mean, Welch, paired) at 5-20 seeds, over all sets, the sets the gap "
+        "rule withholds, the sets that still get a verdict and those with one outlier; the gap rule's reading of "
+        "outliers and two modes; the seed count from which they cover (stats.BIMODAL_MIN_SEEDS)",
     )
     args = ap.parse_args(argv)
     if args.trials < 100:
@@ -68,6 +70,11 @@ def main(argv=None) -> int:
     if args.bimodal:
         cells = C.bimodal_cells(trials=args.trials, seed=args.seed)
         print("\n".join(_table(cells, floors=False)))
+        print("\nHow the gap rule reads seed sets of known kind (share of sets):\n")
+        print("| process | seeds | two modes (verdict withheld) | one outlier (verdict given, seed named) |")
+        print("|---|---|---|---|")
+        for name, n, modes, outlier in C.gap_rule_rates(trials=args.trials, seed=args.seed):
+            print(f"| {name} | {n} | {modes:.3f} | {outlier:.3f} |")
         count = C.bimodal_seed_count(cells)
         print(
             f"\nEvery bimodal shape covers {C.NOMINAL - C.BIMODAL_TOLERANCE:.2f} (less Monte Carlo error) from "

@@ -542,8 +542,21 @@ def _pair_values(a: list[Run], b: list[Run], fixed_T) -> tuple[float, dict, dict
     )
 
 
-def _bimodal_arms(pairs: list[tuple[str, np.ndarray]]) -> str:
-    return ", ".join(name for name, x in pairs if stats.looks_bimodal(x))
+def eval_draws(runs: list[Run], metric: str) -> int:
+    """The 0/1 outcomes one sampled eval averages for `metric`: prompts.n_eval x eval.samples for eval/pass@1 of a
+    sampled eval (its sampling error floors the gap rule's spread, issue 65); 0 otherwise."""
+    if metric != "eval/pass@1" or not runs:
+        return 0
+    config = runs[0].config
+    samples, n_eval = (config.get("eval") or {}).get("samples"), (config.get("prompts") or {}).get("n_eval")
+    return int(samples) * int(n_eval) if isinstance(samples, int) and isinstance(n_eval, int) else 0
+
+
+def _bimodal_arms(pairs: list[tuple[str, np.ndarray]], draws: int = 0) -> str:
+    """The arms whose seeds have two modes; `draws`: the sampled eval's outcomes behind each value (0: greedy)."""
+    values = np.concatenate([x for _, x in pairs])
+    noise = stats.eval_sampling_error(values, draws) if draws and values.size else 0.0
+    return ", ".join(name for name, x in pairs if stats.looks_bimodal(x, noise))
 
 
 def _difference_rows(v: str, ref: str, a: list[Run], b: list[Run], metric: str, matched: bool, fixed_T=None):
@@ -586,7 +599,7 @@ def _difference_rows(v: str, ref: str, a: list[Run], b: list[Run], metric: str, 
                 "welch_high": welch.high,
                 "welch_p": welch_p,
                 "mde": mde,
-                "bimodal": _bimodal_arms([(v, xa), (ref, xb)]),
+                "bimodal": _bimodal_arms([(v, xa), (ref, xb)], eval_draws(a, metric)),
                 "seeds_variant": " ".join(str(r.seed) for r in a),
                 "values_variant": " ".join(repr(float(x)) for x in xa),
                 "seeds_reference": " ".join(str(r.seed) for r in b),

@@ -407,31 +407,57 @@ def paired_cells(shapes=PAIRED, trials: int = 2000, seed: int = 0) -> Iterator[C
 # documented shortfall; no seed count removes it), which the tolerance admits.
 BIMODAL_SEED_COUNTS = (5, 8, 10, 15, 20)
 BIMODAL_TOLERANCE = 0.01
-FLAGGED = ", sets the gap rule flags"  # suffix of the cells measured only on flagged seed sets
+FLAGGED = ", sets the gap rule flags"  # suffix of the cells measured only on the sets whose verdict is withheld
+VERDICT = ", sets that get a verdict"  # ... only on the sets the rule lets through (no arm with two modes)
+OUTLIER = ", sets with one outlier"  # ... only on the sets where the rule sets one seed of an arm apart
+NO_ALARM = ", sets with no alarm"  # ... only on the sets where the rule sees nothing (before issue 65: the verdicts)
 
 
 def flagged_rows(x: np.ndarray) -> np.ndarray:
-    """stats.looks_bimodal row by row on (trials, n) seed sets."""
-    n = x.shape[-1]
-    if n < stats.GAP_MIN_SEEDS:
-        return np.zeros(x.shape[:-1], dtype=bool)
-    return np.asarray(stats.gap_ratios(x)) >= stats.GAP_CRITICAL[min(n, max(stats.GAP_CRITICAL))]
+    """stats.looks_bimodal row by row on (trials, n) seed sets: the alarm, with two seeds or more on each side."""
+    return np.asarray(stats.gap_alarm(x)) & (np.asarray(stats.smaller_group(x)) >= 2)
 
 
-def _both_cells(name: str, shape: str, n: int, interval: stats.Interval, truth: float, flagged: np.ndarray):
-    """The cell over every set, and the one over the sets where an arm is flagged (if any)."""
+def outlier_rows(x: np.ndarray) -> np.ndarray:
+    """stats.lone_outlier row by row: the alarm with a single seed on one side of the gap."""
+    return np.asarray(stats.gap_alarm(x)) & (np.asarray(stats.smaller_group(x)) == 1)
+
+
+def _subsets(name: str, shape: str, n: int, interval: stats.Interval, truth: float, flagged, outlier):
+    """The cell over every set, then over the withheld sets, the sets that get a verdict, those with one outlier
+    and those with no alarm (the last two split the ones that get a verdict); a subset with no set is left out.
+    From stats.BIMODAL_MIN_SEEDS on every set gets a verdict: the subsets are not measured there."""
     trials = flagged.size
     coverage, width = _covered(interval, truth)
     yield Cell(name, shape, "bimodal", n, trials, coverage, width)
-    if flagged.any():
-        sub = stats.Interval(interval.point[flagged], interval.low[flagged], interval.high[flagged])
-        coverage, width = _covered(sub, truth)
-        yield Cell(name + FLAGGED, shape, "bimodal", n, int(flagged.sum()), coverage, width)
+    if n >= stats.BIMODAL_MIN_SEEDS:
+        return
+    subsets = (FLAGGED, flagged), (VERDICT, ~flagged), (OUTLIER, outlier & ~flagged), (NO_ALARM, ~flagged & ~outlier)
+    for suffix, rows in subsets:
+        if rows.any():
+            sub = stats.Interval(interval.point[rows], interval.low[rows], interval.high[rows])
+            coverage, width = _covered(sub, truth)
+            yield Cell(name + suffix, shape, "bimodal", n, int(rows.sum()), coverage, width)
+
+
+def _bimodal_means(trials: int, seed: int, counts) -> list[Cell]:
+    """The mean's t interval on SHAPES' bimodal shapes (one arm: the report's per-variant interval)."""
+    cells: list[Cell] = []
+    for i, shape in enumerate(SHAPES):
+        if shape.family != "bimodal":
+            continue
+        truth = float(_truth_sample(shape, seed + 1000 + i).mean())
+        for n in counts:
+            x = shape.draw(_rng(seed, 700 + i, n), (trials, n))
+            cells += _subsets("mean (Student t)", shape.name, n, stats.mean_intervals(x), truth, flagged_rows(x),
+                              outlier_rows(x))  # fmt: skip
+    return cells
 
 
 def bimodal_cells(trials: int = 2000, seed: int = 0, counts=BIMODAL_SEED_COUNTS) -> list[Cell]:
-    """Welch's interval on PAIRS' bimodal pairs and the paired one on PAIRED's bimodal shapes at each count: coverage
-    over every set, and over the sets where the gap rule flags an arm (the ones the report would mark)."""
+    """Welch's interval on PAIRS' bimodal pairs and the paired one on PAIRED's bimodal shapes at each count (and the
+    mean's on SHAPES' bimodal ones): coverage over every set, over the sets whose verdict the gap rule withholds,
+    over the sets that still get one, and over those with one outlier."""
     cells: list[Cell] = []
     for i, (variant, reference) in enumerate(PAIRS):
         if variant.family != "bimodal":
@@ -441,10 +467,9 @@ def bimodal_cells(trials: int = 2000, seed: int = 0, counts=BIMODAL_SEED_COUNTS)
         for n in counts:
             rng = _rng(seed, 100 + i, n)
             a, b = variant.draw(rng, (trials, n)), reference.draw(rng, (trials, n))
-            flagged = flagged_rows(a) | flagged_rows(b)
-            cells += _both_cells(
-                "difference of means (Welch)", variant.name, n, stats.welch_intervals(a, b), truth, flagged
-            )
+            flagged, outlier = flagged_rows(a) | flagged_rows(b), outlier_rows(a) | outlier_rows(b)
+            welch = stats.welch_intervals(a, b)
+            cells += _subsets("difference of means (Welch)", variant.name, n, welch, truth, flagged, outlier)
     for i, shape in enumerate(PAIRED):
         if shape.family != "bimodal":
             continue
@@ -452,15 +477,44 @@ def bimodal_cells(trials: int = 2000, seed: int = 0, counts=BIMODAL_SEED_COUNTS)
         truth = float(np.mean(a - b)) if shape.difference is None else shape.difference
         for n in counts:
             a, b = shape.draw(_rng(seed, 500 + i, n), (trials, n))
-            flagged = flagged_rows(a) | flagged_rows(b)
-            cells += _both_cells(PAIRED_INTERVAL, shape.name, n, stats.paired_intervals(a, b), truth, flagged)
-    return cells
+            flagged, outlier = flagged_rows(a) | flagged_rows(b), outlier_rows(a) | outlier_rows(b)
+            cells += _subsets(PAIRED_INTERVAL, shape.name, n, stats.paired_intervals(a, b), truth, flagged, outlier)
+    return cells + _bimodal_means(trials, seed, counts)
+
+
+# How the gap rule reads seed sets of known kind (issue 65: one outlier is not two modes). Per process and seed
+# count: the share of sets it calls two modes (looks_bimodal), and the share where it sets one seed apart.
+RULE_PROCESSES = (
+    ("normal seeds", normal(0.45, 0.01)),
+    ("normal seeds, one seed 8 sd low", None),  # built in gap_rule_rates: exactly one outlier per set
+    ("learned or collapsed, 1 seed in 5", learned_or_collapsed(LEARNED, COLLAPSED, 0.2)),
+    ("learned or collapsed, 1 seed in 2", learned_or_collapsed(LEARNED, COLLAPSED, 0.5)),
+)
+
+
+def gap_rule_rates(trials: int = 2000, seed: int = 0, counts=(5, 10)) -> list[tuple[str, int, float, float]]:
+    """(process, seeds, share called two modes, share with one outlier) for RULE_PROCESSES."""
+    out = []
+    for i, (name, draw) in enumerate(RULE_PROCESSES):
+        for n in counts:
+            rng = _rng(seed, 900 + i, n)
+            if draw is None:
+                x = rng.normal(0.45, 0.01, (trials, n))
+                x[:, 0] -= 0.08
+            else:
+                x = draw(rng, (trials, n))
+            out.append((name, n, float(np.mean(flagged_rows(x))), float(np.mean(outlier_rows(x)))))
+    return out
 
 
 def bimodal_seed_count(cells: list[Cell]) -> Optional[int]:
     """The smallest count from which every bimodal cell over all sets covers NOMINAL - BIMODAL_TOLERANCE - the Monte
     Carlo margin (None when no measured count does): stats.BIMODAL_MIN_SEEDS."""
-    every = [c for c in cells if not c.interval.endswith(FLAGGED)]
+    every = [
+        c
+        for c in cells
+        if not c.interval.endswith((FLAGGED, VERDICT, OUTLIER, NO_ALARM)) and not c.interval.startswith("mean")
+    ]
     ok = {n: all(c.coverage >= NOMINAL - BIMODAL_TOLERANCE - monte_carlo_margin(c.trials) for c in every if c.seeds == n)
           for n in sorted({c.seeds for c in every})}  # fmt: skip
     counts = sorted(ok)

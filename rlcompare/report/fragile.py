@@ -3,7 +3,8 @@
 Every decided row of the differences frame is judged again with each seed left out in turn: from either arm when
 the row is Welch's (the variant's seed alone, or the reference's), the seed's pair when the row is paired (both arms
 of seed s share its random numbers, so they go together). Where a reduced set decides otherwise (better, worse, or
-no detectable difference), the row is *fragile* and names the seed and the arm(s) it was dropped from.
+no detectable difference), the row is *fragile* and names every such seed and the arm(s) it was dropped from
+(issue 65: every one, not only the first).
 
 * the interval's verdict (``verdict``): the reduced row's own interval, the seed-count rule (``--min-seeds``) left
   aside, since leaving a seed out of 5 always falls below 5;
@@ -54,9 +55,31 @@ def _who(runs, variant: str, reference: str, paired: bool) -> str:
     return f"seed {seed} of " + " and ".join(f"`{a}`" for a in arms)
 
 
+def join(whos: list[str]) -> str:
+    """Deciding seeds in one phrase, grouped by the arms they leave: ['seed 1 of `a` and `b`', 'seed 3 of `a` and
+    `b`', 'seed 2 of `c`'] -> 'seeds 1 and 3 of `a` and `b`; seed 2 of `c`'."""
+    groups: dict[str, list[str]] = {}
+    for who in dict.fromkeys(whos):
+        seed, _, arms = who.removeprefix("seed ").partition(" of ")
+        groups.setdefault(arms, []).append(seed)
+    parts = []
+    for arms, seeds in groups.items():
+        listed = seeds[0] if len(seeds) == 1 else ", ".join(seeds[:-1]) + " and " + seeds[-1]
+        parts.append(f"seed{'s' if len(seeds) > 1 else ''} {listed} of {arms}")
+    return "; ".join(parts)
+
+
+def words(who: str) -> str:
+    """'fragile (seed 3 of `g4` decides it)'; several: 'fragile (seeds 1 and 3 of `a` each decide it)'."""
+    plural = who.startswith("seeds ") or ";" in who
+    return f"fragile ({who} {'each decide' if plural else 'decides'} it)"
+
+
 def _interval_fragile(r, alpha: float) -> str:
+    """Every seed (or seed pair) whose removal alone changes the row's interval verdict, in seed order."""
     sa, xa, sb, xb = _arms(r)
     paired = r.method == "paired"
+    found = []
     for arm, i, ci, _ in stats.leave_one_out(xa, xb, paired, alpha):
         if interval_sign(ci.low, ci.high) != interval_sign(r.diff_low, r.diff_high):
             if arm == "variant":
@@ -65,8 +88,8 @@ def _interval_fragile(r, alpha: float) -> str:
                 runs = {(r.reference, sb[i])}
             else:
                 runs = {(r.variant, sa[i]), (r.reference, sa[i])}
-            return _who(runs, r.variant, r.reference, paired)
-    return ""
+            found.append(_who(runs, r.variant, r.reference, paired))
+    return join(found)
 
 
 def _reduced(r, arms, runs) -> tuple[float, float]:
@@ -103,19 +126,19 @@ def _candidates(rows, arms) -> list:
 def _holm_fragile(family: pd.DataFrame, alpha: float) -> dict:
     rows = list(family.itertuples())
     arms = {r.Index: _arms(r) for r in rows}
-    found = {r.Index: "" for r in rows}
+    found: dict = {r.Index: [] for r in rows}
     for runs in _candidates(rows, arms):
         reduced = [_reduced(r, arms[r.Index], runs) for r in rows]
         adjusted = stats.holm_adjusted([p for p, _ in reduced])
         for r, ph, (_, diff) in zip(rows, adjusted, reduced):
-            if not found[r.Index] and holm_sign(ph, diff, alpha) != holm_sign(r.p_holm, r.diff, alpha):
-                found[r.Index] = _who(runs, r.variant, r.reference, r.method == "paired")
-    return found
+            if holm_sign(ph, diff, alpha) != holm_sign(r.p_holm, r.diff, alpha):
+                found[r.Index].append(_who(runs, r.variant, r.reference, r.method == "paired"))
+    return {i: join(who) for i, who in found.items()}  # every deciding seed, each once
 
 
 def fragility(differences: pd.DataFrame, decided: pd.Series, alpha: float) -> tuple[pd.Series, pd.Series]:
-    """(fragile, fragile_holm): per row, '' or the seed that decides its interval's / Holm's verdict ('seed 3 of
-    `g4`'); '' for the rows not decided (too few seeds, bimodal)."""
+    """(fragile, fragile_holm): per row, '' or every seed that decides its interval's / Holm's verdict ('seed 3 of
+    `g4`'; several: 'seeds 1 and 3 of `g4`'); '' for the rows not decided (too few seeds, bimodal)."""
     fragile = pd.Series("", index=differences.index, dtype=object)
     fragile_holm = pd.Series("", index=differences.index, dtype=object)
     for r in differences[decided].itertuples():

@@ -12,6 +12,7 @@ from .compare import BETTER, BIMODAL_INCONCLUSIVE, DIFF_QUANTITIES, NO_DIFFERENC
 from .estimands import WINDOW_EVALS, estimand_label
 from .figures import vector_copy
 from .fit_section import _compute_fit_section, _write_compute_fit_csvs
+from .fragile import words as fragile_words
 from .load import ReportError, Run
 from . import passk_section
 from .plots import _plots
@@ -93,8 +94,8 @@ def _statistics_method(res: dict) -> list[str]:
         '(t(0.975, df) + t(0.80, df))·SE (Bloom 1995): *no detectable difference* reads "none larger than '
         'the MDE".',
         "- Bimodal: an arm whose seeds split at one gap much wider than their spread inside the two groups (the "
-        "gap rule, `stats.looks_bimodal`: 5% false alarms on normal seeds) — runs that learned and runs that "
-        "collapsed. Below "
+        "gap rule, `stats.looks_bimodal`, with two seeds or more on each side: under 5% false alarms on normal "
+        "seeds) — runs that learned and runs that collapsed. Below "
         f"{stats.BIMODAL_MIN_SEEDS} seeds in that arm its verdicts read *{BIMODAL_INCONCLUSIVE}*: the coverage "
         "simulation (`scripts/coverage.py --bimodal`) shows the difference's interval covering less than 95% there "
         "(0.80 at 5 seeds with one collapse in 10 against one in 5).",
@@ -168,7 +169,7 @@ def _mde_cell(x: pd.Series) -> str:
 def _verdict_cell(x: pd.Series, holm: bool = False) -> str:
     """The verdict, and "fragile (seed s of `arm` decides it)" where leaving that seed out changes it."""
     word, seed = (x["verdict_holm"], x.get("fragile_holm", "")) if holm else (x["verdict"], x.get("fragile", ""))
-    return f"{word}; fragile ({seed} decides it)" if isinstance(seed, str) and seed else word
+    return f"{word}; {fragile_words(seed)}" if isinstance(seed, str) and seed else word
 
 
 def _bimodal_cell(x: pd.Series) -> str:

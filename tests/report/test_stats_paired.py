@@ -93,10 +93,17 @@ def test_mde_rejects_a_bad_power():
 
 def test_gap_rule_by_hand():
     # sorted 0.28 | 0.44 0.45 0.45 0.46: the widest gap 0.16; inside the groups SS = 2e-4 over 3 df -> sd 0.00816,
-    # floored at the grid step 0.01: ratio 16 >= 7.18 (5 seeds)
+    # floored at the grid step 0.01: ratio 16 >= 7.18 (5 seeds). One seed on its side: one outlier (seed 4), not
+    # two modes (issue 65)
     collapsed = [0.45, 0.46, 0.44, 0.45, 0.28]
     assert stats.gap_ratios(collapsed) == pytest.approx(16.0)
-    assert stats.looks_bimodal(collapsed)
+    assert not stats.looks_bimodal(collapsed) and stats.lone_outlier(collapsed) == 4
+    assert stats.lone_outlier([0.62, 0.45, 0.46, 0.44, 0.45]) == 0  # a high one too
+    # two modes: 0.28 0.29 | 0.44 0.45 0.46: gap 0.15; SS 5e-5 + 2e-4 = 2.5e-4 over 3 df -> sd 0.00913, floored at
+    # the grid step 0.01: ratio 15 >= 7.18, two seeds on the smaller side
+    modes = [0.45, 0.46, 0.44, 0.28, 0.29]
+    assert stats.gap_ratios(modes) == pytest.approx(15.0)
+    assert stats.looks_bimodal(modes) and stats.lone_outlier(modes) is None
     # evenly spread: widest gap 0.01 (the first), groups 0.44 | 0.45..0.48: SS = 5e-4 / 3 df -> sd 0.01291
     even = [0.44, 0.45, 0.46, 0.47, 0.48]
     assert stats.gap_ratios(even) == pytest.approx(0.01 / math.sqrt(5e-4 / 3))
@@ -105,6 +112,21 @@ def test_gap_rule_by_hand():
     assert not stats.looks_bimodal([0.45, 0.45, 0.45, 0.45, 0.455])
     assert not stats.looks_bimodal([0.45, 0.46, 0.28])  # 3 seeds: the rule does not apply
     assert not stats.looks_bimodal([0.45, 0.46, 0.44, float("nan")])
+
+
+def test_a_split_smaller_than_the_evals_own_sampling_error_is_not_two_modes():
+    # c13's DAPO pass@1 (window), 200 prompts x 64 samples = 12,800 draws per eval (issue 65). Sorted 0.2300 0.2301 |
+    # 0.2333 0.2337 0.2342: gap 0.0032; SS 5e-9 + 4.0667e-7 = 4.1167e-7 over 3 df -> sd 3.7044e-4 (grid step 1e-4
+    # smaller): ratio 8.64 >= 7.18, two modes on the spread alone
+    dapo = [0.2342, 0.2300, 0.2337, 0.2301, 0.2333]
+    assert stats.gap_ratios(dapo) == pytest.approx(0.0032 / math.sqrt(4.116667e-7 / 3), rel=1e-4)
+    assert stats.looks_bimodal(dapo)
+    # the eval's sampling error at the mean 0.23226: sqrt(0.23226 x 0.76774 / 12800) = 0.0037324, above the gap
+    noise = stats.eval_sampling_error(dapo, 12800)
+    assert noise == pytest.approx(math.sqrt(0.23226 * 0.76774 / 12800), rel=1e-5)
+    assert stats.gap_ratios(dapo, noise) == pytest.approx(0.0032 / noise) and not stats.looks_bimodal(dapo, noise)
+    with pytest.raises(ValueError, match="draws"):
+        stats.eval_sampling_error(dapo, 0)
 
 
 @pytest.mark.parametrize("n", [4, 5, 8, 12])
@@ -123,3 +145,18 @@ def test_clip_interval_to_physical_bounds():
     assert stats.clip_interval(inside, 0.0, 1.0) == (inside, False)
     nan = Interval(0.5, float("nan"), float("nan"))
     assert stats.clip_interval(nan, 0.0, 1.0)[1] is False
+
+
+def test_the_report_floors_the_gap_rule_at_a_sampled_evals_error():
+    # issue 65: the report's bimodal column on c13's DAPO pass@1 values (above) with 200 prompts x 64 samples
+    from types import SimpleNamespace
+
+    from rlcompare.report.compare import _bimodal_arms, eval_draws
+
+    runs = [SimpleNamespace(config={"eval": {"samples": 64}, "prompts": {"n_eval": 200}})]
+    assert eval_draws(runs, "eval/pass@1") == 12800
+    assert eval_draws(runs, "eval/accuracy") == 0 and eval_draws([SimpleNamespace(config={})], "eval/pass@1") == 0
+    dapo = np.array([0.2342, 0.2300, 0.2337, 0.2301, 0.2333])
+    flat = np.full(5, 0.2326)
+    assert _bimodal_arms([("dapo", dapo), ("grpo", flat)]) == "dapo"
+    assert _bimodal_arms([("dapo", dapo), ("grpo", flat)], 12800) == ""

@@ -102,3 +102,17 @@ def test_same_rows_tolerates_float_noise_and_names_the_first_real_difference():
     far = [{"step": 1, "loss/policy": 0.6, "tokens/generated": 100}]
     assert compare(a, far, rtol=1e-4, atol=1e-9)[1] == "step 1 loss/policy: 0.5 vs 0.6"
     assert compare(a, a + a, 1e-4, 1e-9)[1] == "1 rows vs 2"
+
+
+def test_c14_reads_a_teacher_per_seed_the_one_its_header_makes():
+    # issue 65: the teacher is a random variable; seed s of each OPD arm reads the teacher trained at seed 100 + s
+    from omegaconf import OmegaConf
+
+    path = next(p for p in CLAIMS if p.stem == "c14_on_policy_distillation")
+    spec = load_sweep(path)
+    for v in spec.variants:
+        (teacher,) = [o.split("=", 1)[1] for o in v.overrides if o.startswith("teacher.path=")]
+        got = [OmegaConf.create({"seed": s, "p": teacher}).p for s in spec.seeds]
+        assert got == [f"results/c14_teachers/teacher_s10{s}/export" for s in spec.seeds]
+    header = path.read_text()
+    assert "run_name=teacher_s10$s seed=10$s trainer.threads=1 trainer.export_final=true" in header
