@@ -199,7 +199,8 @@ class ModelConfig:
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     cache_dir: Optional[str] = None  # warm-start cache folder; null: $RLCOMPARE_CACHE or ~/.cache/rlcompare
     # hf: any causal LM, hub id or local folder
-    name_or_path: Optional[str] = None  # hf: a hub id or a local folder (save_pretrained output)
+    name_or_path: Optional[str] = None  # hf: a hub id, a local folder, or package:<distribution> (its GGUF file)
+    gguf_file: Optional[str] = None  # hf: a .gguf file in that folder, read by transformers (gguf package); null: none
     dtype: str = "auto"  # hf: weights dtype: auto | bfloat16 | float32 | float16
     attn_implementation: Optional[str] = (
         None  # hf: transformers' attn_implementation (e.g. sdpa, flash_attention_2); null: its default

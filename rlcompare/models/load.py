@@ -383,18 +383,21 @@ def _check_source(path: str) -> None:
             f"(save_pretrained output) or a hub id such as Qwen/Qwen2.5-0.5B-Instruct"
         )
     if os.path.isdir(full) and not os.path.exists(os.path.join(full, "config.json")):
+        from rlcompare.config.model_source import no_config_hint
+
         raise _config_error(
             f"model.name_or_path={path!r} is a folder without config.json; point it at the folder "
-            f"written by save_pretrained (model and tokenizer files)"
+            f"written by save_pretrained (model and tokenizer files){no_config_hint(full)}"
         )
 
 
-def _model_config(path: str, m: Any):
+def _model_config(path: str, m: Any, gguf: dict | None = None):
     """The model's config with every dropout probability at 0 (when model.disable_dropout): RL compares
-    log-probs of the same tokens under sampling and update, so dropout would only add noise to the ratios."""
+    log-probs of the same tokens under sampling and update, so dropout would only add noise to the ratios.
+    `gguf`: {"gguf_file": name} for a GGUF file (its metadata is the config)."""
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(path, trust_remote_code=m.trust_remote_code)
+    config = AutoConfig.from_pretrained(path, trust_remote_code=m.trust_remote_code, **(gguf or {}))
     if getattr(m, "disable_dropout", True):
         for key, value in config.to_dict().items():
             if ("dropout" in key or "pdrop" in key) and isinstance(value, float) and value > 0:
@@ -490,26 +493,31 @@ def load_policy(cfg: Any, splits, device: str, log=print) -> Policy:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     m = cfg.model
-    warm = None
+    warm, gguf = None, {}
     if m.kind == "tiny":
         warm = warm_start_tiny(m, cfg.prompts, splits, log=log, device=device)
         path = warm.folder
         dtype = torch.float32
         attn = None
     else:
-        path = str(m.name_or_path)
-        _check_source(path)
-        path = os.path.expanduser(path) if os.path.isdir(os.path.expanduser(path)) else path
+        from rlcompare.config.model_source import check_gguf, gguf_file_of, model_folder
+
+        gguf = {"gguf_file": gguf_file_of(m)} if gguf_file_of(m) else {}  # weights dequantised to float32
+        if gguf:
+            check_gguf(m)
+        else:
+            _check_source(str(m.name_or_path))
+        path = model_folder(m)
         dtype = _torch_dtype(m.dtype, device)
         attn = m.attn_implementation
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=m.trust_remote_code)
-        kwargs = {"dtype": dtype, "trust_remote_code": m.trust_remote_code, "config": _model_config(path, m)}
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=m.trust_remote_code, **gguf)
+        kwargs = {"dtype": dtype, "trust_remote_code": m.trust_remote_code, "config": _model_config(path, m, gguf)}
         if warm is not None:
             kwargs["use_safetensors"] = True  # warm starts are written as safetensors: never unpickle a cache file
         if attn:
             kwargs["attn_implementation"] = attn
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs, **gguf)
     except OSError as e:
         if warm is not None:  # a damaged cache folder, or one without model.safetensors (pickles are not read)
             raise RuntimeError(
@@ -554,11 +562,21 @@ def load_policy(cfg: Any, splits, device: str, log=print) -> Policy:
         model,
         tokenizer,
         init_hash=init_hash,
-        source=str(path),
+        source=_source_label(m, path),
         lora=lora,
         warm_start_key=warm.key if warm else None,
         warm_start_origin=warm.origin if warm else None,
     )
+
+
+def _source_label(m: Any, path: str) -> str:
+    """The policy's source as the fingerprint names it: the folder loaded, or (GGUF) the name as given and the file
+    (a package's folder differs between machines)."""
+    if m.kind == "hf" and m.get("gguf_file"):
+        from rlcompare.config.model_source import source_label
+
+        return source_label(m)
+    return str(path)
 
 
 class ReferenceModel:

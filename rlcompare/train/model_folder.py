@@ -30,7 +30,10 @@ def _error(msg: str) -> Exception:
 def check_model(model_cfg) -> None:
     """`check_model_folder` for the config's model when it is a Hugging Face one (model.kind=hf)."""
     if model_cfg.kind == "hf":
-        check_model_folder(str(model_cfg.name_or_path), bool(model_cfg.trust_remote_code))
+        from rlcompare.config.model_source import check_gguf, model_folder
+
+        check_gguf(model_cfg)  # model.gguf_file (and a package:<distribution> installed) before the folder
+        check_model_folder(model_folder(model_cfg), bool(model_cfg.trust_remote_code))
 
 
 def check_chat_template(cfg) -> None:

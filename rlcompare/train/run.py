@@ -154,7 +154,11 @@ def model_context_length(cfg: DictConfig) -> int | None:
     m = cfg.model
     if m.kind == "tiny":
         return int(m.max_position_embeddings)
-    path = str(m.name_or_path)
+    from rlcompare.config.model_source import gguf_context_length, gguf_file_of, model_folder, no_config_hint
+
+    path = model_folder(m)
+    if gguf_file_of(m) is not None:
+        return gguf_context_length(m)
     if os.path.isdir(path):
         cfg_file = Path(path) / "config.json"
         if not cfg_file.exists():
@@ -162,7 +166,7 @@ def model_context_length(cfg: DictConfig) -> int | None:
                 return None  # a PEFT adapter folder: the base model's context is checked after loading
             raise ConfigError(
                 f"model.name_or_path={path!r} is a folder without config.json; point it at a saved "
-                f"model (save_pretrained output) or a hub id"
+                f"model (save_pretrained output) or a hub id{no_config_hint(path)}"
             )
         try:
             return context_from(json.loads(cfg_file.read_text()))

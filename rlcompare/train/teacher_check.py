@@ -54,10 +54,11 @@ def student_tokenizer(model_cfg):
 
     if model_cfg.kind == "tiny":
         return build_char_tokenizer()
-    path = str(model_cfg.name_or_path)
-    full = os.path.expanduser(path)
+    from rlcompare.config.model_source import gguf_file_of, model_folder
+
+    gguf = {"gguf_file": gguf_file_of(model_cfg)} if gguf_file_of(model_cfg) else {}
     return AutoTokenizer.from_pretrained(
-        full if os.path.isdir(full) else path, trust_remote_code=bool(model_cfg.trust_remote_code)
+        model_folder(model_cfg), trust_remote_code=bool(model_cfg.trust_remote_code), **gguf
     )
 
 

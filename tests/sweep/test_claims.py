@@ -14,8 +14,9 @@ CLAIMS = sorted((Path(__file__).resolve().parents[2] / "sweeps" / "claims").glob
 
 def test_there_is_one_sweep_per_claim_of_the_lab_issues():
     # c1-c8: the lab task's issue; c9-c12: staleness and its corrections (issue 44), pre-registered
-    # c13: sampled pass@k against the warm start (issue 50); c14: on-policy distillation (issue 52)
-    assert sorted(int(p.name.split("_")[0][1:]) for p in CLAIMS) == list(range(1, 15))
+    # c13: sampled pass@k against the warm start (issue 50); c14: on-policy distillation (issue 52); c15: the real
+    # model's length claim (issue 65)
+    assert sorted(int(p.name.split("_")[0][1:]) for p in CLAIMS) == list(range(1, 16))
 
 
 @pytest.mark.parametrize("path", CLAIMS, ids=lambda p: p.stem)
@@ -25,7 +26,8 @@ def test_each_claim_names_its_paper_metric_and_knob_runs_five_seeds_on_the_lab_t
     claim = data["claim"]
     assert "arXiv" in claim["paper"] and claim["statement"].strip().endswith(".")
     assert len(spec.seeds) >= 5
-    assert "prompts=chain" in spec.base.overrides
+    # the lab task, or (c15) the real model's own task
+    assert "prompts=chain" in spec.base.overrides or "prompts=smollm2_sums" in spec.base.overrides
     # the task is the same in every claim: no member changes prompts, budget, model or verifier
     for v in spec.variants:
         assert not any(
