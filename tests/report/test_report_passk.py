@@ -163,6 +163,7 @@ def test_runs_evaluated_only_at_start_and_end_are_read_at_the_cut_not_at_step_0(
     assert pk["arms"]["grpo"]["mean"][0] != pytest.approx(base1)
 
 
+@pytest.mark.slow
 def test_a_crafted_counts_file_cannot_hang_the_report(tmp_path):
     """n = c + 1 = 10**12 passed the counts check at 6c29db8, and pass@1 looped c times (hours): now the row is set
     aside (n above eval.samples' maximum, passk.MAX_SAMPLES) and `rlcompare report --metric eval/pass@1` ends."""

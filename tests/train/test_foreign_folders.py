@@ -110,6 +110,7 @@ def _trusting(run: Path, model_folder: Path) -> None:
     (run / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
 
 
+@pytest.mark.slow
 def test_export_never_uses_a_run_folders_trust_remote_code(run_folder, tmp_path):
     marker = tmp_path / "MODEL_CODE_RAN"
     _trusting(run_folder, _code_model_folder(tmp_path / "code_model", marker))

@@ -95,6 +95,7 @@ def test_every_module_a_config_imports_is_named_by_its_key():
 
 
 # ----------------------------------------------------------------------------- resume
+@pytest.mark.slow
 def test_a_teacher_run_folder_that_gains_a_checkpoint_refuses_the_resume(compose, tmp_path):
     teacher = Path(train(compose("budget.max_steps=1", "budget.total_tokens=null", "run_name=teacher"))["run_dir"])
     opd = ["algorithm=opd", f"teacher.path={teacher}", *QUICK, "run_name=opd"]
