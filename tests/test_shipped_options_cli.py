@@ -87,7 +87,7 @@ def test_every_algorithm_preset_trains_healthy(tmp_path):
     # on-policy distillation needs a teacher: a run folder is one (docs/algorithms.md section 9)
     grpo = next(p.parent for p in results.glob("*/grpo__*/summary.json"))
     opd = tmp_path / "opd"
-    out = _rlcompare(["algorithm=opd", f"teacher.path={grpo}", *TINY], opd)
+    out = _rlcompare(["algorithm=opd", f"teacher.path='{grpo}'", *TINY], opd)  # quoted: the name holds = and ,
     assert_healthy(opd, out, 1)
     assert _config_of(opd, next(iter(_summaries(opd))), "algorithm.advantage.estimator") == "distill"
     assert presets + ["opd"] == sorted(_files("algorithm") - {"opd"}) + ["opd"]

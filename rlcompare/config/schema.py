@@ -550,6 +550,7 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     _one_of("device", c.device, DEVICES)
     _check_algorithm(c)
     _check_trainer(c)
+    _one_of("trainer.unhealthy", c.trainer.unhealthy, UNHEALTHY)
     _check_eval(c)
     _check_env(c)
     _check_vllm(c)
@@ -718,7 +719,6 @@ def _check_trainer(c: DictConfig) -> None:
         _at_least("trainer.micro_batch_size", t.micro_batch_size, 1)
     _at_least("trainer.eval_every", t.eval_every, 1)
     _at_least("trainer.max_bad_steps", t.max_bad_steps, 1)
-    _one_of("trainer.unhealthy", t.unhealthy, UNHEALTHY)
     _at_least("trainer.keep_checkpoints", t.keep_checkpoints, 1)
     if t.checkpoint_every is not None:
         _at_least("trainer.checkpoint_every", t.checkpoint_every, 0, "0 turns checkpoints off, null saves at each eval")

@@ -241,3 +241,11 @@ def test_a_teacher_whose_log_probs_are_all_nan_fails_the_run(tmp_path, nan_teach
     assert s["status"] == "failed" and s["error"].startswith("unhealthy run: teacher_nonfinite: ")
     assert [b["name"] for b in s["health"]["broken"]] == ["teacher_nonfinite"]
     assert "distill/teacher_nonfinite = " in s["error"]
+
+
+def test_trainer_unhealthy_takes_fail_or_warn(compose):
+    from rlcompare.config import ConfigError, validate
+
+    assert validate(compose("trainer.unhealthy=fail")).trainer.unhealthy == "fail"
+    with pytest.raises(ConfigError, match="trainer.unhealthy='maybe' is not accepted; use one of: fail, warn"):
+        validate(compose("trainer.unhealthy=maybe"))
