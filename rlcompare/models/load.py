@@ -500,14 +500,7 @@ def load_policy(cfg: Any, splits, device: str, log=print) -> Policy:
         dtype = torch.float32
         attn = None
     else:
-        from rlcompare.config.model_source import check_gguf, gguf_file_of, model_folder
-
-        gguf = {"gguf_file": gguf_file_of(m)} if gguf_file_of(m) else {}  # weights dequantised to float32
-        if gguf:
-            check_gguf(m)
-        else:
-            _check_source(str(m.name_or_path))
-        path = model_folder(m)
+        path, gguf = _hf_source(m)
         dtype = _torch_dtype(m.dtype, device)
         attn = m.attn_implementation
     try:
@@ -567,6 +560,18 @@ def load_policy(cfg: Any, splits, device: str, log=print) -> Policy:
         warm_start_key=warm.key if warm else None,
         warm_start_origin=warm.origin if warm else None,
     )
+
+
+def _hf_source(m: Any) -> tuple[str, dict]:
+    """(the folder or hub id to load, {"gguf_file": name} for a GGUF file else {}), checked before loading."""
+    from rlcompare.config.model_source import check_gguf, gguf_file_of, model_folder
+
+    gguf = {"gguf_file": gguf_file_of(m)} if gguf_file_of(m) else {}  # weights dequantised to float32
+    if gguf:
+        check_gguf(m)
+    else:
+        _check_source(str(m.name_or_path))
+    return model_folder(m), gguf
 
 
 def _source_label(m: Any, path: str) -> str:

@@ -170,21 +170,21 @@ def test_chat_template_encoding_and_eos(policy):
 @pytest.mark.slow
 @needs_model
 def test_a_short_answer_stops_at_the_end_of_its_turn(policy):
+    """Greedy, the prompt set's first held-out sum: the model writes `4 + 7 = 11` (its step-0 eval sample, measured
+    for docs/real_model.md) and ends the turn with <|im_end|>, where the completion stops."""
     import torch
 
     from rlcompare.rollout import left_pad, sample
 
     tok = policy.tokenizer
-    msgs = [{"role": "user", "content": "Reply with only the word yes."}]
+    msgs = [{"role": "user", "content": "Compute 4+7= Give the final answer on the last line as a single number."}]
     ids = tok(tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True), add_special_tokens=False)
     prompt, mask = left_pad([ids.input_ids], tok.pad_token_id, "cpu")
-    c = sample(
-        policy.model, prompt, mask, max_new_tokens=24, eos_id=policy.eos_ids(), pad_id=tok.pad_token_id, greedy=True
-    )
+    eos = policy.eos_ids()
+    c = sample(policy.model, prompt, mask, max_new_tokens=32, eos_id=eos, pad_id=tok.pad_token_id, greedy=True)
     n = int(c.lengths[0])
-    assert not bool(c.truncated[0]) and 1 < n < 24
-    assert int(c.ids[0, n - 1]) == policy.eos_ids()[0] and int(c.mask[0, n:].sum()) == 0
-    assert "yes" in tok.decode(c.ids[0, : n - 1]).lower()
+    assert not bool(c.truncated[0]) and int(c.ids[0, n - 1]) == eos[0] and int(c.mask[0, n:].sum()) == 0
+    assert tok.decode(c.ids[0, : n - 1]).strip() == "4 + 7 = 11"
     assert torch.isfinite(c.logp[0, :n]).all()
 
 
