@@ -92,7 +92,7 @@ def check_job(overrides: list[str], multirun: bool = False, probed: set[str] | N
 
             check_teacher(checked)
         _check_prompts_and_verifier(checked, set() if probed is None else probed)
-        from rlcompare.envs.room import check_env_room
+        from rlcompare.train.env_room import check_env_room
 
         check_env_room(checked)  # a tool-use environment's turns hold a call (a tokenizer's load, for env=calc)
         from rlcompare.train.model_folder import check_chat_template

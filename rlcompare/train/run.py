@@ -48,7 +48,7 @@ from rlcompare.train.export import export_final
 from rlcompare.train.inputs import check_teacher_loaded, external_inputs
 from rlcompare.train.parallel import World, init_world
 from rlcompare.config import ConfigError, check_fits_context, context_from, validate, why_not_creatable
-from rlcompare.envs.room import check_env_room
+from rlcompare.train.env_room import check_env_room
 from rlcompare.train.tracking import (
     ConsoleLog,
     NullLogger,

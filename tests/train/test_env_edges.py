@@ -39,7 +39,7 @@ def test_calc_whose_turns_cannot_hold_a_tool_call_is_refused_by_the_cli_before_t
 )
 def test_calc_turns_and_episodes_must_hold_a_call_its_answer_and_the_stop(compose, overrides, message):
     from rlcompare.config import ConfigError, validate
-    from rlcompare.envs.room import check_env_room
+    from rlcompare.train.env_room import check_env_room
 
     cfg = validate(compose("env=calc", "prompts=chain_calc", *overrides))
     if message is None:
