@@ -49,6 +49,35 @@ def quote_resume_path(arg: str) -> str:
     return f"{key}'{escaped}'"
 
 
+def _train_job(cfg) -> None:
+    """One job of `rlcompare train` (a run, or one member of `-m`): its failures as one line each, no traceback."""
+    from rlcompare.config import ConfigError
+    from rlcompare.train.failure import PluginFailed
+    from rlcompare.health import UnhealthyRun
+    from rlcompare.train.placement import place_job
+    from rlcompare.train.run import Terminated, closing_line, train
+
+    try:
+        summary = train(place_job(cfg))  # a multirun job's threads and device (docs/scaling.md)
+    except (UnhealthyRun, PluginFailed) as e:  # recorded (summary.json failed): one line, exit 1, no traceback
+        _failed_in_one_line(e)
+    except Terminated as e:  # SIGTERM or Ctrl-C: one line saying how to continue; the exit status stays 143 / 130
+        if e.run_dir is not None:
+            print(e.closing_line(), flush=True)
+        raise
+    except KeyboardInterrupt:  # Ctrl-C before the run folder was written (checks, the folder's lock)
+        print("[rlcompare] interrupted before the run started; nothing was written", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
+    except ConfigError as e:
+        print(f"rlcompare: config error: {e}", file=sys.stderr)
+        if _is_multirun():
+            raise  # let Hydra's launcher go on with the other jobs and report this one at the end
+        raise SystemExit(2)
+    if "rank" in summary:  # a data-parallel rank > 0: rank 0 prints the run's closing line
+        return
+    print(closing_line(summary), flush=True)  # stdout: the run's result, with a path to type next
+
+
 def train_main(argv: list[str]) -> int:
     import hydra
     from omegaconf import DictConfig
@@ -57,31 +86,7 @@ def train_main(argv: list[str]) -> int:
 
     @hydra.main(config_path=conf_dir(), config_name="config", version_base=None)
     def _app(cfg: DictConfig) -> None:
-        from rlcompare.config import ConfigError
-        from rlcompare.train.failure import PluginFailed
-        from rlcompare.health import UnhealthyRun
-        from rlcompare.train.placement import place_job
-        from rlcompare.train.run import Terminated, closing_line, train
-
-        try:
-            summary = train(place_job(cfg))  # a multirun job's threads and device (docs/scaling.md)
-        except (UnhealthyRun, PluginFailed) as e:  # recorded (summary.json failed): one line, exit 1, no traceback
-            _failed_in_one_line(e)
-        except Terminated as e:  # SIGTERM or Ctrl-C: one line saying how to continue; the exit status stays 143 / 130
-            if e.run_dir is not None:
-                print(e.closing_line(), flush=True)
-            raise
-        except KeyboardInterrupt:  # Ctrl-C before the run folder was written (checks, the folder's lock)
-            print("[rlcompare] interrupted before the run started; nothing was written", file=sys.stderr, flush=True)
-            raise SystemExit(130) from None
-        except ConfigError as e:
-            print(f"rlcompare: config error: {e}", file=sys.stderr)
-            if _is_multirun():
-                raise  # let Hydra's launcher go on with the other jobs and report this one at the end
-            raise SystemExit(2)
-        if "rank" in summary:  # a data-parallel rank > 0: rank 0 prints the run's closing line
-            return
-        print(closing_line(summary), flush=True)  # stdout: the run's result, with a path to type next
+        _train_job(cfg)
 
     argv = [quote_resume_path(a) for a in argv]  # resume=<dir> whose name holds '=' (Hydra's grammar needs quotes)
     from rlcompare.config import user_modules

@@ -28,7 +28,7 @@ class RolloutBatch:
     rewards: torch.Tensor  # (B,) CPU float32: the verifier's reward plus shaping (DAPO's soft overlong punishment)
     verifier_rewards: torch.Tensor  # (B,) CPU float32: the verifier's reward alone
     correct: torch.Tensor  # (B,) CPU bool
-    prompts: list[Any]  # B / G `trainer.EncodedPrompt`s, one per group
+    prompts: list[Any]  # B / G `prompt_ids.EncodedPrompt`s, one per group
 
     def __len__(self) -> int:
         return len(self.rewards)

@@ -5,7 +5,7 @@ The folder loads with plain transformers (`AutoModelForCausalLM.from_pretrained`
 weights as safetensors, `config.json`, the tokenizer (with its chat template), and `generation_config.json` holding
 the run's end tokens (every id that ends a completion in training) and its sampling settings. The tokenizer encodes
 a prompt as training did when used as transformers' docs say: where training put BOS in front of a prompt itself
-(`trainer.encode_prompts`), the exported tokenizer's post-processor adds it (`tok(prompt)`); a chat run's prompts are
+(`prompt_ids.encode_prompts`), the exported tokenizer's post-processor adds it (`tok(prompt)`); a chat run's prompts are
 `tok.apply_chat_template(messages, add_generation_prompt=True)` (with prompts.system_prompt as a system message when
 the run set one); `model_max_length` is the model's context. Export checks these ids against training's encoding
 before the folder is in place. A LoRA run exports
@@ -99,7 +99,7 @@ def export_tokenizer(policy, cfg, folder: Path) -> None:
 
 
 def _training_prepends_bos(tokenizer) -> bool:
-    from rlcompare.train.trainer import tokenizer_adds_bos
+    from rlcompare.train.prompt_ids import tokenizer_adds_bos
 
     return tokenizer.bos_token_id is not None and not tokenizer_adds_bos(tokenizer)
 
@@ -109,7 +109,7 @@ CHECK_PROMPTS = ("3+5=", "What is 12 times 7?")  # two texts the check encodes b
 
 def _check_encodes_as_training(train_tok, exported, cfg) -> None:
     from rlcompare.data.types import Example
-    from rlcompare.train.trainer import encode_prompts
+    from rlcompare.train.prompt_ids import encode_prompts
 
     system = cfg.prompts.system_prompt
     for text in CHECK_PROMPTS:

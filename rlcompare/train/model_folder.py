@@ -39,7 +39,7 @@ def check_model(model_cfg) -> None:
 def check_chat_template(cfg) -> None:
     """prompts.chat=true needs a tokenizer with a chat template: refused here, before the warm start or the model
     load, for the tiny model (its character tokenizer has none) and for a local folder whose tokenizer files hold
-    none (a hub id is checked once its tokenizer loads, `trainer.encode_prompts`)."""
+    none (a hub id is checked once its tokenizer loads, `prompt_ids.encode_prompts`)."""
     if not cfg.prompts.chat:
         return
     chat = f"prompts.chat=true (prompts={cfg.prompts.name})"

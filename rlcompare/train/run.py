@@ -242,7 +242,7 @@ def _check_tiny_prompts_fit(cfg: DictConfig, splits) -> None:
     if cfg.model.kind != "tiny":
         return
     from rlcompare.models import build_char_tokenizer
-    from rlcompare.train.trainer import encode_prompts
+    from rlcompare.train.prompt_ids import encode_prompts
 
     tok = build_char_tokenizer()
     for split, examples in (("train", splits.train), ("eval", splits.eval)):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from rlcompare import fast  # the speed layer's door: recorded_update_forward, R
 from rlcompare.algos import losses, objective
 from rlcompare.algos.batch_stats import length_stats, weight_shares
 from rlcompare.config import ConfigError, check_eval_fits_context, check_fits_context
-from rlcompare.data.prompts import Example, PromptStream, build_prompts
+from rlcompare.data.prompts import PromptStream, build_prompts
 from rlcompare.models import Policy, ReferenceModel, ValueModel, load_policy
 from rlcompare.rewards.pool import score_batch
 from rlcompare.rewards.registry import build_verifier
@@ -37,6 +36,7 @@ from rlcompare.train.parallel import GradientSum, World
 from rlcompare.train import offpolicy as off_policy
 from rlcompare.train import teacher as teacher_lib
 from rlcompare.train.stale_queue import Queued, StaleQueue
+from rlcompare.train.prompt_ids import EncodedPrompt, encode_prompts
 
 TIMING_PREFIXES = ("time/", "perf/", "memory/")  # what varies with the machine, not with the run
 
@@ -73,48 +73,6 @@ def pick_device(name: str) -> str:
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return name
-
-
-# ----------------------------------------------------------------------------- prompts -> token ids
-@dataclass
-class EncodedPrompt:
-    example: Example
-    ids: list[int]
-
-
-def encode_prompts(
-    examples: list[Example], tokenizer, *, chat: bool, system_prompt: str | None, max_prompt_tokens: int, split: str
-) -> tuple[list[EncodedPrompt], int]:
-    """Tokenize once up front; prompts longer than budget.max_prompt_tokens are dropped (and counted)."""
-    if chat and not getattr(tokenizer, "chat_template", None):
-        raise ConfigError(
-            "prompts.chat=true but the tokenizer has no chat template; set prompts.chat=false or use a chat model"
-        )
-    add_bos = tokenizer.bos_token_id is not None and not tokenizer_adds_bos(tokenizer)
-    out, dropped = [], 0
-    for ex in examples:
-        if chat:
-            msgs = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
-                {"role": "user", "content": ex.prompt}
-            ]
-            text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-            ids = tokenizer(text, add_special_tokens=False).input_ids
-        else:
-            ids = tokenizer(ex.prompt).input_ids
-            if add_bos:
-                ids = [tokenizer.bos_token_id] + ids
-        if len(ids) > max_prompt_tokens:
-            dropped += 1
-            continue
-        out.append(EncodedPrompt(ex, ids))
-    if not out:
-        raise ConfigError(f"every {split} prompt is longer than budget.max_prompt_tokens={max_prompt_tokens}; raise it")
-    return out, dropped
-
-
-def tokenizer_adds_bos(tokenizer) -> bool:
-    ids = tokenizer("1").input_ids
-    return bool(ids) and ids[0] == tokenizer.bos_token_id
 
 
 # ----------------------------------------------------------------------------- the trainer

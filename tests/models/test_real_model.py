@@ -149,7 +149,7 @@ def policy():
 @needs_model
 def test_chat_template_encoding_and_eos(policy):
     from rlcompare.data.types import Example
-    from rlcompare.train.trainer import encode_prompts
+    from rlcompare.train.prompt_ids import encode_prompts
 
     tok = policy.tokenizer
     [enc], dropped = encode_prompts(

@@ -22,7 +22,7 @@ from rlcompare.report import main as report_main
 from rlcompare.train import checkpoint
 from rlcompare.train.run import train
 from rlcompare.train.tracking import read_jsonl
-from rlcompare.train.trainer import encode_prompts
+from rlcompare.train.prompt_ids import encode_prompts
 from tests.models.qwen_folder import qwen_tokenizer, save_tiny_qwen2
 from tests.train.test_reliability import _assert_same_as, _cli, _finish, _start, _summary, _wait_rows
 
