@@ -270,7 +270,11 @@ for _spec in (
     # ratio levels: the variants build on the token ratio (GMPO makes its own sequence ratio); SAPO's gate also takes
     # GSPO's sequence ratio (TRL's importance_sampling_level="sequence")
     SurrogateSpec(
-        "clip", ClipSettings, (), RATIO_LEVELS, doc="PPO (arXiv 1707.06347), DAPO, GSPO, DHPO by ratio level"
+        "clip",
+        ClipSettings,
+        ("seq_clip_frac_low", "seq_clip_frac_high", "mix_weight_mean"),  # DHPO's sequence branch (ratio=hybrid)
+        RATIO_LEVELS,
+        doc="PPO (arXiv 1707.06347), DAPO, GSPO, DHPO by ratio level",
     ),
     SurrogateSpec(
         "cispo",
