@@ -342,7 +342,9 @@ class Trainer:
             completions.ids.masked_fill(completions.mask == 0, self.pad_id), skip_special_tokens=True
         )
 
-    def _score(self, prompts: list[EncodedPrompt], completions, repeat: int):
+    def _score(self, prompts: list[EncodedPrompt], completions, repeat: int, *, components: bool = False):
+        """(texts, rewards (B,), correct (B,), errors), and with `components` the reward components (B, K) when the
+        estimator reads them (gdpo) and the verifier has them (weighted)."""
         if completions.outcome is not None:  # episodes: scored by their environment
             return env_rollout.scored(completions.outcome)
         texts = self._decode(completions)
@@ -351,7 +353,7 @@ class Trainer:
         rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)
         correct = torch.tensor([s.correct for s in scores], dtype=torch.bool)
         errors = sum(s.error for s in scores)
-        if not (self.estimator.needs.reward_components and self._component_weights):
+        if not (components and self.estimator.needs.reward_components and self._component_weights):
             return texts, rewards, correct, errors
         K = len(self._component_weights)  # an error scored no component: each 0, as its reward
         comps = torch.tensor([s.components or (0.0,) * K for s in scores], dtype=torch.float32).reshape(-1, K)
@@ -425,7 +427,7 @@ class Trainer:
             order=self._order,
             rollout=self.state.step + len(self.queue.pending),  # with staleness, the rollouts queued count
             sample=lambda prompts, **kw: self._sample(prompts, repeat=G, greedy=False, **kw),
-            score=lambda prompts, completions: self._score(prompts, completions, G),
+            score=lambda prompts, completions: self._score(prompts, completions, G, components=True),
             pad_id=self.pad_id,
             device=self.device,
             with_logp=self._reads_sampler_logp(),

@@ -120,6 +120,13 @@ def test_the_papers_two_reward_case_by_hand():
     torch.testing.assert_close(raw.advantages, torch.tensor([[-2 * h], [2 * h], [-h], [h]]), atol=2e-5, rtol=0)
 
 
+def test_the_worked_example_in_algorithms_md_is_the_one_checked_here():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "algorithms.md").read_text()
+    assert "A ≈ [−1.09545, 1.09545, −0.54772, 0.54772]" in doc and "GRPO normalises the sums (0, 2) and (0, 1)" in doc
+
+
 def test_weights_scale_each_normalised_component():
     """Weights enter after normalisation: (1, 0.5) on group B's components, with the second now varying
     ((1, 0) and (0, 1)): [-h, h] + 0.5 [h, -h] = [-h/2, h/2], h = 1/sqrt2, before whitening."""
