@@ -16,7 +16,6 @@ algorithm.module=examples.median_baseline algorithm.advantage.estimator=median a
 
 from __future__ import annotations
 
-import torch
 
 from rlcompare.algos.advantage import AdvantageInputs, AdvantageResult, register_estimator
 from rlcompare.algos.estimator_specs import EstimatorSpec, Needs, NoKnobs

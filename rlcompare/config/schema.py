@@ -836,7 +836,9 @@ def _check_eval(c: DictConfig) -> None:
         )
 
 
-ENV_NAMES = ("none", "feedback", "calc", "custom")  # = rlcompare.envs.builtin.NAMES (torch-free, no import here)
+# none, the built-ins of rlcompare/envs/builtin.py (its _CLASSES; config may not import envs), custom: checked
+# against both and conf/env/ by tests/envs/test_env_names.py
+ENV_NAMES = ("none", "feedback", "calc", "custom")
 ENV_REWARDS = ("sum", "last")
 
 
