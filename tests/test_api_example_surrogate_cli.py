@@ -102,6 +102,33 @@ def test_a_module_that_cannot_be_imported_is_refused_before_a_run_folder(tmp_pat
     assert not (tmp_path / "results").exists()
 
 
+_REREGISTER = {
+    # the built-in's math under a plug-in's function: the base arm of `-m algorithm.module=null,mine` would train it
+    "mine_clip_math": "from rlcompare.algos.surrogates import register_surrogate\n\n"
+    "@register_surrogate('clip')\ndef mine(t, s):\n    return t.rho * t.adv, {}\n",
+    # a spec of its own under the built-in's name
+    "mine_clip_spec": "from dataclasses import dataclass\nfrom rlcompare.algos.surrogate_specs import SurrogateSpec\n"
+    "from rlcompare.algos.surrogates import register_surrogate\n\n@dataclass(frozen=True)\nclass S:\n"
+    "    def check(self):\n        pass\n\n@register_surrogate(SurrogateSpec('clip', S))\n"
+    "def mine(t, s):\n    return t.rho * t.adv, {}\n",
+}
+
+
+@pytest.mark.parametrize(
+    "module, owner",
+    [("mine_clip_math", "rlcompare.algos.surrogates"), ("mine_clip_spec", "rlcompare.algos.surrogate_specs")],
+)
+def test_a_module_registering_clip_again_is_refused_naming_both_modules(tmp_path, module, owner, monkeypatch):
+    """A plug-in cannot replace a built-in surrogate (issue 62 point 3): the run stops before a run folder, and the
+    message names the built-in's module and the plug-in's."""
+    (tmp_path / f"{module}.py").write_text(_REREGISTER[module])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    out = _run([f"algorithm.module={module}", f"results_dir={tmp_path / 'results'}"], tmp_path)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert f"name 'clip' is registered already (by {owner}); {module} cannot register it again" in out.stderr
+    assert not (tmp_path / "results").exists()
+
+
 @pytest.mark.slow
 def test_a_killed_plug_in_run_resumed_without_the_module_on_the_command_line_gives_the_same_rows(tmp_path):
     """The resumed process gets the module from the run's saved config (validate imports it); a resume that lost

@@ -2,14 +2,16 @@
 
 `rlcompare.config` validates a run's settings against these before anything heavy is imported (a typo fails in
 about a second), and `rlcompare.algos.losses` / `rlcompare.algos.advantages` re-export them: one place for each name.
-The surrogates' names (SURROGATES, SURROGATE_KNOBS, ...) are derived from their specs (`surrogate_specs.py`).
+The surrogates' names (SURROGATES, SURROGATE_KNOBS, ...) are derived from their specs (`surrogate_specs.py`), the
+advantage estimators' (ADVANTAGE_ESTIMATORS, ESTIMATOR_SCALES) from theirs (`estimator_specs.py`).
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-from rlcompare.algos import surrogate_specs
+from rlcompare.algos import estimator_specs, surrogate_specs
+from rlcompare.algos.estimator_specs import GROUP_SCALES, REINFORCE_PP_BASELINES  # noqa: F401 (re-exported)
 from rlcompare.algos.surrogate_specs import COV_RATIO_DEFAULTS, MIXES, RATIO_LEVELS  # noqa: F401 (re-exported)
 
 AGGREGATIONS = (
@@ -44,23 +46,8 @@ OFF_POLICY_DEFAULTS = {
     "m2po_tokens": "trust-region",
 }
 
-# group_advantages(scale=...): group (GRPO), batch (Lite PPO), batch-centered (ScaleRL), none (Dr. GRPO)
-GROUP_SCALES = ("group", "batch", "batch-centered", "none")
-# the advantage estimators (trainer dispatch; docs/algorithms.md §2) and the scales each accepts:
-# group_advantages' GROUP_SCALES; rloo: none; gae: PPO's batch whitening or none; reinforce_pp: whitened always;
-# distill (on-policy distillation, §9): the teacher's per-token term plus the reward's group advantage, scaled as group's
-ADVANTAGE_ESTIMATORS = ("group", "rloo", "gae", "reinforce_pp", "distill")
-ESTIMATOR_SCALES = {
-    "group": GROUP_SCALES,
-    "rloo": ("none",),
-    "gae": ("whiten", "none"),
-    "reinforce_pp": ("whiten",),
-    "distill": GROUP_SCALES,
-}
 # where the KL penalty enters: a loss term, or subtracted from the reward before the advantages
 KL_PLACEMENTS = ("in_loss", "in_reward")
-# reinforce_pp_advantages(baseline=...): none (REINFORCE++, k = 1), group (REINFORCE++-baseline, k > 1)
-REINFORCE_PP_BASELINES = ("none", "group")
 
 
 def _one_of(name: str, value, accepted) -> None:
@@ -123,7 +110,7 @@ _DERIVED_CACHE: dict = {}
 
 
 def _derive() -> dict:
-    key = surrogate_specs.registry_key()
+    key = (surrogate_specs.registry_key(), tuple(estimator_specs.SPECS.values()))
     if key not in _DERIVED_CACHE:
         specs = surrogate_specs.SPECS
         knobs = surrogate_specs.all_knob_fields()
@@ -139,6 +126,9 @@ def _derive() -> dict:
             "SURROGATE_RATIOS": {n: s.ratio_levels for n, s in specs.items()},
             # the surrogates that restrict tokens selected over the whole optimizer step (Clip-Cov, KL-Cov)
             "COV_SURROGATES": tuple(n for n, s in specs.items() if s.selects_tokens),
+            # the advantage estimators (docs/algorithms.md §1) and the scales each accepts
+            "ADVANTAGE_ESTIMATORS": tuple(estimator_specs.SPECS),
+            "ESTIMATOR_SCALES": {n: s.scales for n, s in estimator_specs.SPECS.items()},
         }
     return _DERIVED_CACHE[key]
 
@@ -150,6 +140,8 @@ DERIVED_NAMES = (
     "SURROGATE_METRICS",
     "SURROGATE_RATIOS",
     "COV_SURROGATES",
+    "ADVANTAGE_ESTIMATORS",
+    "ESTIMATOR_SCALES",
 )
 
 

@@ -495,6 +495,26 @@ def cov_selection(
         return surrogates.select_tokens(t, settings.surrogate, settings.own, generator)
 
 
+# the row names of the metrics every surrogate reports (docs/metrics.md); a surrogate's own metrics (its spec's) and
+# any other name policy_loss reports reach the row as policy/<name>, a name with a "/" as itself
+ROW_NAMES = {
+    "objective_per_token": "objective/per_token",
+    "objective_per_response": "objective/per_response",
+    "clip_frac_low": "clip/frac_low",
+    "clip_frac_high": "clip/frac_high",
+    "dual_clip_frac": "clip/dual_frac",
+    "ratio_mean": "ratio/mean",
+    "ratio_min": "ratio/min",
+    "ratio_max": "ratio/max",
+    "approx_kl": "kl/rollout",
+}
+SEQ_RATIO_NAMES = {
+    "seq_ratio_mean": "ratio/seq_mean",
+    "seq_ratio_min": "ratio/seq_min",
+    "seq_ratio_max": "ratio/seq_max",
+}
+
+
 def _policy_metrics(t: TokenRatios, loss_mat, dual_active, eps_low: float, eps_high: float) -> dict:
     """The metrics every surrogate reports (see :func:`policy_loss`)."""
     real, rho, adv = t.real, t.rho, t.adv

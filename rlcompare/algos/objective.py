@@ -14,7 +14,7 @@ Per optimizer step, the loss is (`total_loss`, term by term):
 with `agg` the preset's aggregation (`losses.aggregate`: token-mean, seq-mean-token-mean, ...), normalized by
 the whole rollout batch's totals so that mini- and micro-batching do not change it, and `m'` the loss mask: `m`
 with DAPO's overlong filter applied. With kl.placement=in_reward (PPO) the KL term is not in the loss but in
-the reward, before the advantages: `r_t -= beta * kl_t` (`reward_kl`, `advantage_targets`).
+the reward, before the advantages: `r_t -= beta * kl_t` (`reward_kl`, `advantages`).
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ from typing import Optional
 
 import torch
 
-from rlcompare.algos import advantages as adv_lib
-from rlcompare.algos import distill as distill_lib
-from rlcompare.algos import losses
+from rlcompare.algos import estimator_specs, losses
+from rlcompare.algos.advantage import AdvantageInputs, AdvantageResult, estimate  # noqa: F401 (re-exported)
 
 
 # ----------------------------------------------------------------------------- before the update: advantages
@@ -47,14 +46,6 @@ def reward_kl(
     return losses.kl_divergence(sampler_logp, ref_logp, estimator=estimator, mask=mask).detach()
 
 
-@dataclass
-class AdvantageResult:
-    advantages: torch.Tensor  # (B,) per response or (B, T) per token
-    returns: Optional[torch.Tensor] = None  # (B, T) GAE only
-    old_values: Optional[torch.Tensor] = None  # (B, T) GAE only: the critic's values it was computed from
-    metrics: dict = field(default_factory=dict)  # distill only: each term's contribution, the teacher's NaN count
-
-
 def advantages(
     estimator: str,
     rewards: torch.Tensor,
@@ -66,74 +57,42 @@ def advantages(
     eps: float = 1e-6,
     kl: Optional[torch.Tensor] = None,
     beta: float = 0.0,
-    gamma: float = 1.0,
-    baseline: str = "none",
     values: Optional[torch.Tensor] = None,
     gae_gamma: float = 1.0,
     gae_lam: float = 1.0,
     teacher_logp: Optional[torch.Tensor] = None,
     old_logp: Optional[torch.Tensor] = None,
-    reward_coef: float = 0.0,
-    distill_discount: float = 0.0,
+    components: Optional[torch.Tensor] = None,
+    component_weights: Optional[tuple] = None,
+    **knobs,
 ) -> AdvantageResult:
-    """The advantage estimator `estimator` (docs/algorithms.md §1) for rewards (B,) on device.
-
-    - "group" (GRPO, Dr. GRPO, DAPO, GSPO): `(R - mean_g R) / (std_g R + eps)` per response (`scale`, `std_ddof`).
-    - "rloo": `R_i - mean_{j != i} R_j` per response.
-    - "reinforce_pp": REINFORCE++ (-baseline) returns to go per token (`gamma`, `baseline`).
-    - "gae" (PPO): the outcome reward on the last real token, GAE over the critic's `values` (B, T) with
-      `gae_gamma` / `gae_lam`, whitened over the batch's tokens when `scale == "whiten"`.
-    - "distill" (on-policy distillation, §9): `log pi_T - log pi_old` per token from `teacher_logp` and `old_logp`
-      (B, T) (`distill_discount` over later tokens), plus `reward_coef` times the group advantage.
-    KL in the reward (`kl` (B, T) from `reward_kl`, coefficient `beta`) enters every estimator: the group ones
-    centre the summed reward `R - beta * sum_t kl_t` (as verl's token_level_rewards.sum(-1)), the per-token ones
-    take `-beta * kl_t` on each token.
-    """
-    if kl is None:
-        beta = 0.0
-    G = group_size
-    if estimator in ("group", "rloo") and kl is not None:
-        rewards = adv_lib.outcome_token_rewards(rewards, mask, kl=kl, beta=beta).sum(-1)
-    if estimator == "group":
-        return AdvantageResult(adv_lib.group_advantages(rewards, G, scale=scale, std_ddof=std_ddof, eps=eps))
-    if estimator == "distill":
-        if teacher_logp is None or old_logp is None:
-            raise ValueError("the distill estimator needs the teacher's and the sampler's log-probs")
-        if kl is not None:
-            raise ValueError("the distill estimator takes no KL in the reward (its term is a per-token KL already)")
-        reward_adv = (
-            adv_lib.group_advantages(rewards, G, scale=scale, std_ddof=std_ddof, eps=eps)
-            if reward_coef
-            else torch.zeros_like(rewards, dtype=torch.float32)
-        )
-        term = distill_lib.distill_advantages(teacher_logp, old_logp, mask, discount=distill_discount)
-        advs, metrics = distill_lib.mixed_advantages(reward_adv, term.advantages, mask, coef=reward_coef)
-        return AdvantageResult(advs, metrics={**metrics, "distill/teacher_nonfinite": term.nonfinite})
-    if estimator == "rloo":
-        return AdvantageResult(adv_lib.rloo_advantages(rewards, G))
-    if estimator == "reinforce_pp":
-        return AdvantageResult(
-            adv_lib.reinforce_pp_advantages(
-                rewards,
-                mask,
-                kl=kl,
-                beta=beta,
-                gamma=gamma,
-                baseline=baseline,
-                group_size=G,
-                std_ddof=std_ddof,
-                eps=eps,
-            )
-        )
-    if estimator != "gae":
-        raise ValueError(f"unknown advantage estimator {estimator!r}")
-    if values is None:
-        raise ValueError("the gae estimator needs the critic's values")
-    token_rewards = adv_lib.outcome_token_rewards(rewards, mask, kl=kl, beta=beta)
-    advs, returns = adv_lib.gae_advantages(token_rewards, values, mask, gamma=gae_gamma, lam=gae_lam)
-    if scale == "whiten":
-        advs = adv_lib.whiten(advs, mask)
-    return AdvantageResult(advs, returns=returns, old_values=values)
+    """The advantage estimator `estimator` (docs/algorithms.md §1; one module each in `algos/advantage/`) for
+    rewards (B,) on device: group (GRPO, Dr. GRPO, DAPO, GSPO), rloo, reinforce_pp, gae (PPO, over the critic's
+    `values` (B, T) with `gae_gamma` / `gae_lam`), distill (`teacher_logp`, `old_logp`), gdpo (`components` (B, K)
+    with their weights), or a registered plug-in. `knobs`: the estimator's own (`baseline`, `gamma`,
+    `reward_coef`, `distill_discount`, ...). KL in the reward (`kl` (B, T) from `reward_kl`, coefficient `beta`):
+    the group estimators centre `R - beta * sum_t kl_t` (verl's token_level_rewards.sum(-1)), the per-token ones
+    take `-beta * kl_t` on each token."""
+    if estimator not in estimator_specs.SPECS:
+        raise ValueError(f"unknown advantage estimator {estimator!r}; one of {', '.join(estimator_specs.SPECS)}")
+    inputs = AdvantageInputs(
+        rewards,
+        mask,
+        group_size,
+        scale=scale,
+        std_ddof=std_ddof,
+        eps=eps,
+        kl=kl,
+        beta=beta if kl is not None else 0.0,
+        values=values,
+        critic_gamma=gae_gamma,
+        critic_lam=gae_lam,
+        teacher_logp=teacher_logp,
+        old_logp=old_logp,
+        components=components,
+        component_weights=component_weights,
+    )
+    return estimate(estimator, inputs, knobs)
 
 
 # ----------------------------------------------------------------------------- the loss

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, Optional
 
+from rlcompare import registry
+
 RATIO_LEVELS = ("token", "sequence", "sequence-token", "hybrid")
 MIXES = ("mean", "entropy")  # DHPO's weight of the token branch (clip with ratio=hybrid)
 # the config keys under algorithm.clip that are no surrogate's own: PPO's range (every surrogate reports its clip
@@ -59,9 +61,11 @@ SPECS: dict[str, SurrogateSpec] = {}  # name -> spec, in registration order (the
 _LISTENERS: list[Callable[[], None]] = []
 
 
-def register_spec(spec: SurrogateSpec) -> SurrogateSpec:
-    """Register ``spec`` (again: replaced). Its knobs may be another spec's too (shared keys, e.g. ``cov_ratio``),
-    with the same default; its ratio levels must be known ones."""
+def register_spec(spec: SurrogateSpec, module: Optional[str] = None) -> SurrogateSpec:
+    """Register ``spec`` for ``module`` (default: the caller's). A name another module registered is refused
+    (``rlcompare.registry.claim``); the same module registering it again replaces it. Its knobs may be another
+    spec's too (shared keys, e.g. ``cov_ratio``), with the same default; its ratio levels must be known ones."""
+    module = module or registry.caller_module()
     for f in fields(spec.settings):
         if f.default is MISSING or (f.name not in COMMON_KEYS and not f.metadata.get("help")):
             raise ValueError(
@@ -85,6 +89,7 @@ def register_spec(spec: SurrogateSpec) -> SurrogateSpec:
                 f"surrogate {spec.name!r}: knob {key} has default {f.default!r}, but surrogate {others[key][0]!r} "
                 f"declares it with {others[key][1].default!r}; one key, one default (or name yours apart)"
             )
+    registry.claim("surrogate", spec.name, module)
     SPECS[spec.name] = spec
     for fn in _LISTENERS:
         fn()
@@ -94,6 +99,7 @@ def register_spec(spec: SurrogateSpec) -> SurrogateSpec:
 def unregister(name: str) -> None:
     """Take a registered spec out again (a test's or a plugin's own surrogate)."""
     SPECS.pop(name, None)
+    registry.release("surrogate", name)
     for fn in _LISTENERS:
         fn()
 
@@ -264,7 +270,11 @@ for _spec in (
     # ratio levels: the variants build on the token ratio (GMPO makes its own sequence ratio); SAPO's gate also takes
     # GSPO's sequence ratio (TRL's importance_sampling_level="sequence")
     SurrogateSpec(
-        "clip", ClipSettings, (), RATIO_LEVELS, doc="PPO (arXiv 1707.06347), DAPO, GSPO, DHPO by ratio level"
+        "clip",
+        ClipSettings,
+        ("seq_clip_frac_low", "seq_clip_frac_high", "mix_weight_mean"),  # DHPO's sequence branch (ratio=hybrid)
+        RATIO_LEVELS,
+        doc="PPO (arXiv 1707.06347), DAPO, GSPO, DHPO by ratio level",
     ),
     SurrogateSpec(
         "cispo",

@@ -17,6 +17,7 @@ from typing import Callable, Mapping, Optional
 
 import torch
 
+from rlcompare import registry
 from rlcompare.algos import surrogate_specs
 from rlcompare.algos.ratios import TokenRatios, _masked_mean, _seq_mean, _zero_pad, log_ratio, token_ratios
 from rlcompare.algos.surrogate_specs import (  # noqa: F401 (the settings classes, importable from here as before)
@@ -59,14 +60,16 @@ def register_surrogate(
 ) -> Callable[[Objective], Objective]:
     """Register ``fn(tokens, settings) -> (J, extra)`` as the math of ``spec`` (verl's ``@register_policy_loss``):
     a registered spec's name, or a :class:`SurrogateSpec`, registered here too (what the config accepts).
-    ``select(tokens, settings, generator) -> bool [B, T]``: the tokens it restricts, when the spec selects tokens."""
+    ``select(tokens, settings, generator) -> bool [B, T]``: the tokens it restricts, when the spec selects tokens.
+    A name another module registered is refused, naming both modules (``rlcompare.registry``)."""
     entry = surrogate_specs.spec(spec) if isinstance(spec, str) else spec
     if entry.selects_tokens != (select is not None):
         raise ValueError(f"surrogate {entry.name!r}: pass select=... exactly when its spec has selects_tokens=True")
-    if isinstance(spec, SurrogateSpec):
-        surrogate_specs.register_spec(spec)
 
     def wrap(fn: Objective) -> Objective:
+        if isinstance(spec, SurrogateSpec):
+            surrogate_specs.register_spec(spec, module=fn.__module__)
+        registry.claim("surrogate function", entry.name, fn.__module__)
         SURROGATE_REGISTRY[entry.name] = Surrogate(entry.name, fn, entry.settings, select)
         return fn
 

@@ -20,6 +20,7 @@ from omegaconf.errors import ConfigKeyError, ValidationError as OmegaValidationE
 
 from rlcompare.algos import accepted  # the math layer's accepted names, torch-free (losses/advantages re-export them)
 from rlcompare.algos import surrogate_specs  # one declaration per surrogate: algorithm.clip's knobs
+from rlcompare.algos import estimator_specs  # one declaration per advantage estimator: its knobs and needs
 from rlcompare.config.flat import flatten
 from rlcompare.passk import MAX_SAMPLES
 from rlcompare.config import user_modules  # algorithm.module, imported before the config is checked
@@ -32,8 +33,8 @@ class ConfigError(ValueError):
 # ----------------------------------------------------------------------------- schema
 @dataclass
 class AdvantageConfig:
-    estimator: str = "group"  # advantage estimator: group | rloo | gae | reinforce_pp | distill (needs teacher.path)
-    scale: str = "group"  # advantage scale: group | batch | batch-centered | none (group); none (rloo); whiten | none (gae); whiten (reinforce_pp)
+    estimator: str = "group"  # advantage estimator: one registered in algos/estimator_specs.py (group | rloo | gae | reinforce_pp | distill (needs teacher.path) | gdpo)
+    scale: str = "group"  # advantage scale: group | batch | batch-centered | none (group); none (rloo); whiten | none (gae, gdpo); whiten (reinforce_pp)
     std_ddof: int = 1  # delta degrees of freedom of the std that scales advantages: 1 (torch.std, TRL, verl) | 0
     eps: float = 1e-6  # added to the std before dividing (keeps it finite for groups of equal rewards)
     baseline: str = "none"  # reinforce_pp: none (REINFORCE++) | group (REINFORCE++-baseline)
@@ -589,12 +590,8 @@ def _check_algorithm(c: DictConfig) -> None:
     a, t, b = c.algorithm, c.trainer, c.budget
     _one_of("algorithm.ratio", a.ratio, RATIOS)
     _one_of("algorithm.aggregation", a.aggregation, AGGREGATIONS)
-    _one_of("algorithm.advantage.estimator", a.advantage.estimator, ESTIMATORS)
-    _one_of(
-        f"algorithm.advantage.scale (estimator={a.advantage.estimator})",
-        a.advantage.scale,
-        SCALES[a.advantage.estimator],
-    )
+    spec, _ = _estimator(a)
+    _one_of(f"algorithm.advantage.scale (estimator={spec.name})", a.advantage.scale, spec.scales)
     _one_of("algorithm.advantage.std_ddof", a.advantage.std_ddof, (0, 1))
     if a.advantage.eps < 0:
         raise ConfigError(f"algorithm.advantage.eps={a.advantage.eps} must be >= 0 (it keeps the std division finite)")
@@ -624,7 +621,7 @@ def _check_algorithm(c: DictConfig) -> None:
     if a.kl.coef < 0:
         raise ConfigError(f"algorithm.kl.coef={a.kl.coef} must be >= 0 (0 turns KL off and loads no reference model)")
     _at_least("algorithm.dynamic_sampling.max_rounds", a.dynamic_sampling.max_rounds, 0)
-    if a.advantage.estimator == "gae":
+    if spec.needs.critic:
         for k in ("gamma", "lam"):
             if not 0 <= a.critic[k] <= 1:
                 raise ConfigError(f"algorithm.critic.{k}={a.critic[k]} must be in [0, 1]")
@@ -646,10 +643,23 @@ def _check_algorithm(c: DictConfig) -> None:
             )
 
 
+def _estimator(a: DictConfig) -> tuple:
+    """The advantage estimator's spec and its settings, checked (algos/estimator_specs.py): a ConfigError naming
+    algorithm.advantage.<key> and the fix."""
+    _one_of("algorithm.advantage.estimator", a.advantage.estimator, tuple(estimator_specs.SPECS))
+    spec = estimator_specs.SPECS[a.advantage.estimator]
+    try:
+        settings = spec.build(a.advantage)
+        settings.check()
+    except ValueError as e:
+        raise ConfigError(f"{e} (algorithm.advantage.estimator={spec.name})") from None
+    return spec, settings
+
+
 def _check_distill(c: DictConfig) -> None:
     """On-policy distillation (issue 52): the distill estimator and the teacher come together."""
     a, teacher = c.algorithm, c.teacher
-    distill = a.advantage.estimator == "distill"
+    distill = _estimator(a)[0].needs.teacher
     if distill and teacher.path is None:
         raise ConfigError(
             "algorithm.advantage.estimator=distill scores the student's tokens with a teacher: set teacher.path=<a "
@@ -664,10 +674,11 @@ def _check_distill(c: DictConfig) -> None:
         _one_of("teacher.dtype", teacher.dtype, DTYPES[1:])
     if teacher.device is not None:
         _one_of("teacher.device", teacher.device, DEVICES)
-    if distill and a.kl.coef > 0 and a.kl.placement == "in_reward":
+    if not _estimator(a)[0].needs.reward_kl and a.kl.coef > 0 and a.kl.placement == "in_reward":
         raise ConfigError(
-            "algorithm.kl.placement=in_reward with algorithm.advantage.estimator=distill: the teacher's term already "
-            "is a per-token KL (to the teacher); set algorithm.kl.placement=in_loss or algorithm.kl.coef=0"
+            f"algorithm.kl.placement=in_reward with algorithm.advantage.estimator={a.advantage.estimator}: it takes "
+            "no KL in the reward (distill: its term already is a per-token KL, to the teacher); set "
+            "algorithm.kl.placement=in_loss or algorithm.kl.coef=0"
         )
 
 
@@ -700,10 +711,8 @@ def _check_trainer(c: DictConfig) -> None:
     a, t = c.algorithm, c.trainer
     _at_least("trainer.prompts_per_step", t.prompts_per_step, 1)
     _at_least("trainer.group_size", t.group_size, 1)
-    grouped = a.advantage.estimator in ("group", "rloo") or (
-        a.advantage.estimator == "distill" and a.advantage.reward_coef > 0
-    )
-    if t.group_size < 2 and grouped:
+    spec, settings = _estimator(a)
+    if t.group_size < 2 and spec.uses_groups(settings):
         raise ConfigError(
             f"trainer.group_size={t.group_size} with algorithm.advantage.estimator={a.advantage.estimator}: group advantages compare completions of one prompt, so they need trainer.group_size >= 2 (or use algorithm=ppo)"
         )
@@ -832,7 +841,9 @@ def _check_eval(c: DictConfig) -> None:
         )
 
 
-ENV_NAMES = ("none", "feedback", "calc", "custom")  # = rlcompare.envs.builtin.NAMES (torch-free, no import here)
+# none, the built-ins of rlcompare/envs/builtin.py (its _CLASSES; config may not import envs), custom: checked
+# against both and conf/env/ by tests/envs/test_env_names.py
+ENV_NAMES = ("none", "feedback", "calc", "custom")
 ENV_REWARDS = ("sum", "last")
 
 
@@ -862,9 +873,10 @@ def _check_env(c: DictConfig) -> None:
         _check_env_target(e.target, e.settings)
     elif e.target is not None:
         raise ConfigError(f"env.target={e.target!r} applies to env.name=custom only; set env.target=null")
-    if c.algorithm.advantage.estimator == "distill":
+    if not _estimator(c.algorithm)[0].needs.multi_turn:
         raise ConfigError(
-            "env.name is not supported with the distill estimator (the teacher would score the environment's tokens); set env=none"
+            f"env.name is not supported with the {c.algorithm.advantage.estimator} estimator (distill: the teacher "
+            "would score the environment's tokens); set env=none"
         )
 
 
@@ -1326,22 +1338,6 @@ def _check_variants(a: DictConfig, t: DictConfig) -> None:
         spec.build(dict(a.clip)).check()
     except ValueError as e:
         raise ConfigError(f"{e} (algorithm.surrogate={a.surrogate})") from None
-    adv = a.advantage
-    if adv.estimator == "reinforce_pp":
-        _one_of("algorithm.advantage.baseline", adv.baseline, accepted.REINFORCE_PP_BASELINES)
-        if not 0 <= adv.gamma <= 1:
-            raise ConfigError(f"algorithm.advantage.gamma={adv.gamma} must be in [0, 1]")
-        if adv.baseline == "group":
-            if adv.gamma != 1:
-                raise ConfigError(
-                    f"algorithm.advantage.gamma={adv.gamma} must be 1 with algorithm.advantage.baseline=group "
-                    "(every token carries the centred sequence reward, as OpenRLHF)"
-                )
-            if t.group_size < 2:
-                raise ConfigError(
-                    f"trainer.group_size={t.group_size} with algorithm.advantage.baseline=group: the group "
-                    "baseline needs trainer.group_size >= 2 (or algorithm.advantage.baseline=none)"
-                )
     mm = a.mismatch
     if mm.mode is not None:
         if mm.mode not in accepted.MISMATCH_MODES:

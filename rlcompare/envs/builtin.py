@@ -22,9 +22,6 @@ from rlcompare.data.types import Example
 from rlcompare.envs.base import Environment, StepResult
 from rlcompare.rewards.verifiers import ExactMatch
 
-BUILTIN = ("feedback", "calc")
-NAMES = ("none", *BUILTIN, "custom")
-STOPS = {"calc": ("</calc>",), "feedback": ()}  # the stop strings each built-in's policy turns end at
 _NUMBER = re.compile(r"-?[0-9]+")
 _CALL = re.compile(r"<calc>([^<]*)</calc>\s*$")
 _EXPR = re.compile(r"[0-9]{1,6}(?:[+\-*][0-9]{1,6}){0,11}")

@@ -44,6 +44,9 @@ class Score:
     # why an error scored 0 (one of ERROR_REASONS; "" when not an error). Not compared: Score(0.0, False, True)
     # equals every error whatever its reason.
     reason: str = field(default="", compare=False)
+    # named reward components, in the verifier's order (verifier.name=weighted: each component's own reward,
+    # before its weight); () for a verifier of one reward. GDPO normalises each within the group.
+    components: tuple = field(default=(), compare=False)
 
 
 ERROR_REASONS = ("raised", "timeout", "batch_timeout", "worker_lost", "no_worker")
@@ -253,10 +256,12 @@ def _read_reply(conn):
 
 
 def _is_score_reply(msg, i: int) -> bool:
-    """[i, reward, correct, error, reason] for item i, with a finite reward: what _score_in_worker returns."""
+    """[i, reward, correct, error, reason(, components)] for item i, with a finite reward and finite components:
+    what _score_in_worker returns."""
     return (
         isinstance(msg, list)
-        and len(msg) == 5
+        and len(msg) in (5, 6)
+        and (len(msg) == 5 or _finite_numbers(msg[5]))
         and msg[0] == i
         and type(msg[1]) in (int, float)
         and math.isfinite(msg[1])
@@ -264,6 +269,10 @@ def _is_score_reply(msg, i: int) -> bool:
         and isinstance(msg[3], bool)
         and isinstance(msg[4], str)
     )
+
+
+def _finite_numbers(xs) -> bool:
+    return isinstance(xs, list) and all(type(x) in (int, float) and math.isfinite(x) for x in xs)
 
 
 def _score_in_worker(verifier, i: int, completion, answer, timeout_s) -> tuple:
@@ -278,8 +287,10 @@ def _score_in_worker(verifier, i: int, completion, answer, timeout_s) -> tuple:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         r = float(s.reward)
-        if math.isfinite(r):
-            return (i, r, bool(s.correct), bool(s.error), str(s.reason or ("raised" if s.error else "")))
+        comps = [float(x) for x in getattr(s, "components", ())]
+        if math.isfinite(r) and all(math.isfinite(x) for x in comps):
+            reply = (i, r, bool(s.correct), bool(s.error), str(s.reason or ("raised" if s.error else "")))
+            return reply + (comps,) if comps else reply
         return (i, 0.0, False, True, "raised")
     except _ItemTimeout:
         return (i, 0.0, False, True, "timeout")
@@ -438,7 +449,8 @@ class _WorkerPool:
             if k in busy:
                 i, _ = busy.pop(k)
                 ok = _is_score_reply(msg, i)
-                results[i] = Score(float(msg[1]), msg[2], msg[3], msg[4]) if ok else WORKER_LOST
+                comps = tuple(float(x) for x in msg[5]) if ok and len(msg) == 6 else ()
+                results[i] = Score(float(msg[1]), msg[2], msg[3], msg[4], components=comps) if ok else WORKER_LOST
                 if not ok:
                     self._drop(k)
             elif msg == "ready":

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from rlcompare.plugins import import_registering
+from rlcompare.registry import claim
 from rlcompare.rewards.pool import _MAX_DEFAULT_WORKERS, DEFAULT_BATCH_TIMEOUT_S, MIN_TIMEOUT_S
 
 # Keys every verifier accepts: how a run scores (time, isolation, workers), not what (= the fields of
@@ -68,9 +69,7 @@ def register_verifier(
     def decorate(cls):
         module = sys.modules.get(cls.__module__)
         file = getattr(module, "__file__", None)
-        old = REGISTRY.get(name)
-        if old is not None and (old.module, old.file) != (cls.__module__, file) and not (file and old.file == file):
-            raise ValueError(f"verifier name {name!r} is registered already (by {old.module}); pick another name")
+        claim("verifier", name, cls.__module__)  # another module's name is refused, naming both
         cls.name = name
         REGISTRY[name] = VerifierSpec(
             name, own, build or _call_with_settings(cls, own), cls.__module__, file, check, accepts, dict(help or {})

@@ -456,7 +456,8 @@ class FormatCheck(Verifier):
     accepts=lambda d: _component_settings(d),
 )
 class Weighted(Verifier):
-    """reward = sum(weight_i * reward_i); correct = the first component's; error = any component's."""
+    """reward = sum(weight_i * reward_i); correct = the first component's; error = any component's; the components'
+    own rewards travel with it (`Score.components`, what the gdpo estimator reads)."""
 
     name = "weighted"
 
@@ -477,7 +478,8 @@ class Weighted(Verifier):
     def score(self, completion: str, answer: str) -> Score:
         scores = [v.score(completion, answer) for v, _ in self.components]
         reward = sum(w * s.reward for (_, w), s in zip(self.components, scores))
-        return Score(float(reward), scores[0].correct, any(s.error for s in scores))
+        parts = tuple(float(s.reward) for s in scores)  # each component's own reward: GDPO normalises each
+        return Score(float(reward), scores[0].correct, any(s.error for s in scores), components=parts)
 
 
 def _components(d: dict, where: str) -> list[dict]:

@@ -29,6 +29,8 @@ class RolloutBatch:
     verifier_rewards: torch.Tensor  # (B,) CPU float32: the verifier's reward alone
     correct: torch.Tensor  # (B,) CPU bool
     prompts: list[Any]  # B / G `prompt_ids.EncodedPrompt`s, one per group
+    # (B, K) CPU float32 the verifier's named reward components, when the estimator reads them (gdpo), else None
+    reward_components: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.rewards)
@@ -45,6 +47,7 @@ class RolloutBatch:
             self.verifier_rewards[rows],
             self.correct[rows],
             [p for p, g in zip(self.prompts, groups) if g],
+            None if self.reward_components is None else self.reward_components[rows],
         )
 
     @staticmethod
@@ -78,6 +81,7 @@ class RolloutBatch:
             torch.cat([p.verifier_rewards for p in parts]),
             torch.cat([p.correct for p in parts]),
             sum((p.prompts for p in parts), []),
+            None if parts[0].reward_components is None else torch.cat([p.reward_components for p in parts]),
         )
 
 
@@ -106,7 +110,7 @@ class Collected:
 
 @dataclass
 class Targets:
-    """What the update optimizes toward on one batch (`objective.advantage_targets`)."""
+    """What the update optimizes toward on one batch (`Trainer.advantages`, from `objective.advantages`)."""
 
     loss_mask: torch.Tensor  # (B, T) the completion mask, 0 on rows the overlong filter removes (DAPO)
     advantages: torch.Tensor  # (B,) per response (group, RLOO) or (B, T) per token (GAE, REINFORCE++)

@@ -38,6 +38,7 @@ class Round:
     verifier_rewards: torch.Tensor  # (b,) CPU float32
     correct: torch.Tensor  # (b,) CPU bool
     errors: int  # completions the verifier failed on
+    components: torch.Tensor | None = None  # (b, K) CPU float32 named reward components, when the estimator reads them
 
 
 # sample(prompts, *, reuse_recording, streams, trains_these, width, round_, groups) -> (prompt_ids, prompt_mask,
@@ -87,10 +88,10 @@ def collect(
             prompt_ids = prompt_mask = None
             completions = no_completions(device, with_logp=with_logp, episodes=cfg.env.name != "none")
         t1 = time.perf_counter()
-        _, verifier_rewards, correct, n_errors = score(mine, completions)
+        _, verifier_rewards, correct, n_errors, *components = score(mine, completions)
         t_score += time.perf_counter() - t1
         t_roll += t1 - t0
-        part = Round(prompt_ids, prompt_mask, completions, verifier_rewards, correct, n_errors)
+        part = Round(prompt_ids, prompt_mask, completions, verifier_rewards, correct, n_errors, *components)
         if world.size > 1:  # every rank holds the whole round, in group order
             part = gather_round(world, prompts, shares, part, pad_id=pad_id, device=device, group_size=G)
         errors += part.errors
@@ -128,7 +129,14 @@ def _shaped(part: Round, prompts: list, cfg: Any) -> RolloutBatch:
             factor=algo.overlong.factor,
         )
     return RolloutBatch(
-        part.prompt_ids, part.prompt_mask, completions, rewards, part.verifier_rewards, part.correct, prompts
+        part.prompt_ids,
+        part.prompt_mask,
+        completions,
+        rewards,
+        part.verifier_rewards,
+        part.correct,
+        prompts,
+        reward_components=part.components,
     )
 
 
@@ -186,6 +194,7 @@ def gather_round(
         (c.lengths, 0),
         (part.verifier_rewards, 0.0),
         (part.correct, False),
+        (part.components, 0.0),
         (torch.tensor([part.errors]), 0),
         (c.env_mask, 0),
         # left-padded prompts travel flipped: the gather pads on the right, so they come back left-padded
@@ -193,7 +202,7 @@ def gather_round(
         (_flipped(part.prompt_mask, device) if episodes else None, 0),
     )
     *rows, n_errors, env_mask, flipped_ids, flipped_mask = world.gather_many(list(tensors), list(pads))
-    ids, mask, logp, truncated, lengths, rewards, correct, env_mask, flipped_ids, flipped_mask = (
+    ids, mask, logp, truncated, lengths, rewards, correct, comps, env_mask, flipped_ids, flipped_mask = (
         None if x is None else x[in_order.to(x.device)] for x in (*rows, env_mask, flipped_ids, flipped_mask)
     )
     if episodes:
@@ -204,7 +213,7 @@ def gather_round(
         else None
     )
     whole = Completions(ids, mask, logp, truncated, lengths, recording=recording, env_mask=env_mask)
-    return Round(prompt_ids, prompt_mask, whole, rewards, correct, int(n_errors.sum()))
+    return Round(prompt_ids, prompt_mask, whole, rewards, correct, int(n_errors.sum()), comps)
 
 
 def _flipped(x: torch.Tensor | None, device) -> torch.Tensor:

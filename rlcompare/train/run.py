@@ -142,9 +142,6 @@ def _computing(c: dict, section: str) -> dict:
     return {k: v for k, v in c[section].items() if not operational.is_operational(f"{section}.{k}")}
 
 
-# ----------------------------------------------------------------------------- resume
-
-
 # ----------------------------------------------------------------------------- preflight
 def model_context_length(cfg: DictConfig) -> int | None:
     """The model's context (positions) from its config alone, without loading weights; None when unknown.

@@ -76,6 +76,7 @@ def _plain(q: Queued, index: dict) -> dict:
             "rewards": b.rewards,
             "verifier_rewards": b.verifier_rewards,
             "correct": b.correct,
+            "reward_components": b.reward_components,
             "prompts": [index[id(p)] for p in b.prompts],
         }
     return out
@@ -125,10 +126,12 @@ def _batch(b, train_prompts: list, group_size: int, device) -> RolloutBatch:
     _need(bool((b["lengths"] == policy.sum(1)).all()), "completions' lengths")
     _need(tensor("rewards", torch.float32, "B") and tensor("verifier_rewards", torch.float32, "B"), "rewards")
     _need(tensor("correct", torch.bool, "B"), "correct flags")
+    comps = b.get("reward_components")  # the gdpo estimator's; absent in a queue saved before them
+    _need(comps is None or tensor("reward_components", torch.float32, "BK"), "reward components")
     completions = Completions(*(None if b[k] is None else b[k].to(device) for k in _COMPLETION_FIELDS))
     completions.env_mask = None if env is None else env.to(device)
     prompts = [train_prompts[i] for i in idx]
     prompt_ids, prompt_mask = b["prompt_ids"].to(device), b["prompt_mask"].to(device)
     return RolloutBatch(
-        prompt_ids, prompt_mask, completions, b["rewards"], b["verifier_rewards"], b["correct"], prompts
+        prompt_ids, prompt_mask, completions, b["rewards"], b["verifier_rewards"], b["correct"], prompts, comps
     )

@@ -17,7 +17,7 @@ import torch
 from omegaconf import DictConfig
 
 from rlcompare import fast  # the speed layer's door: recorded_update_forward, Recording, FlopObserver
-from rlcompare.algos import losses, objective
+from rlcompare.algos import estimator_specs, losses, objective
 from rlcompare.algos.batch_stats import length_stats, weight_shares
 from rlcompare.config import ConfigError, check_eval_fits_context, check_fits_context
 from rlcompare.data.prompts import PromptStream, build_prompts
@@ -39,6 +39,18 @@ from rlcompare.train.stale_queue import Queued, StaleQueue
 from rlcompare.train.prompt_ids import EncodedPrompt, encode_prompts
 
 TIMING_PREFIXES = ("time/", "perf/", "memory/")  # what varies with the machine, not with the run
+
+
+def _row_name(key: str) -> str:
+    """A metric's name in the row: its own when namespaced (`loss/value`), `offpolicy/<kind>` for the off-policy
+    gaps, `ratio/seq_*` for GSPO's sequence ratio, else `policy/<name>` (what a surrogate clips, masks or gates)."""
+    if key in losses.SEQ_RATIO_NAMES:
+        return losses.SEQ_RATIO_NAMES[key]
+    if "/" in key:
+        return key
+    if key.startswith("offpolicy_"):
+        return "offpolicy/" + key[len("offpolicy_") :]
+    return "policy/" + key
 
 
 def _variant_metrics() -> tuple:
@@ -131,7 +143,10 @@ class Trainer:
         self.teacher = self._load_teacher() if cfg.teacher.path is not None else None  # on-policy distillation
         self._teacher_cost: dict[str, float] = {}  # the last teacher pass's time/ and perf/ entries
         self.critic = self.critic_opt = None
-        if algo.advantage.estimator == "gae":
+        self.estimator = estimator_specs.spec(algo.advantage.estimator)  # what it needs from the run
+        # the weights of the verifier's named reward components (verifier.name=weighted), or None: one reward
+        self._component_weights = tuple(float(w) for _, w in getattr(self.verifier, "components", ())) or None
+        if self.estimator.needs.critic:
             self.critic = ValueModel(model).to(self.device)
             self.critic_opt = _adamw(self.critic.parameters(), lr=algo.critic.lr, betas=tuple(train_cfg.betas))
         # over several ranks: the trained weights' gradients summed as the backward produces them
@@ -275,7 +290,7 @@ class Trainer:
             or (self.ref is not None and algo.kl.placement == "in_reward")
             or algo.mismatch.mode is not None
             or algo.off_policy.correction is not None
-            or algo.advantage.estimator == "distill"  # A_t = log pi_T - log pi_old, the sampler's
+            or self.estimator.needs.sampler_logp  # distill: A_t = log pi_T - log pi_old, the sampler's
         )
 
     def _decode(self, completions) -> list[str]:
@@ -285,7 +300,9 @@ class Trainer:
             completions.ids.masked_fill(completions.mask == 0, self.pad_id), skip_special_tokens=True
         )
 
-    def _score(self, prompts: list[EncodedPrompt], completions, repeat: int):
+    def _score(self, prompts: list[EncodedPrompt], completions, repeat: int, *, components: bool = False):
+        """(texts, rewards (B,), correct (B,), errors), and with `components` the reward components (B, K) when the
+        estimator reads them (gdpo) and the verifier has them (weighted)."""
         if completions.outcome is not None:  # episodes: scored by their environment
             return env_rollout.scored(completions.outcome)
         texts = self._decode(completions)
@@ -294,7 +311,11 @@ class Trainer:
         rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)
         correct = torch.tensor([s.correct for s in scores], dtype=torch.bool)
         errors = sum(s.error for s in scores)
-        return texts, rewards, correct, errors
+        if not (components and self.estimator.needs.reward_components and self._component_weights):
+            return texts, rewards, correct, errors
+        K = len(self._component_weights)  # an error scored no component: each 0, as its reward
+        comps = torch.tensor([s.components or (0.0,) * K for s in scores], dtype=torch.float32).reshape(-1, K)
+        return texts, rewards, correct, errors, comps
 
     # ------------------------------------------------------------------ one step
     def step(self) -> dict:
@@ -364,7 +385,7 @@ class Trainer:
             order=self._order,
             rollout=self.state.step + len(self.queue.pending),  # with staleness, the rollouts queued count
             sample=lambda prompts, **kw: self._sample(prompts, repeat=G, greedy=False, **kw),
-            score=lambda prompts, completions: self._score(prompts, completions, G),
+            score=lambda prompts, completions: self._score(prompts, completions, G, components=True),
             pad_id=self.pad_id,
             device=self.device,
             with_logp=self._reads_sampler_logp(),
@@ -397,9 +418,10 @@ class Trainer:
                 completions.logp, targets.ref_logp, completions.policy_mask, estimator=algo.kl.estimator
             )
         values = teacher_logp = None
-        if algo.advantage.estimator == "gae":  # PPO: the critic's values at rollout time
+        needs = self.estimator.needs
+        if needs.critic:  # PPO: the critic's values at rollout time
             values = self._by_rank(batch, self._values_of(batch))
-        if algo.advantage.estimator == "distill":  # the teacher scores the sampled tokens, once per rollout batch
+        if needs.teacher:  # distillation: the teacher scores the sampled tokens, once per rollout batch
             teacher_logp = self._teacher_logp(batch)
         est = objective.advantages(
             algo.advantage.estimator,
@@ -411,15 +433,14 @@ class Trainer:
             eps=algo.advantage.eps,
             kl=kl,
             beta=algo.kl.coef,
-            gamma=algo.advantage.gamma,
-            baseline=algo.advantage.baseline,
             values=values,
             gae_gamma=algo.critic.gamma,
             gae_lam=algo.critic.lam,
             teacher_logp=teacher_logp,
             old_logp=completions.logp,
-            reward_coef=algo.advantage.reward_coef,
-            distill_discount=algo.advantage.distill_discount,
+            components=batch.reward_components.to(self.device) if batch.reward_components is not None else None,
+            component_weights=self._component_weights if needs.reward_components else None,
+            **{k: algo.advantage[k] for k in self.estimator.knobs()},
         )
         targets.advantages, targets.returns, targets.old_values = est.advantages, est.returns, est.old_values
         targets.metrics = {**est.metrics, **self._teacher_cost}
@@ -569,19 +590,15 @@ class Trainer:
             self.state.applied_updates += up.n_updates - up.skipped
         self.state.note_nonfinite(up.nonfinite if up.skipped else None)
         m = up.metrics
-        return {
+        names = losses.ROW_NAMES
+        row = {
             "optim/skipped_updates": self.state.skipped_updates,
             "optim/nonfinite": int(up.skipped > 0),
-            "objective/per_token": m.get("objective_per_token"),
-            "objective/per_response": m.get("objective_per_response"),
+            names["objective_per_token"]: m.get("objective_per_token"),
+            names["objective_per_response"]: m.get("objective_per_response"),
             "objective/optimized": -m.get("loss/policy", float("nan")),
-            "clip/frac_low": m.get("clip_frac_low"),
-            "clip/frac_high": m.get("clip_frac_high"),
-            "clip/dual_frac": m.get("dual_clip_frac"),
-            "ratio/mean": m.get("ratio_mean"),
-            "ratio/min": m.get("ratio_min"),
-            "ratio/max": m.get("ratio_max"),
-            "kl/rollout": m.get("approx_kl"),
+            **{names[k]: m.get(k) for k in ("clip_frac_low", "clip_frac_high", "dual_clip_frac")},
+            **{names[k]: m.get(k) for k in ("ratio_mean", "ratio_min", "ratio_max", "approx_kl")},
             "kl/ref": m.get("kl/ref"),
             "policy/entropy": m.get("policy/entropy"),
             "loss/policy": m.get("loss/policy"),
@@ -589,9 +606,14 @@ class Trainer:
             "loss/value": m.get("loss/value"),
             "optim/grad_norm": m.get("optim/grad_norm"),
             "optim/lr": self.sched.get_last_lr()[0],
-            **{"policy/" + k: m[k] for k in _variant_metrics() if k in m},
-            **{"offpolicy/" + k[len("offpolicy_") :]: m[k] for k in off_policy.GAP_METRIC_KINDS if k in m},
         }
+        # then everything else the update reported, by declaration, no allow-list: the surrogate's own metrics (its
+        # spec's, first, in their order), the off-policy gaps, and any other name (the sequence ratio, DHPO's branch)
+        first = [k for k in _variant_metrics() if k in m] + [k for k in off_policy.GAP_METRIC_KINDS if k in m]
+        for k in dict.fromkeys(first + list(m)):
+            if k not in names:
+                row.setdefault(_row_name(k), m[k])
+        return row
 
     def _step_tokens(self, collected: Collected, trained: RolloutBatch | None) -> throughput.StepTokens:
         """The tokens the step ran through the model, by kind of pass (for its model FLOPs)."""

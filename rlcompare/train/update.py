@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from rlcompare import fast  # the speed layer's door: recorded_update_forward, FlopObserver
-from rlcompare.algos import losses, objective, surrogate_specs
+from rlcompare.algos import estimator_specs, losses, objective, surrogate_specs
 from rlcompare.train import offpolicy as off_policy
 from rlcompare.train import sharding
 from rlcompare.train.batch import RolloutBatch, Targets
@@ -158,7 +158,7 @@ def idle_rows(targets: Targets, unit: int, cfg: Any) -> torch.Tensor | None:
         not train_cfg.skip_zero_advantage
         or algo.kl.coef > 0
         or algo.entropy_coef > 0
-        or algo.advantage.estimator == "gae"
+        or estimator_specs.spec(algo.advantage.estimator).needs.critic
     ):
         return None
     if reads_step_statistics(algo):  # the entropy threshold and the covariance are over every row
@@ -485,7 +485,13 @@ def _token_weight(targets: Targets, idx, loss_mask, keep) -> tuple[torch.Tensor 
 # ----------------------------------------------------------------------------- metrics
 # how each policy metric reduces over micro-batches (and ranks); the rest are token-weighted means, but for the
 # means over responses, weighted by responses
-_POLICY_METRIC_KINDS = {"ratio_min": "min", "ratio_max": "max", **off_policy.GAP_METRIC_KINDS}
+_POLICY_METRIC_KINDS = {
+    "ratio_min": "min",
+    "ratio_max": "max",
+    "seq_ratio_min": "min",
+    "seq_ratio_max": "max",
+    **off_policy.GAP_METRIC_KINDS,
+}
 _PER_RESPONSE_METRICS = {"objective_per_response"}
 
 

@@ -150,7 +150,12 @@ def test_example_e_covariance_and_what_each_variant_reports():
 def test_every_surrogate_returns_the_common_metrics_plus_its_own(surrogate):
     _, _, m_clip = loss_grad(*example_e())
     _, _, m = loss_grad(*example_e(), surrogate=surrogate)
-    assert set(m) == set(m_clip) | set(SURROGATE_METRICS[surrogate])
+    # clip declares DHPO's sequence-branch metrics, reported with ratio=hybrid only (checked below)
+    own = set(SURROGATE_METRICS[surrogate]) - (set(SURROGATE_METRICS["clip"]) if surrogate == "clip" else set())
+    assert set(m) == set(m_clip) | own
+    if surrogate == "clip":
+        _, _, hybrid = loss_grad(*example_e(), ratio="hybrid", seq_eps_low=3e-4, seq_eps_high=4e-4)
+        assert set(hybrid) == set(m_clip) | set(SURROGATE_METRICS["clip"])
     # PPO's region is reported for every surrogate (so that they compare): r = 1.5 with A > 0, r = 0.7 with A < 0
     assert m["clip_frac_high"] == pytest.approx(1 / 6) and m["clip_frac_low"] == pytest.approx(1 / 6)
     assert m["ratio_max"] == pytest.approx(2.0) and m["ratio_min"] == pytest.approx(0.5)
