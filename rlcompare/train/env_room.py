@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from rlcompare.config import ConfigError
-from rlcompare.envs.builtin import STOPS, CalcEnv
+from rlcompare.envs.builtin import CalcEnv
 
 SHORTEST_CALL = {"calc": "<calc>1+1</calc>"}  # the shortest tool call each tool-use built-in reads
+CALL_ENDS = {"calc": ("</calc>",)}  # the stop strings its policy turns must end at (where it reads a call)
 
 
 def check_env_room(cfg: Any) -> None:
@@ -29,7 +30,7 @@ def check_tool_room(cfg: Any, tokenizer) -> None:
     name = cfg.env.name
     if name not in SHORTEST_CALL:
         return
-    for stop in STOPS[name]:
+    for stop in CALL_ENDS[name]:
         if stop not in list(cfg.env.stop or ()):
             raise ConfigError(
                 f"env.stop={list(cfg.env.stop or ())!r}: env={name} reads a tool call at the end of a turn, so the "
