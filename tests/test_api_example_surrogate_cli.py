@@ -62,6 +62,7 @@ def test_the_modules_a_command_line_names_are_read_before_composing(overrides, m
 
 
 # ----------------------------------------------------------------------------- one run
+@pytest.mark.slow  # tens of seconds under load (issue 63: -m 'not slow' under 5 min)
 def test_the_knob_reaches_the_math_through_the_shell(tmp_path):
     """On the first update of a rollout rho = 1 (to rounding). With shift 0 the region [0.8, 1.2] holds it: nothing
     is clipped. With shift 0.5 it is [1.3, 1.7]: for A < 0, clip(rho) A = 1.3 A < A, the clipped branch is the
@@ -91,6 +92,7 @@ def test_the_knob_reaches_the_math_through_the_shell(tmp_path):
     assert 0.0 < fracs["0.5"] < 1.0
 
 
+@pytest.mark.slow  # tens of seconds under load (issue 63: -m 'not slow' under 5 min)
 def test_a_module_that_cannot_be_imported_is_refused_before_a_run_folder(tmp_path):
     out = _run(["algorithm.module=no_such_module_here", f"results_dir={tmp_path / 'results'}"], tmp_path)
     assert out.returncode == 2

@@ -35,6 +35,7 @@ def test_the_small_bench_decodes_every_row_to_the_end_in_both_engines_and_report
     assert "graphs / eager:" in engine.report(out)
 
 
+@pytest.mark.slow  # tens of seconds under load (issue 63: -m 'not slow' under 5 min)
 def test_the_profile_counts_a_whole_number_of_ops_per_step_growing_by_the_same_count_per_layer():
     """Two rollouts of 4 and 12 tokens cancel the prefill: a step's count is exact, and each layer adds the same
     ops (so 3 layers minus 2 equals 2 minus 1)."""
@@ -59,6 +60,7 @@ def test_rows_not_a_multiple_of_the_group_are_refused_in_one_line():
         engine.run(_args(small=False, rows=12))
 
 
+@pytest.mark.slow  # tens of seconds under load (issue 63: -m 'not slow' under 5 min)
 def test_the_command_prints_one_json_line():
     cmd = [sys.executable, "-m", "rlcompare.bench.engine", "--small", "--json", "--engines", "graphs"]
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=True)

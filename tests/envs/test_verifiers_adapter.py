@@ -224,6 +224,7 @@ def test_a_module_that_is_not_installed_or_a_wrong_seat_is_refused_before_any_ep
         build_verifiers_env({"module": MODULE, "env_args": {"secrets": "six"}})
 
 
+@pytest.mark.slow  # tens of seconds under load (issue 63: -m 'not slow' under 5 min)
 def test_episodes_through_the_rollouts_worker_pool(tmp_path, monkeypatch):
     """The env engineer's runner (rlcompare.envs.runner, after the merge): `env.name=custom` with the adapter as
     `env.target`, each step replayed in a fresh worker interpreter under the verifier's limits. The workers import

@@ -76,6 +76,7 @@ def test_a_run_with_an_environment_evaluates_sampled_episodes(compose):
         assert e["eval/samples"] == 4 and e["eval/tokens"] > 0
 
 
+@pytest.mark.slow  # tens of seconds under load (issue 63: -m 'not slow' under 5 min)
 def test_an_env_runs_sampled_eval_leaves_its_training_alone(compose):
     """The eval's episodes draw from the eval's streams and are not the training row's episodes: the training rows
     are those of the same run evaluated greedily only."""

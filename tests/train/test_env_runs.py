@@ -39,6 +39,7 @@ def test_bad_env_settings_are_refused_naming_the_key_before_the_run_folder(compo
     assert not (tmp_path / "results" / "default" / "bad").exists()
 
 
+@pytest.mark.slow  # tens of seconds under load (issue 63: -m 'not slow' under 5 min)
 def test_the_default_is_single_turn_and_keeps_its_fingerprint(compose):
     cfg = validate(compose())
     assert cfg.env.name == "none"
@@ -48,6 +49,7 @@ def test_the_default_is_single_turn_and_keeps_its_fingerprint(compose):
     assert "tokens/env" not in read_jsonl(Path(out["run_dir"]) / "metrics.jsonl")[0]
 
 
+@pytest.mark.slow  # tens of seconds under load (issue 63: -m 'not slow' under 5 min)
 def test_an_env_run_logs_its_episodes(compose):
     out = train(compose(*ENV, "run_name=fb"))
     run = Path(out["run_dir"])
@@ -97,6 +99,7 @@ def test_sigkill_mid_multi_turn_run_then_resume_equals_the_uninterrupted_run(com
     ],
     ids=["ppo", "dapo", "stale", "group_streams"],
 )
+@pytest.mark.slow  # tens of seconds under load (issue 63: -m 'not slow' under 5 min)
 def test_env_runs_through_every_kind_of_update(compose, overrides):
     out = train(compose(*ENV, *overrides, "run_name=kinds"))
     rows = read_jsonl(Path(out["run_dir"]) / "metrics.jsonl")

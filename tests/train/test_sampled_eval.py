@@ -25,6 +25,7 @@ def _no_timing(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith(TIMING_PREFIXES)} for r in rows]
 
 
+@pytest.mark.slow  # tens of seconds under load (issue 63: -m 'not slow' under 5 min)
 def test_sampled_eval_logs_its_rows_and_counts_and_leaves_training_alone(compose):
     base = train(compose("run_name=greedy", WARM))
     s = train(compose("run_name=sampled", WARM, *SAMPLED))
@@ -65,6 +66,7 @@ def _eval_texts(tr: Trainer, n_prompts: int = 6) -> list[str]:
     return texts
 
 
+@pytest.mark.slow  # tens of seconds under load (issue 63: -m 'not slow' under 5 min)
 def test_arms_with_one_eval_seed_sample_the_same_warm_start_completions(compose, tmp_path):
     """Two arms (another algorithm, another run seed: another training stream) evaluate the warm start on the
     same completions; another eval seed draws others; sampling the eval does not move the training generator."""
@@ -151,6 +153,7 @@ def test_bad_majority_votes_are_set_aside_and_the_counts_kept(tmp_path):
     assert [set(r) for r in kept[1:]] == [{"step", "n", "c"}] * 4  # pass@k still reads them
 
 
+@pytest.mark.slow  # tens of seconds under load (issue 63: -m 'not slow' under 5 min)
 def test_two_ranks_gather_the_counts_one_process_computes(compose, tmp_path):
     """Each rank samples its share of every chunk's prompts from the same per-prompt streams; the results travel
     as JSON (as World.gather_objects sends them) and rank 0's row and counts are one process's."""
