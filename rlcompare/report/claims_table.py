@@ -105,6 +105,13 @@ def verdict(direction: str, diff: float, p_holm: float, mde: float, n_var: int, 
     return "reproduced" if (diff > 0) == (direction == "higher") else "opposite"
 
 
+# a row the CSV lacks: the claim's sweep never ran (pre-registered), or ran without this metric
+NO_ROWS = {
+    True: "pre-registered, not yet run: no seed in the CSV",
+    False: "not in the CSV: rerun the sweep and --collect",
+}
+
+
 def claim_rows(data: dict, seeds: list[dict], min_seeds: int, quantity: str = ESTIMAND) -> list[dict]:
     name, base, claim = data["name"], data["base"]["label"], data["claim"]
     rows = []
@@ -123,11 +130,10 @@ def claim_rows(data: dict, seeds: list[dict], min_seeds: int, quantity: str = ES
         rows.append({**row, **(got or {}), "final": final, "kind": claim.get("kind", "")})
     _holm(rows, min_seeds)
     fragile = _fragile(rows, name, base)
+    never_run = not any(s.get("claim") == name for s in seeds)  # a claim pre-registered but not yet run
     for i, r in enumerate(rows):
         if "p" not in r:
-            r["verdict"] = (
-                NOT_A_DIFFERENCE if r["direction"] == "report" else "not in the CSV: rerun the sweep and --collect"
-            )
+            r["verdict"] = NOT_A_DIFFERENCE if r["direction"] == "report" else NO_ROWS[never_run]
             continue
         if _bimodal_too_few(r, min_seeds):
             r["verdict"] = f"{BIMODAL_INCONCLUSIVE}; {r['bimodal']}: fewer than {stats.BIMODAL_MIN_SEEDS} seeds"
@@ -252,6 +258,7 @@ TITLES = {
     "c12_one_step_off": "c12 One step off-policy = on-policy",
     "c13_passk_base_catches_up": "c13 RL lifts pass@1; the warm start catches up at k = 64",
     "c14_on_policy_distillation": "c14 On-policy distillation beats GRPO at equal tokens",
+    "c15_real_length_aggregation": "c15 Real model: a constant 1/H keeps incorrect answers shorter",
 }
 # An estimand read after the results were seen: shown beside the pre-registered one, labelled, never the verdict.
 EXPLORATORY = {"c14_on_policy_distillation": ("auc", "AUC")}

@@ -61,7 +61,9 @@ def test_the_table_uses_the_paired_interval_and_holm_over_the_reports_family():
 
 def test_a_claim_without_rows_says_so_and_an_identity_is_labelled():
     t = _table()
-    assert t.claim_rows(CLAIM, [], 5)[0]["verdict"].startswith("not in the CSV")
+    assert t.claim_rows(CLAIM, [], 5)[0]["verdict"].startswith("pre-registered, not yet run")
+    other = _rows("c_other", "g16", G8, G8)  # seeds of another claim only
+    assert t.claim_rows(CLAIM, other, 5)[0]["verdict"].startswith("pre-registered, not yet run")
     ident = {**CLAIM, "claim": {**CLAIM["claim"], "kind": t.IDENTITY}}
     same = _rows("cx", "g16", G8, G8) + _rows("cx", "g4", G8, G8)
     r = t.claim_rows(ident, same, 5)[0]
