@@ -128,8 +128,15 @@ def test_every_verifier_and_prompt_set_trains_healthy(tmp_path):
     results = tmp_path / "arithmetic"
     out = _rlcompare(["-m", f"verifier={on_arithmetic}", *TINY], results)
     assert_healthy(results, out, 4)
-    # the other sets take a warm start of their own, computed here: a short one, so their tasks may go unsolved
-    own = ["model.warm_start.steps=40"]
+    # the other sets take a warm start of their own, computed here: a short one, so their tasks may go unsolved.
+    # Their prompts (the r1 template, a puzzle) do not fit the tiny model's 64 positions nor budget=tiny's 16 prompt
+    # tokens (refused: "every train prompt is longer than budget.max_prompt_tokens"): a longer context for them
+    own = [
+        "model.warm_start.steps=40",
+        "model.max_position_embeddings=320",
+        "budget.max_prompt_tokens=256",
+        "budget.max_new_tokens=32",
+    ]
     countdown = tmp_path / "countdown"
     out = _rlcompare(["-m", "prompts=countdown", "verifier=countdown,weighted,format", *own, *TINY], countdown)
     assert_healthy(countdown, out, 3, unsolved_ok=True)
