@@ -179,6 +179,9 @@ def test_the_countdown_and_reasoning_gym_sets_train_healthy(tmp_path):
     assert_healthy(countdown, out, 3, unsolved_ok=True)
     assert _config_of(countdown, next(iter(_summaries(countdown))), "budget.max_prompt_tokens") == 600
     # the tiny model has no chat template: reasoning_gym's chat prompt is refused with what to add, added here
+    out = _rlcompare(["prompts=reasoning_gym", "verifier=reasoning_gym", *own, *TINY], tmp_path / "chat", timeout=300)
+    assert out.returncode == 2 and "add prompts.chat=false prompts.template=plain," in out.stderr, out.stderr[-3000:]
+    assert not (tmp_path / "chat").exists()
     gym = [
         "prompts=reasoning_gym",
         "verifier=reasoning_gym",
