@@ -125,6 +125,11 @@ def _target_fn(recipe: dict, prompts_cfg: Any):
     if _kind(prompts_cfg) == "chain":
         from rlcompare.data.chain_task import sft_target, terms_of
 
+        if "forms" not in recipe:  # a chain-kind set of one's own without the lab's warm-start block
+            raise _config_error(
+                "prompts.kind=chain on model=tiny needs prompts.warm_start.forms (how the warm start writes its "
+                "targets), e.g. +prompts.warm_start.forms='{answer: 0.4, sums: 0.3, steps: 0.3}' as prompts=chain has"
+            )
         forms, frac, offsets = recipe["forms"], recipe["noisy_label_frac"], tuple(recipe["noise_offsets"])
         return lambda prompt, answer, rng: sft_target(terms_of(prompt), rng, forms, frac, offsets)
     return lambda prompt, answer, rng: noisy_label(answer, recipe["noisy_label_frac"], rng, recipe["noise_offsets"])
