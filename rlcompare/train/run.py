@@ -222,30 +222,9 @@ def preflight(cfg: DictConfig, run_dir: Path | None = None):
     )
     _probe_verifier(cfg, splits, verifier)
     check_env_room(cfg)  # a tool-use environment's turns hold a tool call
-    try:
-        _check_tiny_prompts_fit(cfg, splits)
-    except ConfigError:
-        verifier.close()  # its worker processes, if it started any
-        raise
     if run_dir is not None:
         _check_writable(run_dir, "the run folder")
     return splits, verifier
-
-
-def _check_tiny_prompts_fit(cfg: DictConfig, splits) -> None:
-    """model=tiny: its character tokenizer is made in code, so the prompts are encoded here as the trainer will
-    (`encode_prompts`) and a split none of whose prompts fits budget.max_prompt_tokens is refused before the warm
-    start (minutes on a long prompt set) instead of after it."""
-    if cfg.model.kind != "tiny":
-        return
-    from rlcompare.models import build_char_tokenizer
-    from rlcompare.train.prompt_ids import encode_prompts
-
-    tok = build_char_tokenizer()
-    for split, examples in (("train", splits.train), ("eval", splits.eval)):
-        encode_prompts(
-            examples, tok, chat=False, system_prompt=None, max_prompt_tokens=cfg.budget.max_prompt_tokens, split=split
-        )
 
 
 def _probe_verifier(cfg: DictConfig, splits, verifier) -> None:

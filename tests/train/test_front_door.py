@@ -32,7 +32,6 @@ def test_a_chat_prompt_set_on_the_tiny_model_is_refused_by_the_command_lines_che
     "overrides,match",
     [
         (["++prompts.chat=true"], "character tokenizer has no chat template"),
-        (["budget.max_prompt_tokens=4"], "every train prompt is longer than budget.max_prompt_tokens=4"),
     ],
 )
 def test_train_refuses_before_the_warm_start(compose, monkeypatch, overrides, match):
