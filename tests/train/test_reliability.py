@@ -165,6 +165,7 @@ def test_sigterm_saves_a_checkpoint_marks_failed_and_exits_nonzero_then_resumes_
             "trainer.threads=1",
             "trainer.progress=false",
             "logger=none",
+            "trainer.unhealthy=warn",  # the resumed run's config may not carry FAST's warn (docs/metrics.md)
         ],
         tmp_path,
     )
@@ -398,12 +399,12 @@ def _nan_rewards_at(monkeypatch, steps):
 
     orig = Trainer._score
 
-    def score(self, prompts, comp, repeat):
-        texts, rewards, correct, errors = orig(self, prompts, comp, repeat)
+    def score(self, prompts, comp, repeat, **kw):  # kw: `components` (training rollouts)
+        texts, rewards, *rest = orig(self, prompts, comp, repeat, **kw)
         if repeat > 1 and self.state.step in steps:  # training rollouts only, not eval
             rewards = rewards.clone()
             rewards[1] = float("nan")
-        return texts, rewards, correct, errors
+        return (texts, rewards, *rest)
 
     monkeypatch.setattr(Trainer, "_score", score)
 
