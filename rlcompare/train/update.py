@@ -492,7 +492,7 @@ _POLICY_METRIC_KINDS = {
     "seq_ratio_max": "max",
     **off_policy.GAP_METRIC_KINDS,
 }
-_PER_RESPONSE_METRICS = {"objective_per_response"}
+_PER_RESPONSE_METRICS = {"objective_per_response", "seq_ratio_mean"}  # a mean over responses (ratio/seq_mean)
 
 
 def _add_micro_metrics(

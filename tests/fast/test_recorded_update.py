@@ -531,6 +531,12 @@ def test_every_preset_trains_the_same_through_the_fast_path_and_plain_autograd(c
         for k in f:
             if k.startswith(TIMING_PREFIXES):
                 continue
+            if k == "critic/explained_var" and step > 1 and f["reward/std"] == p["reward/std"] == 0.0:
+                # every reward 0 (PPO here): the returns are the in-reward KL alone, the two engines' log-prob
+                # rounding (~1e-7), and the critic's values after one 3e-8 step are as small; their explained
+                # variance is a ratio of two rounding-level variances (measured -1.77 against -0.33), not the
+                # critic's. Step 1 still compares it (values 0 on both paths: 0.0 == 0.0)
+                continue
             if not (isinstance(p[k], float) and isinstance(f[k], float)):
                 assert f[k] == p[k], (step, k)
             elif step == 1:
