@@ -207,14 +207,14 @@ def preflight(cfg: DictConfig, run_dir: Path | None = None):
     from rlcompare.train.model_folder import check_chat_template, check_model
 
     check_model(cfg.model)  # no model code to run, no pickle weights, safetensors headers that read
-    check_chat_template(cfg)  # before the warm start: prompts.chat=true on a tokenizer without a template
     if cfg.teacher.path is not None:  # on-policy distillation's teacher: its folder, device and tokenizer
         from rlcompare.train.teacher_check import check_same_device, check_teacher
 
         check_teacher(cfg)  # torch-free (the command line's check runs it): device=auto is left to this one
         if cfg.teacher.device is not None and "auto" in (cfg.device, cfg.teacher.device):
             check_same_device(_resolved_device(str(cfg.teacher.device)), _resolved_device(str(cfg.device)))
-    splits = build_prompt_set(cfg)
+    splits = build_prompt_set(cfg)  # its own settings' errors first: they name the key to fix
+    check_chat_template(cfg)  # before the warm start: prompts.chat=true on a tokenizer without a template
     verifier = build_run_verifier(cfg)
     ctx = model_context_length(cfg)
     check_fits_context(
