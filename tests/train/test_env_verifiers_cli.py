@@ -44,8 +44,8 @@ def test_a_verifiers_environment_package_trains_through_the_cli(tmp_path):
         "env.settings.module=rlc_vf_guess",
         "+env.settings.env_args.n=24",  # a field of the taskset's config: an OmegaConf node in the composed config
         "prompts.kind=file",
-        "+prompts.path=sums.jsonl",
-        "+prompts.eval_fraction=0.25",
+        "prompts.path=sums.jsonl",
+        "prompts.eval_fraction=0.25",
         "+verifier.workers=1",  # one worker importing verifiers (about 12 s): several thrash a busy 2-core host
         "verifier.timeout_s=60",  # generous bounds for a busy host: every episode must finish
         "verifier.batch_timeout_s=300",
