@@ -112,6 +112,7 @@ def _overrides(path: str, task: str = "gsm8k", *extra: str) -> list[str]:
         "logger=none",
         "trainer.progress=false",
         "trainer.threads=1",  # conftest's FAST minus the tiny model's keys
+        "trainer.unhealthy=warn",  # 2 untrained steps: every group's rewards may be equal (docs/metrics.md, "Run health")
         "model=hf",
         f"model.name_or_path={path}",
         *prompts,
