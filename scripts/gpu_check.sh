@@ -112,7 +112,8 @@ W="$BENCH/$RUN_SIZE/weights_$RUN_SIZE"
 COMMON=(model=hf "model.name_or_path=$W" prompts=arithmetic "prompts.n_eval=$N_EVAL" "device=$DEVICE" logger=none
   "rollout.engine=$ENGINE"
   trainer.progress=false trainer.eval_every=1000 "trainer.prompts_per_step=$PPS" "trainer.group_size=$G"
-  budget.total_tokens=null "budget.max_new_tokens=$NEW" "results_dir=$OUT/results" experiment=gpu_check)
+  budget.total_tokens=null "budget.max_new_tokens=$NEW" "results_dir=$OUT/results" experiment=gpu_check
+  trainer.unhealthy=warn)  # untrained bench weights learn nothing in a few steps: health is recorded, not fatal
 TRAIN=($PY -m rlcompare.cli train)
 TORCHRUN=($PY -m torch.distributed.run --standalone --nproc_per_node=1 -m rlcompare.cli train)
 
