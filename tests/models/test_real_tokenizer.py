@@ -71,6 +71,7 @@ def _settings(folder) -> list[str]:
         "logger=none",
         "trainer.progress=false",
         "trainer.threads=1",
+        "trainer.unhealthy=warn",  # a random model answers nothing right: no learning signal (docs/metrics.md)
         "model=hf",
         f"model.name_or_path={folder}",
         "model.dtype=float32",
