@@ -32,6 +32,7 @@ def test_the_cpu_variant_runs_every_member(tmp_path, monkeypatch):
     monkeypatch.chdir(SWEEP.parents[1])
     args = [a for a in cpu_command() if not a.startswith("results_dir=")]
     args += [f"results_dir={tmp_path}", "logger=none", "trainer.threads=1", "trainer.progress=false"]
+    args += ["trainer.unhealthy=warn"]  # a 2-step tiny run solves nothing: no learning signal (docs/metrics.md)
     assert sweep_main(args) == 0
     runs = sorted(p.name for p in (tmp_path / "gym_countdown").iterdir() if (p / "summary.json").exists())
     assert runs == ["dapo__s0", "drgrpo__s0", "grpo__s0", "gspo__s0"]
