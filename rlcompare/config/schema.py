@@ -416,8 +416,6 @@ class RunConfig:
 # ----------------------------------------------------------------------------- accepted values
 RATIOS = accepted.RATIO_LEVELS
 AGGREGATIONS = accepted.AGGREGATIONS
-ESTIMATORS = accepted.ADVANTAGE_ESTIMATORS
-SCALES = accepted.ESTIMATOR_SCALES
 KL_ESTIMATORS = accepted.KL_ESTIMATORS
 KL_PLACEMENTS = accepted.KL_PLACEMENTS
 MIXES = accepted.MIXES
@@ -1360,3 +1358,14 @@ def _check_variants(a: DictConfig, t: DictConfig) -> None:
             f"algorithm.top_entropy_quantile={q} must be in [0, 1] (the share of highest-entropy "
             "tokens trained on; 0.2 in arXiv 2506.01939), or null to turn it off"
         )
+
+
+# the advantage estimators' names and scales are derived from their specs (accepted.py): read on access, so that an
+# estimator a plug-in registers after this module was imported is named here too (a copy taken at import would drift)
+_DERIVED = {"ESTIMATORS": "ADVANTAGE_ESTIMATORS", "SCALES": "ESTIMATOR_SCALES"}
+
+
+def __getattr__(name: str):
+    if name in _DERIVED:
+        return getattr(accepted, _DERIVED[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
