@@ -197,6 +197,7 @@ def test_two_steps_of_rlcompare_train(tmp_path):
     cmd = [sys.executable, "-m", "rlcompare.cli", "train", "model=smollm2-135m-instruct", "prompts=smollm2_sums"]
     cmd += ["logger=none", "trainer.progress=false", "budget.max_steps=2", "trainer.prompts_per_step=2"]
     cmd += ["trainer.group_size=2", "budget.max_new_tokens=24", "prompts.n_eval=2", f"results_dir={tmp_path / 'r'}"]
+    cmd += ["trainer.unhealthy=warn"]  # 2 groups of 2 may all be wrong: no learning signal (docs/metrics.md)
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
     assert out.returncode == 0, out.stderr[-3000:]
     [run] = [p.parent for p in (tmp_path / "r").rglob("metrics.jsonl")]
