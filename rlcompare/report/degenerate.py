@@ -1,5 +1,6 @@
 """Degenerate runs in a report: runs that broke a run-health invariant at every step (rlcompare.health)
-are never compared, and the report names them by arm (`✗ degenerate`).
+are named by arm (`✗ degenerate`) and left out of the statistics, except those a user kept with
+trainer.unhealthy=warn (compared, still flagged).
 
 A run made since run health records it in summary.json (`health.broken`, status failed). A run folder from before
 (status completed) is checked here again from its own rows and config.yaml, with the same checks, so an arm that
@@ -30,14 +31,14 @@ def _recorded(r: Run) -> list[str]:
 
 
 def mark_degenerate(runs: list[Run]) -> None:
-    """Fill each run's `degenerate` (the invariants it broke: recorded, or found in a completed run's rows); a
-    completed one that is degenerate is left out as failed."""
+    """Fill each run's `degenerate` (the invariants it broke: recorded, or found in a completed run's rows). A run
+    that ended failed on one is left out as failed; one that completed under trainer.unhealthy=warn (the user's
+    choice) is compared and flagged; one from before run health found degenerate in its rows is left out."""
     for r in runs:
         r.degenerate = _recorded(r)
         if r.status != "completed":
             continue
-        if r.degenerate:  # completed under trainer.unhealthy=warn: recorded, never compared
-            r.status, r.error = "failed", "degenerate (recorded, trainer.unhealthy=warn): " + "; ".join(r.degenerate)
+        if r.degenerate:  # completed under trainer.unhealthy=warn: the user kept it, so it is compared and flagged
             continue
         try:
             verdict = health.of_rows(_rows(r), r.config or {}).verdict(_counters(r))
@@ -70,5 +71,6 @@ def degenerate_flag(runs: list[Run]) -> str | None:
     ]
     return (
         f"**✗ degenerate: {len(bad)} run(s)** broke a run-health invariant at every step (excluded from "
-        f"statistics; docs/metrics.md, 'Run health'): " + " | ".join(parts)
+        f"statistics unless it completed under trainer.unhealthy=warn; docs/metrics.md, 'Run health'): "
+        + " | ".join(parts)
     )

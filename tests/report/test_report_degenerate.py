@@ -53,6 +53,8 @@ def test_degenerate_runs_are_left_out_and_flagged_by_arm(tmp_path):
     assert not runs.loc["dapo__s0", "included"] and not runs.loc["dapo__s1", "included"]
     assert runs.loc["dapo__s1", "status"] == "failed"
     assert runs.loc["dapo__s1", "error"].startswith("degenerate (re-checked by the report): unhealthy run: ")
-    assert not runs.loc["grpo__s2", "included"] and runs["included"].sum() == 3
+    # kept by the user (trainer.unhealthy=warn): compared, and flagged above
+    assert runs.loc["grpo__s2", "included"] and runs.loc["grpo__s2", "status"] == "completed"
+    assert runs["included"].sum() == 4
     # the failed-runs flag does not list them again
     assert not any(f.startswith("**") and "failed run(s)" in f and "dapo__s" in f for f in res["flags"])
