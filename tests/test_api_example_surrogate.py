@@ -16,6 +16,7 @@ import torch
 
 from rlcompare.algos import surrogate_specs, surrogates
 from rlcompare.algos.losses import PolicySettings, policy_loss
+from rlcompare import registry
 from rlcompare.config import ConfigError, validate  # imported before the example registers: keys derive late
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "shifted_clip.py"
@@ -23,6 +24,13 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "shifted_clip.py"
 
 @pytest.fixture
 def shifted():  # per test: registered only while it runs (xdist interleaves modules on a worker)
+    # another test on this worker may have imported examples.shifted_clip (a documented algorithm.module= command):
+    # set its registration aside while this one runs, and put it back after
+    before = surrogates.SURROGATE_REGISTRY.get("shifted-clip")
+    if before is not None:
+        surrogates.SURROGATE_REGISTRY.pop("shifted-clip")
+        registry.release("surrogate function", "shifted-clip")
+        surrogate_specs.unregister("shifted-clip")
     assert "shifted-clip" not in surrogate_specs.SPECS
     spec = importlib.util.spec_from_file_location("shifted_clip_example", EXAMPLE)
     module = importlib.util.module_from_spec(spec)
@@ -32,6 +40,9 @@ def shifted():  # per test: registered only while it runs (xdist interleaves mod
     del sys.modules[spec.name]
     surrogates.SURROGATE_REGISTRY.pop("shifted-clip")
     surrogate_specs.unregister("shifted-clip")
+    if before is not None:
+        registry.release("surrogate function", "shifted-clip")
+        importlib.reload(sys.modules[before.__module__])  # its module registers it again
 
 
 def _batch(rho: list[list[float]]):
