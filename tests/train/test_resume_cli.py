@@ -72,7 +72,19 @@ def test_resume_with_a_derived_run_dir_holding_equals_signs_as_typed(tmp_path):
     want = _rows(run)
     _cut_back(run, 2)
     # the documented form, one argv item as a shell passes `resume=results/default/grpo__...=0.28__s0`
-    assert main(["train", f"resume={run}", "trainer.threads=1", "trainer.progress=false", "logger=none", "trainer.unhealthy=warn"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                f"resume={run}",
+                "trainer.threads=1",
+                "trainer.progress=false",
+                "logger=none",
+                "trainer.unhealthy=warn",
+            ]
+        )
+        == 0
+    )
     assert _rows(run) == want
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
     assert _only_run(results) == run  # no stray folder from Hydra
