@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,9 +26,10 @@ PACKAGE = REPO / "tests" / "envs" / "vf_guess_pkg"
 
 def _install(tmp_path: Path) -> str:
     """pip install the package (offline: its dependency, verifiers, is already installed) into a folder of its own."""
-    site = tmp_path / "site"
+    site, source = tmp_path / "site", tmp_path / "pkg"
+    shutil.copytree(PACKAGE, source)  # setuptools writes build/ beside the source: a copy keeps the checkout clean
     pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "-q"]
-    subprocess.run([*pip, "--target", str(site), str(PACKAGE)], check=True, cwd=tmp_path, timeout=300)
+    subprocess.run([*pip, "--target", str(site), str(source)], check=True, cwd=tmp_path, timeout=300)
     assert (site / "rlc_vf_guess" / "__init__.py").is_file()
     return str(site)
 
