@@ -19,9 +19,18 @@ def builtins_only():
     for kind, d in held.items():
         for name in [n for n in d if not (registry.owner(kind, n) or "").startswith("rlcompare.")]:
             del d[name]
+    _refresh(surrogate_specs)
     try:
         yield
     finally:
         for d, before in zip(held.values(), saved):
             d.clear()
             d.update(before)
+        _refresh(surrogate_specs)
+
+
+def _refresh(surrogate_specs) -> None:
+    """The listeners a registration calls (the Hydra app's stored `algorithm.clip` knobs) told of the change, so
+    that a config composed inside the block has the built-ins' keys only."""
+    for fn in surrogate_specs._LISTENERS:
+        fn()

