@@ -28,7 +28,8 @@ def test_every_schema_key_has_a_one_line_help():
 
 def test_docs_config_md_is_in_step_with_the_schema():
     text = (ROOT / "docs" / "config.md").read_text()
-    with builtins_only():  # docs/config.md shows the built-ins' keys, not a plug-in's another test on this worker imported
+    # docs/config.md shows the built-ins' keys, not those of a plug-in another test on this worker imported
+    with builtins_only():
         rendered = config_doc.render()
     assert text == rendered, "docs/config.md is stale: run python scripts/config_doc.py"
 
