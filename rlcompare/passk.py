@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
-# completions per held-out prompt (`eval.samples`' maximum, rlcompare.config.schema): 200 prompts x 4096 is already
+# completions per held-out prompt (`eval.samples`' maximum, rlcompare.config.sections.evaluation): 200 prompts x 4096 is already
 # 800k completions an eval. A counts file read back may hold no larger n, so that recomputing pass@k from one (a
 # product of c terms) stays bounded whatever the file says.
 MAX_SAMPLES = 4096

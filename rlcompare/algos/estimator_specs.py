@@ -145,7 +145,7 @@ class DistillSettings:
     distill_discount: float = knob(0.0, "distill: discount over later tokens' teacher terms, in [0, 1]")
 
     def check(self) -> None:
-        pass  # their ranges: the schema's (config/schema.py _check_distill_knobs)
+        pass  # their ranges: the schema's (config/sections/algorithm.py's RANGES)
 
     def uses_groups(self) -> bool:
         return self.reward_coef > 0

@@ -2,7 +2,7 @@
 and checks), the metrics it adds, the ratio levels it takes and whether it selects tokens over the whole batch.
 
 Everything else is derived from :data:`SPECS`: the accepted names in ``accepted.py`` (``SURROGATES``,
-``SURROGATE_KNOBS``, ...), the schema's ``algorithm.clip`` keys, defaults, help and checks (``config/schema.py``),
+``SURROGATE_KNOBS``, ...), the schema's ``algorithm.clip`` keys, defaults, help and checks (``config/sections/algorithm.py``),
 the config node every preset composes onto (``train/app.py``), ``PolicySettings``' accepted keys. The math
 (``surrogates.py``, ``@register_surrogate``) takes the spec's settings class. Adding a surrogate: declare its spec
 and its function in one file (``examples/shifted_clip.py``, docs/api.md "Adding a surrogate").

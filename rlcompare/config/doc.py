@@ -1,9 +1,10 @@
 """docs/config.md from the schema: every key with its default and its one-line help.
 
-The help of a key is the comment after its field in rlcompare/config/schema.py (one place; the schema's defaults equal
-conf/'s, tests/config/test_config_defaults.py). `python scripts/config_doc.py` rewrites docs/config.md, and
+The help of a key is the comment after its field in the module that defines its dataclass (rlcompare/config/schema.py
+for the run's own keys, env and verifier; rlcompare/config/sections/<section>.py for the others): one place; the
+schema's defaults equal conf/'s, tests/config/test_config_defaults.py. `python scripts/config_doc.py` rewrites docs/config.md, and
 tests/config/test_config_doc.py fails when it is out of step (a missing key, a stale default or help).
-Torch-free: reads schema.py's source with `ast` and `tokenize`.
+Torch-free: reads those modules' source with `ast` and `tokenize`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import ast
 import io
 import json
+import sys
 import tokenize
 from dataclasses import fields, is_dataclass
 from pathlib import Path
@@ -19,6 +21,7 @@ from typing import Any, get_type_hints
 from omegaconf import OmegaConf
 
 from rlcompare.config import schema as config
+from rlcompare.config.sections.algorithm import section_type
 
 HEADER = """# Config keys
 
@@ -32,11 +35,21 @@ docs/algorithms.md). Keys marked *operational* never change what a run computes 
 """
 
 
-def _field_comments() -> dict[str, dict[str, str]]:
-    """class name -> field name -> the comment after the field (without '# '), from config.py's source: the first
+def _comments(cls: type, sources: dict[str, dict]) -> dict[str, str]:
+    """field name -> its comment, for a dataclass of the schema, read from the source of the module defining it
+    (`sources`: each module's, parsed once per call of key_help)."""
+    path = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    if path is None:  # object, and classes made in code (algorithm.clip's knobs carry their help)
+        return {}
+    if path not in sources:
+        sources[path] = _field_comments(Path(path).read_text())
+    return sources[path].get(cls.__name__, {})
+
+
+def _field_comments(src: str) -> dict[str, dict[str, str]]:
+    """class name -> field name -> the comment after the field (without '# '), from a module's source: the first
     comment on the field's lines (`ruff format` puts the comment of a field too long for one line inside its
     parentheses, after the value)."""
-    src = Path(config.__file__).read_text()
     comments = {
         tok.start[0]: tok.string.lstrip("#").strip()
         for tok in tokenize.generate_tokens(io.StringIO(src).readline)
@@ -53,17 +66,17 @@ def _field_comments() -> dict[str, dict[str, str]]:
     return out
 
 
-def key_help(schema: type = config.RunConfig, prefix: str = "", _comments: dict | None = None) -> dict[str, str]:
+def key_help(schema: type = config.RunConfig, prefix: str = "", _sources: dict | None = None) -> dict[str, str]:
     """Every leaf key of the schema (dotted) -> its help ('' when its field has no comment), in schema order."""
-    comments = _field_comments() if _comments is None else _comments
+    sources = {} if _sources is None else _sources
     hints = get_type_hints(schema)
     out: dict[str, str] = {}
     for f in fields(schema):
-        tp = config._section(config._unwrap_optional(hints.get(f.name, f.type)))
+        tp = section_type(config._unwrap_optional(hints.get(f.name, f.type)))
         if is_dataclass(tp):
-            out.update(key_help(tp, f"{prefix}{f.name}.", comments))
+            out.update(key_help(tp, f"{prefix}{f.name}.", sources))
         else:  # a surrogate's knob carries its help (algos/surrogate_specs.py's knob()); a schema field, its comment
-            written = (comments[c.__name__][f.name] for c in schema.__mro__ if f.name in comments.get(c.__name__, {}))
+            written = (own[f.name] for c in schema.__mro__ if f.name in (own := _comments(c, sources)))
             out[prefix + f.name] = f.metadata.get("help") or next(written, "")
     return out
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from rlcompare.config.schema import ConfigError, to_schema
+from rlcompare.config.checks import ConfigError
+from rlcompare.config.schema import to_schema
 from rlcompare.plugins import reading_as_data  # noqa: F401 - the block such a folder is read in (export, teacher)
 
 # the config keys that name code to import, and the sections read back as the schema's defaults because of them

@@ -15,7 +15,7 @@ import os
 import struct
 from pathlib import Path, PurePosixPath
 
-from rlcompare.config.schema import ConfigError
+from rlcompare.config.checks import ConfigError
 
 PACKAGE_PREFIX = "package:"
 GGUF_MAGIC = b"GGUF"

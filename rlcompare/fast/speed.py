@@ -156,7 +156,7 @@ def _checkpointing(model) -> bool:
     return any(getattr(m, "gradient_checkpointing", False) is True for m in base_model_of(model).modules())
 
 
-ENGINES = ("auto", "eager", "graphs")  # the speed layer's rollout.engine values (schema.ROLLOUT_ENGINES adds vllm)
+ENGINES = ("auto", "eager", "graphs")  # the speed layer's rollout.engine values (config/sections/rollout.py's add vllm)
 # the graph engines and rollout copies of each model (base model -> {key: engine or copy}), kept across rollouts:
 # their captured graphs and buffers are what makes a step cheap
 _KEPT: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

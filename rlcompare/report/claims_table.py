@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from rlcompare.config.schema import PromptsConfig
+from rlcompare.config.sections.prompts import PromptsConfig
 
 from . import stats
 from .fragile import fragility

@@ -10,7 +10,9 @@ from typing import Any, Optional
 from rlcompare.config import operational
 from rlcompare.config.components import component_prefixes
 from rlcompare.config.flat import flatten
-from rlcompare.config.schema import EvalConfig, with_missing_defaults
+from rlcompare.config.legacy import with_missing_defaults
+from rlcompare.config.schema import flat_defaults
+from rlcompare.config.sections.evaluation import EvalConfig
 from .load import Run
 from .text import _isnan, _short
 
@@ -122,7 +124,7 @@ def config_diff(a: Run, b: Run, components: list[str] = ()) -> list[str]:
     def skip(key: str) -> bool:
         return any(key == p or key.startswith(p + ".") for p in prefixes) or operational.is_operational(key)
 
-    return _differing_keys(*with_missing_defaults(_flat_config(a), _flat_config(b), _encode), skip)
+    return _differing_keys(*with_missing_defaults(_flat_config(a), _flat_config(b), flat_defaults(), _encode), skip)
 
 
 def _flat_config(r: Run) -> dict:

@@ -12,7 +12,8 @@ from typing import Optional
 
 import yaml
 from rlcompare.config.flat import flatten
-from rlcompare.config.schema import with_missing_defaults
+from rlcompare.config.legacy import with_missing_defaults
+from rlcompare.config.schema import flat_defaults
 from rlcompare.sweep.launch import Job
 from rlcompare.sweep.resolve import Member
 from rlcompare.sweep.spec import _MISSING, SweepError, SweepSpec, _fmt, _ignored
@@ -197,7 +198,7 @@ def _config_changes(member_config: dict, run_config: dict) -> str:
     """How a run's config differs from its member's, outside the keys a sweep never counts ("" when it does not):
     `key: run's value -> member's value`, the first four."""
     # a key an older run's config.yaml lacks is compared as the default it held then
-    now, then = with_missing_defaults(flatten(member_config), flatten(run_config))
+    now, then = with_missing_defaults(flatten(member_config), flatten(run_config), flat_defaults())
     keys = [
         k for k in sorted(set(now) | set(then)) if not _ignored(k) and now.get(k, _MISSING) != then.get(k, _MISSING)
     ]

@@ -135,7 +135,7 @@ def _store_surrogate_knobs() -> None:
 
     from hydra.core.config_store import ConfigStore
 
-    from rlcompare.config.schema import clip_config
+    from rlcompare.config.sections.algorithm import clip_config
 
     clip = {f.name: f.default for f in fields(clip_config())}
     # algorithm.module and verifier.module (a plug-in's module, config/user_modules.py) at their defaults, for every

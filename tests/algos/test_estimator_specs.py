@@ -11,7 +11,7 @@ from rlcompare.algos import accepted, estimator_specs
 from rlcompare.algos.advantage import ESTIMATOR_REGISTRY, register_estimator
 from rlcompare.algos.estimator_specs import EstimatorSpec, Needs, NoKnobs
 from rlcompare.config import ConfigError, validate
-from rlcompare.config.schema import AdvantageConfig
+from rlcompare.config.sections.algorithm import AdvantageConfig
 
 
 def test_every_builtin_has_a_spec_a_function_and_schema_keys_with_the_specs_defaults():

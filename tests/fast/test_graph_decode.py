@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from rlcompare import fast
-from rlcompare.config import schema
+from rlcompare.config.sections import rollout as rollout_config
 from rlcompare.fast import graph_decode, rollout_weights, static_decode
 from rlcompare.rollout import left_pad, sample
 from rlcompare.rollout.streams import GroupStreams
@@ -477,7 +477,7 @@ def test_decoder_for_picks_the_engine_by_setting_device_and_model():
 
 def test_the_accepted_engines_are_the_config_s():
     """The speed layer's engines, and vllm, which the trainer builds itself (rlcompare.rollout.vllm_engine)."""
-    assert fast.ENGINES + ("vllm",) == schema.ROLLOUT_ENGINES
+    assert fast.ENGINES + ("vllm",) == rollout_config.ROLLOUT_ENGINES
 
 
 def test_a_norm_written_in_bf16_is_the_float32_norm_rounded_once():

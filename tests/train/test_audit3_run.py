@@ -238,7 +238,7 @@ def test_a_refused_resume_leaves_summary_and_config_as_they_were(compose, interr
     ],
 )
 def test_a_seed_out_of_range_is_refused_naming_the_bound(compose, override):
-    from rlcompare.config.schema import SEED_MAX
+    from rlcompare.config import SEED_MAX
 
     assert SEED_MAX == 2**31 - 1
     with pytest.raises(ConfigError, match=rf"{override.split('=')[0]}=.* must be in \[0, 2147483647\]"):
