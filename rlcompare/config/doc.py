@@ -2,8 +2,9 @@
 
 The help of a key is the comment after its field in the module that defines its dataclass (rlcompare/config/schema.py
 for the run's own keys, env and verifier; rlcompare/config/sections/<section>.py for the others): one place; the
-schema's defaults equal conf/'s, tests/config/test_config_defaults.py. `python scripts/config_doc.py` rewrites docs/config.md, and
-tests/config/test_config_doc.py fails when it is out of step (a missing key, a stale default or help).
+schema's defaults equal conf/'s, tests/config/test_config_defaults.py. `python scripts/config_doc.py` rewrites
+docs/config.md, and tests/config/test_config_doc.py fails when it is out of step (a missing key, a stale default or
+help).
 Torch-free: reads those modules' source with `ast` and `tokenize`.
 """
 
