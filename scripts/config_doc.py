@@ -1,4 +1,4 @@
-"""Regenerate docs/config.md from the schema (rlcompare/config/schema.py: each field's comment is its help).
+"""Regenerate docs/config.md from the schema (rlcompare/config/schema.py and sections/: a field's comment is its help).
 
 python scripts/config_doc.py          # rewrite docs/config.md
 python scripts/config_doc.py --check  # exit 1 when docs/config.md is out of step

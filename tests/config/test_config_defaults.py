@@ -1,5 +1,5 @@
-"""Every default lives in one place: the YAML under conf/ is what users get, and the schema in rlcompare/config/schema.py
-(which fills keys a saved run predates, and types every key) says the same."""
+"""Every default lives in one place: the YAML under conf/ is what users get, and the schema (rlcompare/config/schema.py
+and sections/, which fills keys a saved run predates, and types every key) says the same."""
 
 from pathlib import Path
 

@@ -1,5 +1,6 @@
-"""Every config key has a one-line help in one place (its field's comment in rlcompare/config/schema.py), and
-docs/config.md, generated from it (scripts/config_doc.py), is in step with the schema."""
+"""Every config key has a one-line help in one place (its field's comment in rlcompare/config/schema.py or the section's
+module in rlcompare/config/sections/), and docs/config.md, generated from it (scripts/config_doc.py), is in step with
+the schema."""
 
 from pathlib import Path
 
@@ -23,7 +24,7 @@ def _documented(key: str, keys: set[str]) -> bool:
 
 def test_every_schema_key_has_a_one_line_help():
     missing = [k for k, h in config_doc.key_help().items() if not h.strip()]
-    assert missing == [], f"add a comment after these fields in rlcompare/config/schema.py: {missing}"
+    assert missing == [], f"add a comment after these fields (rlcompare/config/schema.py, sections/): {missing}"
 
 
 def test_docs_config_md_is_in_step_with_the_schema():
