@@ -357,7 +357,7 @@ class TeacherConfig:
 
 @dataclass
 class EnvConfig:
-    name: str = "none"  # none: single-turn (one completion per prompt) | a registered environment (feedback | calc | verifiers, or one env.module registers) | custom (docs/environments.md)
+    name: str = "none"  # none: single-turn | a registered environment (rlcompare/env_specs.py's, or one env.module registers) | custom: env.target
     module: Optional[str] = (
         None  # the module that registers env.name (@register_environment), imported first; null: a built-in
     )
@@ -369,7 +369,7 @@ class EnvConfig:
     reward: str = "sum"  # sum: the turns' rewards summed | last: the last turn's reward
     stop: Any = field(default_factory=list)  # strings a policy turn also ends at, kept in the turn (calc: </calc>)
     max_observation_tokens: int = 32  # a longer observation ends its episode (env/errors/huge_observation)
-    settings: Any = field(default_factory=dict)  # the environment's knobs (its spec's settings; custom: any keyword arguments of env.target)
+    settings: Any = field(default_factory=dict)  # the environment's knobs (custom: env.target's keyword arguments)
 
 
 @dataclass

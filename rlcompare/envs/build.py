@@ -11,7 +11,6 @@ of its own), so a plug-in's module must be importable there too (the working dir
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from rlcompare import env_specs
 from rlcompare.envs.base import Environment
@@ -31,4 +30,3 @@ def worker_spec(config: Mapping) -> dict:
 def build(spec: Mapping) -> Environment:
     """One episode's environment: `spec["target"]` called with `spec["settings"]` (a `worker_spec`)."""
     return env_specs.resolve_factory(spec["target"])(**dict(spec.get("settings") or {}))
-

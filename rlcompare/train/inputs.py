@@ -57,8 +57,9 @@ def plugin_modules(cfg: Any) -> list[tuple[str, str]]:
     a weighted verifier's components'), env.module, env.target's module (rlcompare's own modules left out)."""
     found = []
     components = _select_dotted(cfg, "verifier.components") or []  # a weighted verifier's may name their own
-    keys = ["algorithm.module", "verifier.module", "env.module"]
+    keys = ["algorithm.module", "verifier.module"]
     keys += [f"verifier.components.{i}.module" for i in range(len(components) if _is_list(components) else 0)]
+    keys.append("env.module")
     for key in keys:
         value = _select_dotted(cfg, key)
         if isinstance(value, str) and value.strip() not in ("", "null", "None", "none"):
