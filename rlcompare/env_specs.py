@@ -155,6 +155,11 @@ def names() -> tuple:
     return (NONE, *SPECS, CUSTOM)
 
 
+def builtin_specs() -> list:
+    """The specs rlcompare's own modules registered (a plug-in's, registered in this process, left out)."""
+    return [s for s in SPECS.values() if (registry.owner("environment", s.name) or "").startswith("rlcompare.")]
+
+
 def spec(name: str) -> EnvSpec:
     if name not in SPECS:
         raise ValueError(f"env.name must be one of {', '.join(repr(n) for n in names())}, got {name!r}")

@@ -95,13 +95,11 @@ def rows() -> list[tuple[str, str, str]]:
 def _env_knob_rows() -> list[tuple[str, str, str]]:
     """(env.settings.<knob>, default, '<env>: help') for the built-in environments' knobs (rlcompare/env_specs.py;
     a plug-in's, registered in this process, left out)."""
-    from rlcompare import env_specs, registry
+    from rlcompare import env_specs
 
     out = []
-    for s in env_specs.SPECS.values():
-        if (registry.owner("environment", s.name) or "").startswith("rlcompare."):
-            for f in fields(s.settings):
-                out.append((f"env.settings.{f.name}", _fmt(f.default), f.metadata.get("help", "")))
+    for s in env_specs.builtin_specs():
+        out += [(f"env.settings.{f.name}", _fmt(f.default), f.metadata.get("help", "")) for f in fields(s.settings)]
     return out
 
 
