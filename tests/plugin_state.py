@@ -1,4 +1,4 @@
-"""Tests that import a plug-in in their own process (an example surrogate, estimator or verifier) leave it
+"""Tests that import a plug-in in their own process (an example surrogate, estimator, environment or verifier) leave it
 registered for the rest of the worker's tests (Hydra's stored config keeps its knobs); a test about the built-ins'
 derived names (accepted.SURROGATES, ADVANTAGE_ESTIMATORS, ...) sets those plug-ins aside while it runs."""
 
@@ -9,12 +9,16 @@ import contextlib
 
 @contextlib.contextmanager
 def builtins_only():
-    """The surrogate and estimator specs registered by a module outside rlcompare set aside inside the block, and
-    put back, in their registration order, on leaving it."""
-    from rlcompare import registry
+    """The surrogate, estimator and environment specs registered by a module outside rlcompare set aside inside the
+    block, and put back, in their registration order, on leaving it."""
+    from rlcompare import env_specs, registry
     from rlcompare.algos import estimator_specs, surrogate_specs
 
-    held = {"surrogate": surrogate_specs.SPECS, "advantage estimator": estimator_specs.SPECS}
+    held = {
+        "surrogate": surrogate_specs.SPECS,
+        "advantage estimator": estimator_specs.SPECS,
+        "environment": env_specs.SPECS,
+    }
     saved = [dict(d) for d in held.values()]
     for kind, d in held.items():
         for name in [n for n in d if not (registry.owner(kind, n) or "").startswith("rlcompare.")]:

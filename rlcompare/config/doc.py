@@ -101,6 +101,19 @@ def rows() -> list[tuple[str, str, str]]:
             from rlcompare.rewards.registry import builtin_settings
 
             out += [(f"verifier.{k}", _fmt(d), h) for k, d, h in builtin_settings()]
+        if key == "env.settings":  # then each built-in environment's knobs, from its spec
+            out += _env_knob_rows()
+    return out
+
+
+def _env_knob_rows() -> list[tuple[str, str, str]]:
+    """(env.settings.<knob>, default, '<env>: help') for the built-in environments' knobs (rlcompare/env_specs.py;
+    a plug-in's, registered in this process, left out)."""
+    from rlcompare import env_specs
+
+    out = []
+    for s in env_specs.builtin_specs():
+        out += [(f"env.settings.{f.name}", _fmt(f.default), f.metadata.get("help", "")) for f in fields(s.settings)]
     return out
 
 

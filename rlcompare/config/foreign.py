@@ -1,9 +1,9 @@
 """A run folder's config.yaml read as data: `rlcompare export <run>` and `teacher.path=<run folder>` read a folder
 someone else may have written (a results folder from a colleague, a download), so nothing it names runs.
 
-`validate` imports the modules a config names (`algorithm.module`, `verifier.module`, `env.target`'s module): right
-for one's own run and for `resume=` (docs/resume), wrong for a folder that is only read. Here the sections that name
-code or need it (algorithm, verifier, env, teacher) are replaced by the schema's defaults: what is read back is the
+`validate` imports the modules a config names (`algorithm.module`, `verifier.module`, `env.module`, `env.target`'s
+module): right for one's own run and for `resume=` (docs/resume), wrong for a folder that is only read. Here the
+sections that name code or need it (algorithm, verifier, env, teacher) are replaced by the schema's defaults: what is read back is the
 model (with `model.trust_remote_code` forced off), the prompts its warm start was trained on, the budget and the
 sampling settings, which is all an export or a teacher needs. While such a folder is read, any import of a
 config-named module is refused (`plugins.reading_as_data`), so a path that would still reach one fails loudly.
@@ -20,7 +20,7 @@ from rlcompare.config.schema import to_schema
 from rlcompare.plugins import reading_as_data  # noqa: F401 - the block such a folder is read in (export, teacher)
 
 # the config keys that name code to import, and the sections read back as the schema's defaults because of them
-CODE_KEYS = ("algorithm.module", "verifier.module", "env.target")
+CODE_KEYS = ("algorithm.module", "verifier.module", "env.module", "env.target")
 AS_DEFAULTS = ("algorithm", "verifier", "env", "teacher")
 
 

@@ -37,6 +37,8 @@ from rlcompare.config.sections.prompts import PromptsConfig
 from rlcompare.config.sections.rollout import RolloutConfig
 from rlcompare.config.sections.trainer import TrainerConfig
 from rlcompare.config import user_modules  # algorithm.module, imported before the config is checked
+from rlcompare.config import env_check  # env.module, env.name and env.settings against the environments' specs
+from rlcompare import env_specs  # one declaration per environment: env.name's accepted values
 
 
 # ----------------------------------------------------------------------------- schema
@@ -79,8 +81,9 @@ class LoggerConfig:
 
 @dataclass
 class EnvConfig:
-    name: str = (
-        "none"  # none: single-turn (one completion per prompt) | feedback | calc | custom (docs/environments.md)
+    name: str = "none"  # none: single-turn | a registered environment (rlcompare/env_specs.py's, or one env.module registers) | custom: env.target
+    module: Optional[str] = (
+        None  # the module that registers env.name (@register_environment), imported first; null: a built-in
     )
     target: Optional[str] = (
         None  # custom: "module:attribute", the environment's class or factory (called with settings)
@@ -90,7 +93,7 @@ class EnvConfig:
     reward: str = "sum"  # sum: the turns' rewards summed | last: the last turn's reward
     stop: Any = field(default_factory=list)  # strings a policy turn also ends at, kept in the turn (calc: </calc>)
     max_observation_tokens: int = 32  # a longer observation ends its episode (env/errors/huge_observation)
-    settings: Any = field(default_factory=dict)  # keyword arguments of the environment's class
+    settings: Any = field(default_factory=dict)  # the environment's knobs (custom: env.target's keyword arguments)
 
 
 @dataclass
@@ -289,16 +292,19 @@ def _check_vllm(c: DictConfig) -> None:
         raise ConfigError(f"rollout.engine=vllm: {why}")
 
 
-# none, the built-ins of rlcompare/envs/builtin.py (its _CLASSES; config may not import envs), custom: checked
-# against both and conf/env/ by tests/envs/test_env_names.py
-ENV_NAMES = ("none", "feedback", "calc", "custom")
 ENV_REWARDS = ("sum", "last")
+# ENV_NAMES (none, every registered environment, custom) is read from rlcompare/env_specs.py on access (__getattr__)
 
 
 def _check_env(c: DictConfig) -> None:
-    """The env group (issue 51): a known environment with settings a multi-turn rollout can run."""
+    """The env group (issue 51): a known environment with settings a multi-turn rollout can run; its name,
+    settings and needs checked against its spec (config/env_check.py, after importing env.module)."""
     e = c.env
-    _one_of("env.name", e.name, ENV_NAMES)
+    try:
+        env_check.import_env_module(e.module)  # first: it registers env.name
+        env_check.check_name(e.name, e.module)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     if e.name == "none":
         return
     _one_of("env.reward", e.reward, ENV_REWARDS)
@@ -313,45 +319,17 @@ def _check_env(c: DictConfig) -> None:
     stops = list(e.stop) if OmegaConf.is_list(e.stop) or isinstance(e.stop, (list, tuple)) else None
     if stops is None or not all(isinstance(x, str) and x for x in stops):
         raise ConfigError(f"env.stop={e.stop!r} must be a list of non-empty strings (e.g. ['</calc>']) or []")
-    if e.name == "custom":
-        if not isinstance(e.target, str) or ":" not in e.target:
-            raise ConfigError(
-                f"env.target={e.target!r}: env.name=custom needs env.target='module:attribute' (the environment's class)"
-            )
-        _check_env_target(e.target, e.settings)
-    elif e.target is not None:
-        raise ConfigError(f"env.target={e.target!r} applies to env.name=custom only; set env.target=null")
-    if not _estimator(c.algorithm)[0].needs.multi_turn:
+    try:
+        env_check.check_environment(e)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if env_check.multi_turn(e.name) and not _estimator(c.algorithm)[0].needs.multi_turn:
         raise ConfigError(
             f"env.name is not supported with the {c.algorithm.advantage.estimator} estimator (distill: the teacher "
             "would score the environment's tokens); set env=none"
         )
 
 
-def _check_env_target(target: str, settings: Any) -> None:
-    """The target loads and is callable; a target with a `check(settings)` (the verifiers adapter's) refuses bad
-    `env.settings` here, before anything heavy, instead of in every episode's worker."""
-    import importlib
-
-    module, _, attr = target.partition(":")
-    try:
-        obj = importlib.import_module(module)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except Exception as err:
-        raise ConfigError(
-            f"env.target={target!r} cannot be loaded ({type(err).__name__}: {err}); give an importable "
-            f"'module:attribute' (the module on PYTHONPATH)"
-        ) from None
-    if not callable(obj):
-        raise ConfigError(f"env.target={target!r} is not callable; name the environment's class or factory")
-    check = getattr(obj, "check", None)
-    if callable(check):
-        plain = OmegaConf.to_container(settings) if OmegaConf.is_config(settings) else dict(settings or {})
-        try:
-            check(plain)
-        except ValueError as err:  # the target's own one-line message names the env.settings key
-            raise ConfigError(str(err).splitlines()[0]) from None
 
 
 def _check_budget(c: DictConfig) -> None:
@@ -560,3 +538,9 @@ def _check_finite(node: Any, key: str = "") -> None:
     elif isinstance(node, float) and not math.isfinite(node):
         rule = RANGES.get(key, NON_NEGATIVE) if key in numeric_keys() and key not in _signed_knobs() else None
         raise ConfigError(f"{key}={node} is not a finite number; use a finite number" + (f" {rule}" if rule else ""))
+
+
+def __getattr__(name: str):
+    if name == "ENV_NAMES":  # none, every registered environment, custom: read from rlcompare/env_specs.py on access
+        return env_specs.names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,7 +21,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from rlcompare.data.types import Example
-from rlcompare.envs import builtin
+from rlcompare import env_specs
+from rlcompare.envs import build
 from rlcompare.envs.base import StepResult, as_bool, as_reward, finite_reward
 from rlcompare.rewards.pool import Score, score_batch
 from rlcompare.rewards.verifiers import Verifier
@@ -41,17 +42,15 @@ class EnvReplay(Verifier):
     isolation = "process"
 
     def __init__(self, spec: dict, workers: int | None = None):
-        self.spec = plain(spec)
+        self.spec = build.worker_spec(plain(spec))  # a registered name resolved here, where it is registered
         self.workers = workers
 
     def warm(self) -> None:
-        """In a worker, before it reports ready (not charged to any step's time limit): import a custom target's
+        """In a worker, before it reports ready (not charged to any step's time limit): import the factory's
         module and run its `check(settings)` if it has one (the verifiers adapter loads its environment there: an
         import of about 12 s). A failure here is left for the steps to report (env/errors/raised)."""
-        if self.spec.get("name") != "custom":
-            return
         try:
-            check = getattr(builtin.resolve_target(self.spec["target"]), "check", None)
+            check = getattr(env_specs.resolve_factory(self.spec["target"]), "check", None)
             if callable(check):
                 check(self.spec.get("settings") or {})
         except Exception:
@@ -60,7 +59,7 @@ class EnvReplay(Verifier):
     def score(self, completion: str, job) -> Score:
         example, seed, turns, seen = job
         try:
-            env = builtin.build(self.spec)
+            env = build.build(self.spec)
             reply = _reply_of(StepResult(env.reset(example, seed), 0.0, False))
             for k, text in enumerate(turns):
                 if reply in REPLY_ERRORS:

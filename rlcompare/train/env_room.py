@@ -1,24 +1,30 @@
 """Whether a tool-use environment's episodes leave the policy room to use the tool (#62), checked before anything
-heavy (`rlcompare train`'s command-line check and `train()`'s preflight): with `env=calc` a policy turn must be able
-to hold the shortest call, `<calc>1+1</calc>`, the turn must end at `</calc>` (where the environment reads a call),
-and an episode must hold the call, the tool's answer and one more token. Otherwise no episode could ever call the
-tool and the run would train single-turn without a word. Tokens are counted with the model's own tokenizer (the
-tiny model's character tokenizer counts characters), so only a tokenizer's load is needed, never the model."""
+heavy (`rlcompare train`'s command-line check and `train()`'s preflight): with an environment whose spec declares a
+shortest tool call (`env_specs.EnvNeeds.shortest_call`; env=calc: `<calc>1+1</calc>`) a policy turn must be able
+to hold it, the turn must end at the stop strings it declares (env=calc: `</calc>`, where the environment reads a
+call), and an episode must hold the call, the tool's answer and one more token. Otherwise no episode could ever
+call the tool and the run would train single-turn without a word. Tokens are counted with the model's own
+tokenizer (the tiny model's character tokenizer counts characters), so only a tokenizer's load is needed, never
+the model."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from rlcompare import env_specs
 from rlcompare.config import ConfigError
-from rlcompare.envs.builtin import CalcEnv
+from rlcompare.envs import build
 
-SHORTEST_CALL = {"calc": "<calc>1+1</calc>"}  # the shortest tool call each tool-use built-in reads
-CALL_ENDS = {"calc": ("</calc>",)}  # the stop strings its policy turns must end at (where it reads a call)
+
+def _tool_spec(cfg: Any):
+    """The spec of `cfg.env.name` when it declares a tool call, else None."""
+    s = env_specs.SPECS.get(cfg.env.name)
+    return s if s is not None and s.needs.shortest_call else None
 
 
 def check_env_room(cfg: Any) -> None:
     """`check_tool_room` with the tokenizer of `cfg.model`, loaded only for a tool-use environment (torch-free)."""
-    if cfg.env.name in SHORTEST_CALL:
+    if _tool_spec(cfg) is not None:
         from rlcompare.train.teacher_check import student_tokenizer
 
         check_tool_room(cfg, student_tokenizer(cfg.model))
@@ -27,16 +33,11 @@ def check_env_room(cfg: Any) -> None:
 def check_tool_room(cfg: Any, tokenizer) -> None:
     """Refuse (ConfigError naming the setting and the fix) a tool-use environment whose policy turns or episodes
     could not hold one call; nothing for other environments."""
-    name = cfg.env.name
-    if name not in SHORTEST_CALL:
+    spec = _tool_spec(cfg)
+    if spec is None:
         return
-    for stop in CALL_ENDS[name]:
-        if stop not in list(cfg.env.stop or ()):
-            raise ConfigError(
-                f"env.stop={list(cfg.env.stop or ())!r}: env={name} reads a tool call at the end of a turn, so the "
-                f"turn must end at {stop!r}; add it (env.stop=['{stop}'])"
-            )
-    call = SHORTEST_CALL[name]
+    name = spec.name  # its stop strings are in env.stop: the config check (config/env_check.py)
+    call = spec.needs.shortest_call
     need = _count(tokenizer, call)
     turns = [
         ("budget.max_new_tokens", cfg.budget.max_new_tokens, "train", " (budget=lab, prompts=chain_calc's, gives 48)")
@@ -50,7 +51,11 @@ def check_tool_room(cfg: Any, tokenizer) -> None:
                 f"so no policy turn could call the tool and the run would {does} single-turn; raise {key} to at "
                 f"least {need}{hint}"
             )
-    answer = CalcEnv().step(call).observation or ""
+    env = build.build(build.worker_spec({"name": name, "settings": _plain(cfg.env.get("settings"))}))
+    try:
+        answer = env.step(call).observation or ""
+    except Exception:  # noqa: BLE001 - a tool that needs reset's example first: its answer's room is not counted
+        answer = ""
     episode = need + _count(tokenizer, answer) + 1  # the call, the tool's answer, one token of the final answer
     if cfg.env.max_tokens < episode:
         raise ConfigError(
@@ -62,3 +67,9 @@ def check_tool_room(cfg: Any, tokenizer) -> None:
 
 def _count(tokenizer, text: str) -> int:
     return len(tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids)
+
+
+def _plain(settings: Any) -> dict:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(settings, resolve=True) if OmegaConf.is_config(settings) else dict(settings or {})

@@ -3,9 +3,9 @@ summary.json (`inputs`), checked on resume, compared by the report.
 
 A config names some things by a handle whose content can change under it: the teacher (`teacher.path`: a folder
 whose weights can be replaced, a run folder that gains a checkpoint, a hub id whose revision moves) and plug-in
-modules (`algorithm.module`, `verifier.module`, `env.target`'s module, a verifiers environment's package). Two
-runs with the same config.yaml but another teacher behind one path, or another source behind one module name,
-computed different things. `external_inputs(cfg)` is the one place that says what those inputs are now, keyed by
+modules (`algorithm.module`, `verifier.module`, `env.module`, `env.target`'s module, a verifiers environment's
+package). Two runs with the same config.yaml but another teacher behind one path, or another source behind one
+module name, computed different things. `external_inputs(cfg)` is the one place that says what those inputs are now, keyed by
 the config key that names each; `differences` says which changed between two records. Torch-free; hashing
 reads the files, and nothing is imported that the run has not imported already.
 
@@ -28,7 +28,8 @@ from typing import Any, Optional
 
 from rlcompare.config.operational import INPUT_LOCATIONS
 
-VERIFIERS_ENV = "rlcompare.envs.verifiers_adapter:VerifiersEnv"  # env=verifiers' target (conf/env/verifiers.yaml)
+# env=verifiers (env.name=verifiers; a run from before it was registered: env.name=custom with this env.target)
+VERIFIERS_ENV = "rlcompare.envs.verifiers_adapter:VerifiersEnv"
 _CHUNK = 1 << 20
 _MAX_SOURCE_FILES = 10_000  # a package's *.py hashed at most (a source tree, not a disk)
 
@@ -41,7 +42,7 @@ def external_inputs(cfg: Any) -> dict:
     for key, module in plugin_modules(cfg):
         out[key] = module_identity(module)
     env = _get(cfg, "env")
-    if env is not None and _get(env, "target") == VERIFIERS_ENV:
+    if env is not None and (_get(env, "name") == "verifiers" or _get(env, "target") == VERIFIERS_ENV):
         taskset = str(_get(_get(env, "settings") or {}, "module") or "")
         if taskset:
             out["env.settings.module"] = package_identity(taskset)
@@ -53,11 +54,12 @@ def external_inputs(cfg: Any) -> dict:
 
 def plugin_modules(cfg: Any) -> list[tuple[str, str]]:
     """(config key, import name) of each user module the config imports: algorithm.module, verifier.module (and
-    a weighted verifier's components'), env.target's module (rlcompare's own modules left out)."""
+    a weighted verifier's components'), env.module, env.target's module (rlcompare's own modules left out)."""
     found = []
     components = _select_dotted(cfg, "verifier.components") or []  # a weighted verifier's may name their own
     keys = ["algorithm.module", "verifier.module"]
     keys += [f"verifier.components.{i}.module" for i in range(len(components) if _is_list(components) else 0)]
+    keys.append("env.module")
     for key in keys:
         value = _select_dotted(cfg, key)
         if isinstance(value, str) and value.strip() not in ("", "null", "None", "none"):

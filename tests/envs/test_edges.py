@@ -166,7 +166,10 @@ def test_the_env_spec_crosses_to_workers_as_plain_data(compose):
 
     from rlcompare.config import validate
 
-    cfg = validate(compose("env=feedback", "+env.settings.deep={a: [1, {b: 2}]}"))
+    target = "tests.envs.fixed_envs:EvenAnswer"  # a custom target takes any settings
+    cfg = validate(
+        compose("env=feedback", "env.name=custom", f"env.target={target}", "+env.settings.deep={a: [1, {b: 2}]}")
+    )
     spec = EnvRollout(cfg).replay.spec
-    assert spec == {"name": "feedback", "target": None, "settings": {"deep": {"a": [1, {"b": 2}]}}}
+    assert spec == {"name": "custom", "target": target, "settings": {"deep": {"a": [1, {"b": 2}]}}}
     assert type(spec["settings"]["deep"]) is dict and type(spec["settings"]["deep"]["a"][1]) is dict

@@ -251,12 +251,13 @@ def test_episodes_through_the_rollouts_worker_pool(tmp_path, monkeypatch):
 
 
 def test_env_verifiers_with_bad_settings_is_refused_by_the_config_check(compose):
-    """`validate` calls the target's `check(settings)`: a taskset that is not installed, or a misspelt key, is one
-    ConfigError naming the key, before the run folder or any worker exists."""
+    """`validate` checks env.settings against env=verifiers' spec (a misspelt key) and calls the adapter's
+    `check(settings)` (a taskset that is not installed): one ConfigError naming the key, before the run folder or
+    any worker exists."""
     from rlcompare.config import ConfigError, validate
 
     with pytest.raises(ConfigError, match="env.settings.module='no_such_taskset_xyz'") as e:
         validate(compose("env=verifiers", "env.settings.module=no_such_taskset_xyz"))
     assert "\n" not in str(e.value)
-    with pytest.raises(ConfigError, match="env.settings.modul: not a verifiers adapter key"):
+    with pytest.raises(ConfigError, match="env.settings.modul is not a setting of env.name=verifiers; accepted: mod"):
         validate(compose("env=verifiers", f"env.settings.module={MODULE}", "+env.settings.modul=x"))

@@ -10,7 +10,8 @@ import torch
 
 from rlcompare.data.types import Example
 from rlcompare.envs.base import StepResult
-from rlcompare.envs.builtin import CalcEnv, FeedbackEnv, calc_value
+from rlcompare.envs.calc import CalcEnv, calc_value
+from rlcompare.envs.feedback import FeedbackEnv
 from rlcompare.models import build_char_tokenizer
 from rlcompare.rollout import Completions, episodes
 

@@ -41,12 +41,11 @@ def test_calc_turns_and_episodes_must_hold_a_call_its_answer_and_the_stop(compos
     from rlcompare.config import ConfigError, validate
     from rlcompare.train.env_room import check_env_room
 
-    cfg = validate(compose("env=calc", "prompts=chain_calc", *overrides))
     if message is None:
-        check_env_room(cfg)
+        check_env_room(validate(compose("env=calc", "prompts=chain_calc", *overrides)))
         return
-    with pytest.raises(ConfigError) as e:
-        check_env_room(cfg)
+    with pytest.raises(ConfigError) as e:  # the stop calc declares: the config check's; the room: the tokenizer's
+        check_env_room(validate(compose("env=calc", "prompts=chain_calc", *overrides)))
     assert str(e.value).startswith(message)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from rlcompare.config import validate
 from rlcompare.data.types import Example
-from rlcompare.envs.builtin import FeedbackEnv
+from rlcompare.envs.feedback import FeedbackEnv
 from rlcompare.results import read_eval_counts
 from rlcompare.rewards.verifiers import build_verifier
 from rlcompare.train import evaluation

@@ -1,5 +1,5 @@
 """Foreign folders are data (issue 62, point 4): `rlcompare export <run>` and `teacher.path=<run folder>` read the
-folder's config.yaml without importing a module it names (algorithm.module, verifier.module, env.target) and never
+folder's config.yaml without importing a module it names (algorithm.module, verifier.module, env.module, env.target) and never
 with its model.trust_remote_code; a run folder holding code is refused as a teacher. At 6c29db8 both called
 `validate` on that config.yaml, which imported the payload (found through the working-directory retry)."""
 
@@ -20,7 +20,7 @@ from rlcompare.config.foreign import read_run_config
 from rlcompare.train.run import train
 from rlcompare.train.teacher_check import check_teacher
 
-PAYLOADS = ("payload_algo", "payload_verifier", "payload_env")
+PAYLOADS = ("payload_algo", "payload_verifier", "payload_env", "payload_env_module")
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def _plant(run: Path, cwd: Path) -> Path:
         (cwd / f"{name}.py").write_text(f"open({str(marker)!r}, 'a').write({name!r})\nclass Env: pass\n")
     cfg = OmegaConf.load(run / "config.yaml")
     cfg.algorithm.module, cfg.verifier.module = "payload_algo", "payload_verifier"
-    cfg.env.name, cfg.env.target = "custom", "payload_env:Env"
+    cfg.env.name, cfg.env.target, cfg.env.module = "custom", "payload_env:Env", "payload_env_module"
     cfg.model.trust_remote_code = True
     (run / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     return marker
@@ -76,7 +76,7 @@ def test_a_run_folder_read_as_data_keeps_what_an_export_needs(run_folder, tmp_pa
     _plant(run_folder, tmp_path)
     read = read_run_config(run_folder / "config.yaml", "export")
     assert read.model.trust_remote_code is False and read.algorithm.module is None and read.env.name == "none"
-    assert read.verifier.module is None and read.teacher.path is None
+    assert read.verifier.module is None and read.teacher.path is None and read.env.module is None
     for section in ("model", "prompts", "budget", "rollout"):  # what export rebuilds the policy from
         want = OmegaConf.to_container(own[section], resolve=True)
         got = OmegaConf.to_container(read[section], resolve=True)

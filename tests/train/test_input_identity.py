@@ -77,6 +77,9 @@ def test_rlcompares_own_environment_module_is_not_an_input_but_a_verifiers_packa
     assert list(got) == ["env.settings.module"]
     assert got["env.settings.module"]["module"] == "json" and got["env.settings.module"]["source_sha256"]
     assert set(got["env.settings.module"]) == {"module", "distribution", "version", "source_sha256", "verifiers"}
+    # env=verifiers by its registered name (env.name=verifiers, no target): the same record
+    by_name = {"env": {"name": "verifiers", "target": None, "settings": {"module": "json"}}}
+    assert external_inputs(by_name) == got
 
 
 def test_every_module_a_config_imports_is_named_by_its_key():
@@ -85,11 +88,12 @@ def test_every_module_a_config_imports_is_named_by_its_key():
     cfg = {
         "algorithm": {"module": "mine.surrogate"},
         "verifier": {"module": None, "components": [{"name": "a", "module": "theirs"}, {"name": "format"}]},
-        "env": {"target": "my_env:Env"},
+        "env": {"module": "my_envs", "target": "my_env:Env"},
     }
     assert plugin_modules(cfg) == [
         ("algorithm.module", "mine.surrogate"),
         ("verifier.components.0.module", "theirs"),
+        ("env.module", "my_envs"),
         ("env.target", "my_env"),
     ]
 
