@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable, Optional
 
 from rlcompare import registry
-from rlcompare.algos.surrogate_specs import knob  # one way to declare a knob, every extension point's
+from rlcompare.specs_common import knob  # one way to declare a knob, every extension point's
 from rlcompare.plugins import import_by_name
 
 __all__ = ["EnvNeeds", "EnvSpec", "NoSettings", "knob", "register_environment", "register_spec", "spec", "names"]

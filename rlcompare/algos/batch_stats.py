@@ -40,3 +40,12 @@ def length_stats(lengths: torch.Tensor, correct: torch.Tensor, truncated: torch.
         "length/incorrect_max": float(lengths[i].max()) if i.any() else nan,
         "length/truncated_frac": float(truncated.float().mean()),
     }
+
+
+def reported_means(values: torch.Tensor) -> list[float | None]:
+    """Per column of a (B, M) table of what B scorings reported (nan where one reported nothing), the mean over the
+    rows that reported it, in float64; None for a column no row reported (the verifier's declared metrics)."""
+    seen = ~torch.isnan(values)
+    sums = torch.where(seen, values, 0.0).sum(0, dtype=torch.float64)
+    counts = seen.sum(0)
+    return [float(s / n) if n else None for s, n in zip(sums.tolist(), counts.tolist())]

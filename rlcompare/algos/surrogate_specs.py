@@ -10,10 +10,11 @@ and its function in one file (``examples/shifted_clip.py``, docs/api.md "Adding 
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, Callable, Optional
 
 from rlcompare import registry
+from rlcompare.specs_common import knob  # noqa: F401 - every extension point's; its former home re-exports it
 
 RATIO_LEVELS = ("token", "sequence", "sequence-token", "hybrid")
 MIXES = ("mean", "entropy")  # DHPO's weight of the token branch (clip with ratio=hybrid)
@@ -23,13 +24,6 @@ COMMON_KEYS = ("eps_low", "eps_high", "dual_clip")
 # share of the batch's real tokens Clip-Cov / KL-Cov restrict, when cov_ratio=None (the authors' 7B scripts,
 # arXiv 2505.22617; verl's kl_cov_ratio default is 2e-4)
 COV_RATIO_DEFAULTS = {"clip-cov": 2e-4, "kl-cov": 2e-3}
-
-
-def knob(default: Any, help: str, *, signed: bool = False) -> Any:
-    """A settings field that is a config key ``algorithm.clip.<name>``: its default and its one-line help (shown
-    in docs/config.md). ``signed=True``: negative values are the knob's own business (its ``check``); otherwise
-    the schema refuses them as it refuses every negative number."""
-    return field(default=default, metadata={"help": help, "signed": signed})
 
 
 @dataclass(frozen=True)

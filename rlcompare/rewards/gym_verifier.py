@@ -29,10 +29,11 @@ import json
 import re
 import sys
 import threading
+from dataclasses import dataclass
 
 from rlcompare.rewards.answers import MAX_CANDIDATES, distinct, marked_spans
 from rlcompare.rewards.pool import RIGHT, WRONG, Score
-from rlcompare.rewards.registry import register_verifier
+from rlcompare.rewards.registry import knob, register_verifier
 from rlcompare.rewards.text import DEFAULT_MAX_CHARS
 from rlcompare.rewards.verifiers import Verifier
 
@@ -167,11 +168,16 @@ def make_dataset(task: str, config: dict, seed: int, size: int):
 
 
 # ----------------------------------------------------------------------------- the verifier
-@register_verifier(
-    "reasoning_gym",
-    settings={"max_chars": DEFAULT_MAX_CHARS, "partial_credit": False},
-    help={"partial_credit": "the dataset's partial reward instead of 1 only for a full score"},
-)
+@dataclass(frozen=True)
+class ReasoningGymSettings:
+    max_chars: int = DEFAULT_MAX_CHARS
+    partial_credit: bool = knob(False, "the dataset's partial reward instead of 1 only for a full score")
+
+    def check(self, where: str = "verifier") -> None:
+        pass  # a bool (the registry checks each value's type against its default's)
+
+
+@register_verifier("reasoning_gym", settings=ReasoningGymSettings)
 class ReasoningGym(Verifier):
     name = "reasoning_gym"
     bounded = False  # a dataset's scorer may be slow (sympy): worker processes with timeouts

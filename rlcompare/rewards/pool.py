@@ -47,6 +47,9 @@ class Score:
     # named reward components, in the verifier's order (verifier.name=weighted: each component's own reward,
     # before its weight); () for a verifier of one reward. GDPO normalises each within the group.
     components: tuple = field(default=(), compare=False)
+    # named numbers the verifier reports about this scoring, under the names it declares (@register_verifier's
+    # metrics): each is averaged over the step's trained completions as verifier/<name> in the metrics row
+    metrics: dict = field(default_factory=dict, compare=False)
 
 
 ERROR_REASONS = ("raised", "timeout", "batch_timeout", "worker_lost", "no_worker")
@@ -256,12 +259,13 @@ def _read_reply(conn):
 
 
 def _is_score_reply(msg, i: int) -> bool:
-    """[i, reward, correct, error, reason(, components)] for item i, with a finite reward and finite components:
-    what _score_in_worker returns."""
+    """[i, reward, correct, error, reason(, components(, metrics))] for item i, with a finite reward, finite
+    components and metrics a mapping of names to finite numbers: what _score_in_worker returns."""
     return (
         isinstance(msg, list)
-        and len(msg) in (5, 6)
+        and len(msg) in (5, 6, 7)
         and (len(msg) == 5 or _finite_numbers(msg[5]))
+        and (len(msg) < 7 or _finite_metrics(msg[6]))
         and msg[0] == i
         and type(msg[1]) in (int, float)
         and math.isfinite(msg[1])
@@ -273,6 +277,16 @@ def _is_score_reply(msg, i: int) -> bool:
 
 def _finite_numbers(xs) -> bool:
     return isinstance(xs, list) and all(type(x) in (int, float) and math.isfinite(x) for x in xs)
+
+
+def _finite_metrics(d) -> bool:
+    return isinstance(d, dict) and all(isinstance(k, str) for k in d) and _finite_numbers(list(d.values()))
+
+
+def _finite(s: Score) -> bool:
+    """A score's reward, components and metrics are finite numbers (else the verifier failed: an error)."""
+    values = [s.reward, *getattr(s, "components", ()), *(getattr(s, "metrics", None) or {}).values()]
+    return all(math.isfinite(float(x)) for x in values)
 
 
 def _score_in_worker(verifier, i: int, completion, answer, timeout_s) -> tuple:
@@ -288,9 +302,10 @@ def _score_in_worker(verifier, i: int, completion, answer, timeout_s) -> tuple:
             signal.setitimer(signal.ITIMER_REAL, 0)
         r = float(s.reward)
         comps = [float(x) for x in getattr(s, "components", ())]
-        if math.isfinite(r) and all(math.isfinite(x) for x in comps):
+        metrics = {str(k): float(v) for k, v in (getattr(s, "metrics", None) or {}).items()}
+        if math.isfinite(r) and all(math.isfinite(x) for x in (*comps, *metrics.values())):
             reply = (i, r, bool(s.correct), bool(s.error), str(s.reason or ("raised" if s.error else "")))
-            return reply + (comps,) if comps else reply
+            return reply + (comps, metrics) if metrics else (reply + (comps,) if comps else reply)
         return (i, 0.0, False, True, "raised")
     except _ItemTimeout:
         return (i, 0.0, False, True, "timeout")
@@ -449,8 +464,9 @@ class _WorkerPool:
             if k in busy:
                 i, _ = busy.pop(k)
                 ok = _is_score_reply(msg, i)
-                comps = tuple(float(x) for x in msg[5]) if ok and len(msg) == 6 else ()
-                results[i] = Score(float(msg[1]), msg[2], msg[3], msg[4], components=comps) if ok else WORKER_LOST
+                comps = tuple(float(x) for x in msg[5]) if ok and len(msg) >= 6 else ()
+                metrics = {k: float(v) for k, v in msg[6].items()} if ok and len(msg) == 7 else {}
+                results[i] = Score(float(msg[1]), *msg[2:5], components=comps, metrics=metrics) if ok else WORKER_LOST
                 if not ok:
                     self._drop(k)
             elif msg == "ready":
@@ -507,8 +523,7 @@ def _score_inline(verifier, completions, answers, batch_s: float) -> list[Score]
             continue
         try:
             s = verifier.score(c, a)
-            r = float(s.reward)
-            out.append(s if math.isfinite(r) else ERROR)
+            out.append(s if _finite(s) else ERROR)  # float() of something not a number raises: an error too
         except Exception:
             out.append(ERROR)
     return out

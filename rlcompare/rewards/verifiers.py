@@ -39,7 +39,9 @@ import re
 import signal
 import threading
 import time
+from dataclasses import dataclass
 from fractions import Fraction
+from typing import Optional
 
 from rlcompare.rewards import pool, registry, text
 from rlcompare.rewards.answers import (  # noqa: F401 - last_tag, last_boxed, after_hashes: re-exported (datasets.py, callers)
@@ -81,7 +83,7 @@ from rlcompare.rewards.pool import (  # noqa: F401 - re-exported: the documented
     error_counts,
     score_batch,
 )
-from rlcompare.rewards.registry import REGISTRY, build_verifier, register_verifier  # noqa: F401 - re-exported
+from rlcompare.rewards.registry import REGISTRY, build_verifier, knob, register_verifier  # noqa: F401 - re-exported
 from rlcompare.rewards.text import DEFAULT_MAX_CHARS, normalize_number, tail as _tail  # noqa: F401 - re-exported
 
 REGISTERED = REGISTRY  # the former name of the registry (name -> VerifierSpec)
@@ -110,11 +112,20 @@ class Verifier:
             pool.close()
 
 
-@register_verifier(
-    "exact_match",
-    settings={"number": "first", "max_chars": DEFAULT_MAX_CHARS},
-    help={"number": "without <answer>/\\boxed{}/#### markers: the first | last line holding a digit"},
-)
+NUMBER_LINES = ("first", "last")  # exact_match's `number`: which unmarked line holding a digit is the answer
+
+
+@dataclass(frozen=True)
+class ExactMatchSettings:
+    number: str = knob("first", "without <answer>/\\boxed{}/#### markers: the first | last line holding a digit")
+    max_chars: int = DEFAULT_MAX_CHARS
+
+    def check(self, where: str = "verifier") -> None:
+        if self.number not in NUMBER_LINES:
+            raise ValueError(f"{where}.number={self.number!r} is not accepted; use one of: {', '.join(NUMBER_LINES)}")
+
+
+@register_verifier("exact_match", settings=ExactMatchSettings)
 class ExactMatch(Verifier):
     """Numeric exact match on the completion's final answer (docs/verifiers.md, `answers.py`).
 
@@ -129,8 +140,7 @@ class ExactMatch(Verifier):
     name = "exact_match"
 
     def __init__(self, number: str = "first", max_chars: int = DEFAULT_MAX_CHARS):
-        if number not in ("first", "last"):
-            raise ValueError(f"verifier.number={number!r} is not accepted; use one of: first, last")
+        ExactMatchSettings(number, max_chars).check()
         self.number, self.max_chars = number, int(max_chars)
 
     def spans(self, completion: str) -> tuple[bool, list[str]]:
@@ -156,7 +166,18 @@ class ExactMatch(Verifier):
         return RIGHT if ok else WRONG
 
 
-@register_verifier("math_verify", settings={"max_chars": DEFAULT_MAX_CHARS, "timeout_s": 5.0})
+@dataclass(frozen=True)
+class MathVerifySettings:
+    """Run keys only (RUN_KEYS): they reach the constructor; the help is the schema's."""
+
+    max_chars: int = DEFAULT_MAX_CHARS
+    timeout_s: Optional[float] = 5.0
+
+    def check(self, where: str = "verifier") -> None:
+        pass
+
+
+@register_verifier("math_verify", settings=MathVerifySettings)
 class MathVerify(Verifier):
     """math-verify equivalence (`\\frac{1}{2}` == `0.5`, `\\sqrt{2}/2` == `\\frac{\\sqrt{2}}{2}`).
 
@@ -342,11 +363,16 @@ def _quiet_math_verify() -> None:
         logging.getLogger(n).setLevel(logging.ERROR)
 
 
-@register_verifier(
-    "countdown",
-    settings={"require_all": False, "max_chars": DEFAULT_MAX_CHARS},
-    help={"require_all": "every given number must be used (TinyZero); false = each at most once"},
-)
+@dataclass(frozen=True)
+class CountdownSettings:
+    require_all: bool = knob(False, "every given number must be used (TinyZero); false = each at most once")
+    max_chars: int = DEFAULT_MAX_CHARS
+
+    def check(self, where: str = "verifier") -> None:
+        pass  # a bool (the registry checks each value's type against its default's)
+
+
+@register_verifier("countdown", settings=CountdownSettings)
 class Countdown(Verifier):
     """Countdown: the expression must use the given numbers (each at most once; `require_all`: exactly once),
     only `+ - * /` and parentheses, and equal the target exactly (rational arithmetic, `countdown_expr`).
@@ -423,11 +449,21 @@ R1_FORMAT = r"^(?:(?!</think>).)*</think>\s*<answer>(?:(?!</answer>).)*</answer>
 # inline, outside any timeout.
 
 
-@register_verifier(
-    "format",
-    settings={"pattern": None, "max_chars": DEFAULT_MAX_CHARS},
-    help={"pattern": "regex searched in the completion; null = R1 <think>..</think><answer>..</answer>"},
-)
+@dataclass(frozen=True)
+class FormatSettings:
+    pattern: Optional[str] = knob(
+        None, "regex searched in the completion; null = R1 <think>..</think><answer>..</answer>"
+    )
+    max_chars: int = DEFAULT_MAX_CHARS
+
+    def check(self, where: str = "verifier") -> None:
+        try:
+            re.compile(self.pattern or R1_FORMAT, re.S)
+        except re.error as e:
+            raise ValueError(f"{where}.pattern={self.pattern!r} is not a valid regex: {e}") from None
+
+
+@register_verifier("format", settings=FormatSettings)
 class FormatCheck(Verifier):
     """Reward 1 when `pattern` is found (re.search, DOTALL) in the last `max_chars` characters, else 0."""
 
@@ -437,27 +473,33 @@ class FormatCheck(Verifier):
         self.pattern = pattern or R1_FORMAT
         self.bounded = pattern is None or pattern == R1_FORMAT  # a custom regex may backtrack: run it in a worker
         self.max_chars = int(max_chars)
-        try:
-            re.compile(self.pattern, re.S)
-        except re.error as e:
-            raise ValueError(f"verifier.pattern={self.pattern!r} is not a valid regex: {e}") from None
+        FormatSettings(pattern, max_chars).check()
 
     def score(self, completion: str, answer: str = "") -> Score:
         ok = re.search(self.pattern, _tail(completion, self.max_chars), re.S) is not None
         return Score(1.0 if ok else 0.0, ok)
 
 
+@dataclass(frozen=True)
+class WeightedSettings:
+    components: Optional[list] = knob(None, "list of {name, weight, ...}; the first one's `correct` is reported")
+
+    def check(self, where: str = "verifier") -> None:
+        _components({"components": self.components}, where)
+
+
 @register_verifier(
     "weighted",
-    settings={"components": None},
-    help={"components": "list of {name, weight, ...}; the first one's `correct` is reported"},
+    settings=WeightedSettings,
+    metrics=lambda d: _component_metrics(d),
     build=lambda d, where: _build_weighted(d, where),
-    check=lambda d, where: _check_weighted(d, where),
     accepts=lambda d: _component_settings(d),
 )
 class Weighted(Verifier):
     """reward = sum(weight_i * reward_i); correct = the first component's; error = any component's; the components'
-    own rewards travel with it (`Score.components`, what the gdpo estimator reads)."""
+    own rewards travel with it (`Score.components`, what the gdpo estimator reads) and are its metrics: each
+    component's own reward (before its weight) as verifier/<component name>, and what a component reports as
+    verifier/<component name>/<its metric> (a name two components share gets the component's index: format_1)."""
 
     name = "weighted"
 
@@ -467,6 +509,7 @@ class Weighted(Verifier):
                 "verifier.name=weighted needs verifier.components, e.g. [{name: countdown, weight: 1.0}, {name: format, weight: 0.1}]"
             )
         self.components = components
+        self.labels = component_labels([getattr(v, "name", "verifier") for v, _ in components])
         self.bounded = all(v.bounded for v, _ in components)
         self.max_chars = max(getattr(v, "max_chars", DEFAULT_MAX_CHARS) for v, _ in components)
 
@@ -479,7 +522,26 @@ class Weighted(Verifier):
         scores = [v.score(completion, answer) for v, _ in self.components]
         reward = sum(w * s.reward for (_, w), s in zip(self.components, scores))
         parts = tuple(float(s.reward) for s in scores)  # each component's own reward: GDPO normalises each
-        return Score(float(reward), scores[0].correct, any(s.error for s in scores), components=parts)
+        metrics = dict(zip(self.labels, parts))
+        for label, s in zip(self.labels, scores):
+            metrics.update({f"{label}/{k}": v for k, v in (s.metrics or {}).items()})
+        return Score(float(reward), scores[0].correct, any(s.error for s in scores), components=parts, metrics=metrics)
+
+
+def component_labels(names: list[str]) -> list[str]:
+    """Each component's metric name: its verifier's name, with its index where two components share it."""
+    return [n if names.count(n) == 1 else f"{n}_{i}" for i, n in enumerate(names)]
+
+
+def _component_metrics(d: dict) -> tuple:
+    """weighted's declared metrics (its config checked): each component's reward, then what each declares."""
+    comps = [c for c in d.get("components") or () if isinstance(c, dict)]
+    labels = component_labels([str(c.get("name")) for c in comps])
+    out = list(labels)
+    for label, c in zip(labels, comps):
+        own = registry.spec(c.get("name"), "verifier.components", c.get("module")).metric_names(c)
+        out += [f"{label}/{m}" for m in own]
+    return tuple(out)
 
 
 def _components(d: dict, where: str) -> list[dict]:
@@ -502,12 +564,10 @@ def _components(d: dict, where: str) -> list[dict]:
         w = c.get("weight", 1.0)
         if not isinstance(w, (int, float)) or isinstance(w, bool) or not math.isfinite(w):
             raise ValueError(f"{key}.weight={w!r} must be a finite number")
-        registry.check_keys(registry.spec(c["name"], key), {k: v for k, v in c.items() if k != "weight"}, key)
+        s, own = registry.spec(c["name"], key), {k: v for k, v in c.items() if k != "weight"}
+        registry.check_keys(s, own, key)
+        s.check(s.settings_from(own), key)
     return list(comps)
-
-
-def _check_weighted(d: dict, where: str) -> None:
-    _components(d, where)
 
 
 def _component_settings(d: dict) -> set:
@@ -516,7 +576,7 @@ def _component_settings(d: dict) -> set:
     for c in d.get("components") or ():
         s = registry.REGISTRY.get(c.get("name")) if isinstance(c, dict) else None
         if s is not None:
-            out |= set(s.settings)
+            out |= set(s.knobs())
     return out
 
 

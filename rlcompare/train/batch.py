@@ -31,6 +31,9 @@ class RolloutBatch:
     prompts: list[Any]  # B / G `prompt_ids.EncodedPrompt`s, one per group
     # (B, K) CPU float32 the verifier's named reward components, when the estimator reads them (gdpo), else None
     reward_components: torch.Tensor | None = None
+    # (B, M) CPU float32 what the verifier reported under its declared metrics (nan where a scoring reported none),
+    # when it declares any, else None: the row's verifier/<name> (rewards/registry.py metric_table)
+    verifier_metrics: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.rewards)
@@ -48,6 +51,7 @@ class RolloutBatch:
             self.correct[rows],
             [p for p, g in zip(self.prompts, groups) if g],
             None if self.reward_components is None else self.reward_components[rows],
+            None if self.verifier_metrics is None else self.verifier_metrics[rows],
         )
 
     @staticmethod
@@ -82,6 +86,7 @@ class RolloutBatch:
             torch.cat([p.correct for p in parts]),
             sum((p.prompts for p in parts), []),
             None if parts[0].reward_components is None else torch.cat([p.reward_components for p in parts]),
+            None if parts[0].verifier_metrics is None else torch.cat([p.verifier_metrics for p in parts]),
         )
 
 

@@ -39,11 +39,13 @@ class Round:
     correct: torch.Tensor  # (b,) CPU bool
     errors: int  # completions the verifier failed on
     components: torch.Tensor | None = None  # (b, K) CPU float32 named reward components, when the estimator reads them
+    verifier_metrics: torch.Tensor | None = None  # (b, M) CPU float32 the verifier's declared metrics (nan: unreported)
 
 
 # sample(prompts, *, reuse_recording, streams, trains_these, width, round_, groups) -> (prompt_ids, prompt_mask,
 # completions), groups: the prompts' indices in the round;
-# score(prompts, completions) -> (texts, rewards, correct, errors): the trainer's sampler and verifier, G per prompt
+# score(prompts, completions) -> (texts, rewards, correct, errors[, components, verifier metrics]): the trainer's
+# sampler and verifier, G per prompt
 Sample = Callable[..., tuple]
 Score = Callable[[list, Completions], tuple]
 
@@ -137,6 +139,7 @@ def _shaped(part: Round, prompts: list, cfg: Any) -> RolloutBatch:
         part.correct,
         prompts,
         reward_components=part.components,
+        verifier_metrics=part.verifier_metrics,
     )
 
 
@@ -195,6 +198,7 @@ def gather_round(
         (part.verifier_rewards, 0.0),
         (part.correct, False),
         (part.components, 0.0),
+        (part.verifier_metrics, 0.0),
         (torch.tensor([part.errors]), 0),
         (c.env_mask, 0),
         # left-padded prompts travel flipped: the gather pads on the right, so they come back left-padded
@@ -202,7 +206,7 @@ def gather_round(
         (_flipped(part.prompt_mask, device) if episodes else None, 0),
     )
     *rows, n_errors, env_mask, flipped_ids, flipped_mask = world.gather_many(list(tensors), list(pads))
-    ids, mask, logp, truncated, lengths, rewards, correct, comps, env_mask, flipped_ids, flipped_mask = (
+    ids, mask, logp, truncated, lengths, rewards, correct, comps, metrics, env_mask, flipped_ids, flipped_mask = (
         None if x is None else x[in_order.to(x.device)] for x in (*rows, env_mask, flipped_ids, flipped_mask)
     )
     if episodes:
@@ -213,7 +217,7 @@ def gather_round(
         else None
     )
     whole = Completions(ids, mask, logp, truncated, lengths, recording=recording, env_mask=env_mask)
-    return Round(prompt_ids, prompt_mask, whole, rewards, correct, int(n_errors.sum()), comps)
+    return Round(prompt_ids, prompt_mask, whole, rewards, correct, int(n_errors.sum()), comps, metrics)
 
 
 def _flipped(x: torch.Tensor | None, device) -> torch.Tensor:

@@ -211,7 +211,7 @@ def load_checkpoint_policy(run_dir: Path, step: int | None = None, cfg=None):
 
 def _rebuilt_policy(cfg):
     """The policy `cfg` (a run's config read as data) describes, on the CPU, before the checkpoint's weights."""
-    from rlcompare.data.verifier_probe import build_prompt_set
+    from rlcompare.train.verifier_probe import build_prompt_set
     from rlcompare.models.load import load_policy
     from rlcompare.train.model_folder import check_model
 

@@ -5,7 +5,7 @@ and the job function imports torch and transformers (about 3 s) before `train()`
 leave a folder behind, take 4 s to report, and an uncreatable `results_dir` gave Hydra's raw `mkdir` traceback.
 Here each job of the command line is composed with Hydra's compose API (the same config Hydra will compose),
 validated with `rlcompare.config.validate`, its verifier built and (for local prompt sets and inline verifiers)
-probed with the prompts (`rlcompare.data.verifier_probe`), and its run folder checked creatable; the first error comes
+probed with the prompts (`rlcompare.train.verifier_probe`), and its run folder checked creatable; the first error comes
 back as one line naming the key. `train()` validates again inside the job (it is also called without the CLI).
 
 Command lines this cannot compose exactly as Hydra will are left to Hydra and `train()`: informational flags
@@ -126,11 +126,11 @@ def _check_model_folder(cfg) -> None:
 
 def _check_prompts_and_verifier(cfg, probed: set[str]) -> None:
     """Build the verifier (a misspelt name, a bad pattern) and, for prompt sets made or read locally, the prompts,
-    and probe the verifier with them when it scores inline (rlcompare.data.verifier_probe). A hub prompt set (a download)
+    and probe the verifier with them when it scores inline (rlcompare.train.verifier_probe). A hub prompt set (a download)
     and a verifier in worker processes (math-verify: seconds to start) are checked in the job's preflight only."""
     from omegaconf import OmegaConf
 
-    from rlcompare.data.verifier_probe import build_prompt_set, build_run_verifier, check_verifier_reads_prompts
+    from rlcompare.train.verifier_probe import build_prompt_set, build_run_verifier, check_verifier_reads_prompts
 
     both = OmegaConf.to_yaml(cfg.prompts) + OmegaConf.to_yaml(cfg.verifier)
     if both in probed:

@@ -9,7 +9,7 @@ Order of work, so that a bad setting fails in seconds with one message naming th
    from is read (none usable: refused);
 3. `preflight`: builds the prompt set (missing file or field), the verifier (unknown name), reads the model's
    context length from its config.json (hf) without loading weights, probes the verifier with a few of the prompt
-   set's reference answers written as correct completions (rlcompare.data.verifier_probe), checks the run folder is
+   set's reference answers written as correct completions (rlcompare.train.verifier_probe), checks the run folder is
    writable;
 4. only then the heavy part: `Trainer(...)` (warm start, model load) and the loop.
 
@@ -202,7 +202,7 @@ def preflight(cfg: DictConfig, run_dir: Path | None = None):
     """Checks that need more than the config but nothing heavy: build the prompt set and the verifier, read the
     model's context length, check the run folder is writable. Raises ConfigError naming the key.
     Returns (prompt splits, verifier) so that the trainer does not build them again."""
-    from rlcompare.data.verifier_probe import build_prompt_set, build_run_verifier
+    from rlcompare.train.verifier_probe import build_prompt_set, build_run_verifier
 
     from rlcompare.train.model_folder import check_chat_template, check_model
 
@@ -228,8 +228,8 @@ def preflight(cfg: DictConfig, run_dir: Path | None = None):
 
 
 def _probe_verifier(cfg: DictConfig, splits, verifier) -> None:
-    """The verifier must score a few of the prompt set's reference answers correct (rlcompare.data.verifier_probe)."""
-    from rlcompare.data.verifier_probe import check_verifier_reads_prompts
+    """The verifier must score a few of the prompt set's reference answers correct (rlcompare.train.verifier_probe)."""
+    from rlcompare.train.verifier_probe import check_verifier_reads_prompts
 
     try:
         warning = check_verifier_reads_prompts(cfg, splits, verifier)

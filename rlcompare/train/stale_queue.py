@@ -77,6 +77,7 @@ def _plain(q: Queued, index: dict) -> dict:
             "verifier_rewards": b.verifier_rewards,
             "correct": b.correct,
             "reward_components": b.reward_components,
+            "verifier_metrics": b.verifier_metrics,
             "prompts": [index[id(p)] for p in b.prompts],
         }
     return out
@@ -128,10 +129,12 @@ def _batch(b, train_prompts: list, group_size: int, device) -> RolloutBatch:
     _need(tensor("correct", torch.bool, "B"), "correct flags")
     comps = b.get("reward_components")  # the gdpo estimator's; absent in a queue saved before them
     _need(comps is None or tensor("reward_components", torch.float32, "BK"), "reward components")
+    metrics = b.get("verifier_metrics")  # the verifier's declared metrics; absent in a queue saved before them
+    _need(metrics is None or tensor("verifier_metrics", torch.float32, "BM"), "verifier metrics")
     completions = Completions(*(None if b[k] is None else b[k].to(device) for k in _COMPLETION_FIELDS))
     completions.env_mask = None if env is None else env.to(device)
     prompts = [train_prompts[i] for i in idx]
     prompt_ids, prompt_mask = b["prompt_ids"].to(device), b["prompt_mask"].to(device)
     return RolloutBatch(
-        prompt_ids, prompt_mask, completions, b["rewards"], b["verifier_rewards"], b["correct"], prompts, comps
+        prompt_ids, prompt_mask, completions, b["rewards"], b["verifier_rewards"], b["correct"], prompts, comps, metrics
     )

@@ -18,12 +18,12 @@ from omegaconf import DictConfig
 
 from rlcompare import fast  # the speed layer's door: recorded_update_forward, Recording, FlopObserver
 from rlcompare.algos import estimator_specs, losses, objective
-from rlcompare.algos.batch_stats import length_stats, weight_shares
+from rlcompare.algos.batch_stats import length_stats, reported_means, weight_shares
 from rlcompare.config import ConfigError, check_eval_fits_context, check_fits_context
 from rlcompare.data.prompts import PromptStream, build_prompts
 from rlcompare.models import Policy, ReferenceModel, ValueModel, load_policy
 from rlcompare.rewards.pool import score_batch
-from rlcompare.rewards.registry import build_verifier
+from rlcompare.rewards.registry import build_verifier, metric_table
 from rlcompare.rollout import left_pad, sample
 from rlcompare.rollout.streams import GroupStreams, group_seed
 from rlcompare.rollout.vllm_engine import VllmSampler
@@ -302,7 +302,8 @@ class Trainer:
 
     def _score(self, prompts: list[EncodedPrompt], completions, repeat: int, *, components: bool = False):
         """(texts, rewards (B,), correct (B,), errors), and with `components` the reward components (B, K) when the
-        estimator reads them (gdpo) and the verifier has them (weighted)."""
+        estimator reads them (gdpo) and the verifier has them (weighted), or None, then the verifier's declared
+        metrics (B, M) when it declares any."""
         if completions.outcome is not None:  # episodes: scored by their environment
             return env_rollout.scored(completions.outcome)
         texts = self._decode(completions)
@@ -311,11 +312,17 @@ class Trainer:
         rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)
         correct = torch.tensor([s.correct for s in scores], dtype=torch.bool)
         errors = sum(s.error for s in scores)
-        if not (components and self.estimator.needs.reward_components and self._component_weights):
+        comps = metrics = None
+        if components and self.estimator.needs.reward_components and self._component_weights:
+            K = len(self._component_weights)  # an error scored no component: each 0, as its reward
+            comps = torch.tensor([s.components or (0.0,) * K for s in scores], dtype=torch.float32).reshape(-1, K)
+        names = getattr(self.verifier, "declared_metrics", ())
+        if components and names:  # a name it did not declare stops the run here, naming it
+            table = metric_table(scores, names, self.cfg.verifier.name)
+            metrics = torch.tensor(table, dtype=torch.float32).reshape(-1, len(names))
+        if comps is None and metrics is None:
             return texts, rewards, correct, errors
-        K = len(self._component_weights)  # an error scored no component: each 0, as its reward
-        comps = torch.tensor([s.components or (0.0,) * K for s in scores], dtype=torch.float32).reshape(-1, K)
-        return texts, rewards, correct, errors, comps
+        return (texts, rewards, correct, errors, comps) + ((metrics,) if metrics is not None else ())
 
     # ------------------------------------------------------------------ one step
     def step(self) -> dict:
@@ -574,7 +581,15 @@ class Trainer:
             "accuracy/train": float(batch.correct.float().mean()),
             "groups/zero_variance_frac": float((grp.max(1).values == grp.min(1).values).float().mean()),
             **length_stats(completions.lengths.cpu(), batch.correct, completions.truncated.cpu()),
+            **self._verifier_metrics(batch),
         }
+
+    def _verifier_metrics(self, batch: RolloutBatch) -> dict[str, Any]:
+        """verifier/<name>: each declared metric's mean over the batch's completions that reported it (docs/metrics.md)."""
+        if batch.verifier_metrics is None:
+            return {}
+        means = reported_means(batch.verifier_metrics)
+        return {f"verifier/{n}": m for n, m in zip(self.verifier.declared_metrics, means)}
 
     def _skip_update_for_nonfinite_rewards(self, batch: RolloutBatch, row: dict) -> None:
         """A verifier returned nan/inf: skip this step's update (and count it), the LR schedule still moves."""

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from rlcompare.config import ConfigError, validate
 from rlcompare.data.gym_tasks import check_disjoint, task_names
 from rlcompare.data.prompts import Example, build_prompts
-from rlcompare.data.verifier_probe import check_verifier_reads_prompts
+from rlcompare.train.verifier_probe import check_verifier_reads_prompts
 from rlcompare.rewards.gym_verifier import decode_reference, make_dataset
 from rlcompare.rewards.verifiers import build_verifier
 from rlcompare.train.run import preflight, train

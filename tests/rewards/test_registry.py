@@ -17,12 +17,22 @@ from rlcompare.rewards.registry import build_verifier, check_config, register_ve
 from rlcompare.rewards.verifiers import Countdown, ExactMatch, FormatCheck, Verifier, Weighted
 
 MODULE = """
+from dataclasses import dataclass
+
 from rlcompare.rewards.pool import Score
-from rlcompare.rewards.registry import register_verifier
+from rlcompare.rewards.registry import knob, register_verifier
 from rlcompare.rewards.verifiers import Verifier
 
 
-@register_verifier("{name}", settings={{"bonus": 0.25}})
+@dataclass(frozen=True)
+class PlusSettings:
+    bonus: float = knob(0.25, "added to every reward")
+
+    def check(self):
+        pass
+
+
+@register_verifier("{name}", settings=PlusSettings)
 class Plus(Verifier):
     bounded = False  # scored in worker processes
 
@@ -36,9 +46,15 @@ class Plus(Verifier):
 
 def test_every_builtin_is_registered_with_its_settings():
     assert set(registry.names()) >= {"exact_match", "math_verify", "countdown", "format", "weighted", "reasoning_gym"}
-    assert registry.spec("exact_match").settings == {"number": "first", "max_chars": 10_000}
-    assert registry.spec("countdown").settings == {"require_all": False, "max_chars": 10_000}
+    assert registry.spec("exact_match").defaults() == {"number": "first", "max_chars": 10_000}
+    assert registry.spec("countdown").defaults() == {"require_all": False, "max_chars": 10_000}
+    assert registry.spec("format").defaults() == {"pattern": None, "max_chars": 10_000}
+    assert registry.spec("math_verify").defaults() == {"max_chars": 10_000, "timeout_s": 5.0}
+    assert registry.spec("reasoning_gym").defaults() == {"max_chars": 10_000, "partial_credit": False}
+    assert registry.spec("weighted").defaults() == {"components": None}
     assert isinstance(build_verifier({"name": "exact_match", "number": "last"}), ExactMatch)
+    # the default verifier reports no metric: a default run's rows keep their keys
+    assert build_verifier({"name": "exact_match"}).declared_metrics == ()
 
 
 def test_the_schema_holds_exactly_the_run_keys():
@@ -62,6 +78,12 @@ def test_the_config_check_imports_no_torch_and_no_heavy_package():
         ({"name": "countdown", "number": "last"}, "verifier.number is not a setting of verifier 'countdown'"),
         ({"name": "exact_match", "number": 3}, "verifier.number=3 is not accepted; verifier 'exact_match' takes a str"),
         ({"name": "countdown", "require_all": "yes"}, "verifier.require_all='yes' is not accepted"),
+        ({"name": "exact_match", "number": "middle"}, "verifier.number='middle' is not accepted; use one of: first"),
+        ({"name": "format", "pattern": "("}, r"verifier.pattern='\(' is not a valid regex"),
+        (
+            {"name": "weighted", "components": [{"name": "exact_match", "number": "middle"}]},
+            r"verifier.components\[0\].number='middle' is not accepted",  # the settings' check, at its prefix
+        ),
         (
             {"name": "weighted", "components": [{"name": "format", "require_all": True}]},
             r"verifier.components\[0\].require_all is not a setting of verifier 'format'",
@@ -98,6 +120,45 @@ def test_weighted_passes_down_only_what_each_component_accepts():
     assert isinstance(fmt, FormatCheck) and fmt.pattern == "^a"
 
 
+def test_the_former_dict_declaration_is_refused_saying_how_to_declare():
+    with pytest.raises(
+        TypeError, match=r"settings=\{...\} \(a dict\) is the former declaration; declare its settings as"
+    ):
+        register_verifier("dict_form", settings={"bonus": 0.25})
+    with pytest.raises(TypeError, match="help= is the former declaration"):
+        register_verifier("help_form", help={"bonus": "x"})
+    assert "dict_form" not in registry.REGISTRY and "help_form" not in registry.REGISTRY
+
+
+def test_a_setting_without_help_or_an_undeclarable_metric_is_refused():
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Bare:
+        bonus: float = 0.25
+
+        def check(self):
+            pass
+
+    with pytest.raises(ValueError, match="declare setting bonus as knob"):
+        register_verifier("bare", settings=Bare)
+    with pytest.raises(ValueError, match="metric 'errors' is not a usable name"):
+        register_verifier("clash", metrics=("errors",))  # verifier/errors is the row's own
+
+
+def test_weighted_declares_each_component_and_reports_its_own_reward():
+    """weighted's metrics: each component's reward before its weight (a shared name gets its index)."""
+    d = {"name": "weighted", "components": [{"name": "countdown", "weight": 1.0}, {"name": "format", "weight": 0.1}]}
+    v = build_verifier(d)
+    assert v.declared_metrics == ("countdown", "format")
+    s = v.score("<answer>3*5+8</answer>", '{"nums": [3, 5, 7], "target": 22}')  # wrong sum, R1 form missing
+    assert (s.reward, s.metrics) == (0.0, {"countdown": 0.0, "format": 0.0})
+    s = v.score("<think>x</think><answer>3*5+7</answer>", '{"nums": [3, 5, 7], "target": 22}')
+    assert (s.reward, s.metrics) == (1.1, {"countdown": 1.0, "format": 1.0})
+    twice = {"name": "weighted", "components": [{"name": "format"}, {"name": "format", "pattern": "a"}]}
+    assert registry.metric_names(twice) == ("format_0", "format_1")
+
+
 def test_a_name_taken_by_another_class_is_refused():
     with pytest.raises(ValueError, match="verifier name 'countdown' is registered already"):
 
@@ -128,7 +189,7 @@ def test_verifier_module_is_imported_from_the_working_directory(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     s = check_config({"name": "plus_cwd", "module": "plus_verifier_cwd", "bonus": 1.0})
-    assert s.module == "plus_verifier_cwd" and s.settings == {"bonus": 0.25}
+    assert s.module == "plus_verifier_cwd" and s.defaults() == {"bonus": 0.25}
 
 
 def test_a_run_config_from_before_the_registry_still_loads():

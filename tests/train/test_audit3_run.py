@@ -470,7 +470,7 @@ def _model_folder(tmp_path: Path) -> Path:
     from hydra import compose, initialize_config_dir
 
     from rlcompare.cli import conf_dir, register_resolvers
-    from rlcompare.data.verifier_probe import build_prompt_set
+    from rlcompare.train.verifier_probe import build_prompt_set
     from rlcompare.models.load import warm_start_tiny
 
     register_resolvers()

@@ -17,6 +17,7 @@ from rlcompare import registry
 from rlcompare.algos import estimator_specs, losses, surrogate_specs
 from rlcompare.algos.advantage.gae import explained_variance
 from rlcompare.results import read_jsonl
+from rlcompare.rewards import registry as rewards_registry
 
 REPO = Path(__file__).resolve().parents[2]
 QUICK = ["budget=tiny", "budget.max_steps=1", "logger=none", "trainer.eval_every=1000", "trainer.progress=false"]
@@ -48,6 +49,14 @@ def test_every_declared_metric_is_in_docs_metrics_md():
     ours = lambda kind, n: (registry.owner(kind, n) or "").startswith("rlcompare.")  # noqa: E731
     names |= {f"policy/{k}" for n, s in surrogate_specs.SPECS.items() if ours("surrogate", n) for k in s.metrics}
     names |= {k for n, s in estimator_specs.SPECS.items() if ours("advantage estimator", n) for k in s.metrics}
+    names |= {"verifier/<name>"}  # a verifier's declared metrics (weighted's depend on its components)
+    rewards_registry.names()  # the built-in verifiers registered
+    names |= {
+        f"verifier/{m}"
+        for n, s in rewards_registry.REGISTRY.items()
+        if ours("verifier", n) and not callable(s.metrics)
+        for m in s.metrics
+    }
     missing = sorted(n for n in names if f"`{n}`" not in doc and f"`{n.rsplit('_', 1)[0]}" not in doc)
     assert not missing, f"docs/metrics.md lacks {missing}"
 

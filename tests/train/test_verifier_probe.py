@@ -13,7 +13,7 @@ from rlcompare.rewards.countdown_expr import evaluate
 from rlcompare.data.datasets import TEMPLATES
 from rlcompare.data.prompts import Example, PromptSplits
 from rlcompare.train.run import preflight, train
-from rlcompare.data.verifier_probe import N_PROBES, check_verifier_reads_prompts, completions_for, solve_countdown
+from rlcompare.train.verifier_probe import N_PROBES, check_verifier_reads_prompts, completions_for, solve_countdown
 from rlcompare.rewards.verifiers import build_verifier
 
 GSM8K_FILE = [

@@ -14,7 +14,8 @@ The form follows the template's own text: after an R1 template (`<answer> </answ
 the bare answer (the embedded `a+b=` set). A Countdown reference (`{"nums": [...], "target": N}`) is answered with
 an expression that reaches the target (the generator's own solution, else a small search).
 
-A verifier whose `correct` ignores the reference (`format`, or `weighted` with `format` first) is not probed.
+A verifier whose `correct` ignores the reference (`format`, or `weighted` with `format` first) is not probed. A
+probed verifier that reports a metric it does not declare is refused here, before the model loads.
 `verifier.probe=false` turns the probe off for completions of another form than these.
 """
 
@@ -175,10 +176,16 @@ class Verdict:
 
 
 def score_probes(verifier, checks: list[Probe], timeout_s: float) -> list[Verdict]:
+    """Each probe's verdict; a metric the verifier reports without declaring it is refused here, before training."""
     from rlcompare.rewards.pool import score_batch
+    from rlcompare.rewards.registry import metric_table
 
     flat = [(i, c) for i, p in enumerate(checks) for c in p.completions]
     scores = score_batch(verifier, [c for _, c in flat], [checks[i].reference for i, _ in flat], timeout_s=timeout_s)
+    try:
+        metric_table(scores, getattr(verifier, "declared_metrics", ()), getattr(verifier, "name", "verifier"))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     out = []
     for i, p in enumerate(checks):
         mine = [s for (j, _), s in zip(flat, scores) if j == i]
