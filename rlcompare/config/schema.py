@@ -330,8 +330,6 @@ def _check_env(c: DictConfig) -> None:
         )
 
 
-
-
 def _check_budget(c: DictConfig) -> None:
     """A budget that stops, and holds at least one step."""
     t, b = c.trainer, c.budget
