@@ -22,14 +22,14 @@ from rlcompare.algos.batch_stats import length_stats, weight_shares
 from rlcompare.config import ConfigError, check_eval_fits_context, check_fits_context
 from rlcompare.data.prompts import PromptStream, build_prompts
 from rlcompare.models import Policy, ReferenceModel, ValueModel, load_policy
-from rlcompare.rewards.pool import score_batch
 from rlcompare.rewards.registry import build_verifier
-from rlcompare.rollout import left_pad, sample
-from rlcompare.rollout.streams import GroupStreams, group_seed
+from rlcompare.rollout import sample
+from rlcompare.rollout.streams import group_seed
 from rlcompare.rollout.vllm_engine import VllmSampler
 from rlcompare.train import collect as collect_lib
 from rlcompare.train import env_rollout, evaluation, logprobs, sharding, throughput
 from rlcompare.train import update as update_lib
+from rlcompare.train.context import RolloutContext
 from rlcompare.train.batch import Collected, RolloutBatch, Targets, TrainerState
 from rlcompare.train.update import UpdateResult
 from rlcompare.train.parallel import GradientSum, World
@@ -158,7 +158,23 @@ class Trainer:
         self.stream = PromptStream(self.train_prompts, cfg.prompts.data_seed)
         self.state = TrainerState()
         self.env = env_rollout.build(cfg, self.world)  # multi-turn episodes (env.name), or None: single-turn
-        self.vllm, self.sampler = self._samplers()  # what samples rollouts and eval alike
+        self.vllm, sampler = self._samplers()  # what samples rollouts and eval alike
+        # what the rollouts, the held-out eval and the episodes sample and score with (not this trainer)
+        self.rollouts = RolloutContext(
+            cfg=cfg,
+            policy=self.policy,
+            sampler=sampler,
+            verifier=self.verifier,
+            world=self.world,
+            device=self.device,
+            autocast=self.autocast,
+            eos_ids=self.eos_ids,
+            pad_id=self.pad_id,
+            generator=self.gen,
+            reads_sampler_logp=self._reads_sampler_logp(),
+            component_weights=self._component_weights if self.estimator.needs.reward_components else None,
+            env=self.env,
+        )
         # the surrogate and its typed settings (objective.total_loss's `policy`), checked once here
         self.policy_settings = losses.PolicySettings.from_knobs(
             surrogate=algo.surrogate, ratio=algo.ratio, **dict(algo.clip)
@@ -218,64 +234,25 @@ class Trainer:
     def log(self, msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    def _sample(
-        self,
-        prompts: list[EncodedPrompt],
-        *,
-        repeat: int,
-        greedy: bool,
-        reuse_recording: bool = False,
-        streams: GroupStreams | None = None,
-        trains_these: bool = False,
-        width: int | None = None,
-        round_: int = 0,
-        groups: list[int] | None = None,
-    ):
-        """`repeat` completions of each prompt; returns the prompts (each repeated `repeat` times) and their mask, and
-        the `Completions`. reuse_recording: the last rollout's batch is done with, so its recording's buffers may
-        be rewritten. streams: one random stream per prompt (`rollout.streams=group`), else the run's generator.
-        trains_these: over several ranks, whether this rank's update trains on these very groups (`collect.round_shares`);
-        only then is anything recorded for the update to rebuild from, and never for fsdp's sharded copy.
-        width: the prompts' padded width (the whole round's, over several ranks: the recording's then fits the
-        gathered batch); else the longest of these. round_, groups: the sampling round and these prompts' indices in
-        it (`collect.round_shares`), which key an episode's environment seed."""
-        if self.env is not None:  # multi-turn episodes: the same sampler, turn after turn (rlcompare.train.env_rollout)
-            return self.env.sample(
-                self, prompts, repeat=repeat, greedy=greedy, streams=streams, round_=round_, groups=groups, width=width
-            )
-        prompt_ids, prompt_mask = left_pad([p.ids for p in prompts], self.pad_id, self.device, width)
+    def _sample_rollout(self, prompts: list[EncodedPrompt], *, reuse_recording=False, trains_these=False, **kw):
+        """A training rollout's `group_size` completions of each prompt (`RolloutContext.sample`; `kw`: streams,
+        width, round_, groups). reuse_recording: the last rollout's batch is done with, so its recording's buffers
+        may be rewritten. trains_these: over several ranks, whether this rank's update trains on these very groups
+        (`collect.round_shares`); only then is anything recorded for the update to rebuild from, and never for
+        fsdp's sharded copy."""
+        G = self.cfg.trainer.group_size
         own = self.world.size == 1 or (trains_these and not self.world.shards)
-        record = not greedy and repeat > 1 and bool(self.cfg.trainer.update_from_rollout) and own
+        record = G > 1 and bool(self.cfg.trainer.update_from_rollout) and own
         record = record and not self.cfg.rollout.staleness  # a stale rollout's activations are not the update's
         if record and reuse_recording and self._recording is not None:
             record = self._recording
-        self.policy.model.eval()
-        completions = self.sampler(
-            self.policy.model,
-            prompt_ids,
-            prompt_mask,
-            max_new_tokens=self.cfg.budget.max_new_tokens,
-            eos_id=self.eos_ids,
-            pad_id=self.pad_id,
-            temperature=self.cfg.rollout.temperature,
-            top_p=self.cfg.rollout.top_p,
-            greedy=greedy,
-            generator=self.gen,
-            autocast_dtype=self.autocast,
-            repeats=repeat,
-            kv_cache=self.cfg.rollout.kv_cache,
-            engine=self.cfg.rollout.engine,
-            sync_every=self.cfg.rollout.sync_every,
-            flop_observer=self.flop_observer,
-            record=record,
-            logprobs=not greedy and self._reads_sampler_logp(),
-            streams=streams,
+        rollout = self.state.step + len(self.queue.pending)  # = collect's rollout index
+        out = self.rollouts.sample(
+            prompts, repeat=G, greedy=False, record=record, flop_observer=self.flop_observer, rollout=rollout, **kw
         )
-        if completions.recording is not None:
-            self._recording = completions.recording
-        if repeat > 1:  # the update needs every completion's prompt
-            prompt_ids, prompt_mask = prompt_ids.repeat_interleave(repeat, 0), prompt_mask.repeat_interleave(repeat, 0)
-        return prompt_ids, prompt_mask, completions
+        if out[2].recording is not None:
+            self._recording = out[2].recording
+        return out
 
     def _reads_sampler_logp(self) -> bool:
         """Whether anything reads the sampler's log-probs: the old log-probs of several updates per batch, or
@@ -292,30 +269,6 @@ class Trainer:
             or algo.off_policy.correction is not None
             or self.estimator.needs.sampler_logp  # distill: A_t = log pi_T - log pi_old, the sampler's
         )
-
-    def _decode(self, completions) -> list[str]:
-        # the tensor itself, not .tolist(): transformers converts a tensor in one call but type-checks every element
-        # of nested lists (0.5 vs 0.74 ms for 128 x 16 ids)
-        return self.policy.tokenizer.batch_decode(
-            completions.ids.masked_fill(completions.mask == 0, self.pad_id), skip_special_tokens=True
-        )
-
-    def _score(self, prompts: list[EncodedPrompt], completions, repeat: int, *, components: bool = False):
-        """(texts, rewards (B,), correct (B,), errors), and with `components` the reward components (B, K) when the
-        estimator reads them (gdpo) and the verifier has them (weighted)."""
-        if completions.outcome is not None:  # episodes: scored by their environment
-            return env_rollout.scored(completions.outcome)
-        texts = self._decode(completions)
-        answers = [p.example.answer for p in prompts for _ in range(repeat)]
-        scores = score_batch(self.verifier, texts, answers, timeout_s=self.cfg.verifier.timeout_s)
-        rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)
-        correct = torch.tensor([s.correct for s in scores], dtype=torch.bool)
-        errors = sum(s.error for s in scores)
-        if not (components and self.estimator.needs.reward_components and self._component_weights):
-            return texts, rewards, correct, errors
-        K = len(self._component_weights)  # an error scored no component: each 0, as its reward
-        comps = torch.tensor([s.components or (0.0,) * K for s in scores], dtype=torch.float32).reshape(-1, K)
-        return texts, rewards, correct, errors, comps
 
     # ------------------------------------------------------------------ one step
     def step(self) -> dict:
@@ -384,11 +337,11 @@ class Trainer:
             self.stream,
             order=self._order,
             rollout=self.state.step + len(self.queue.pending),  # with staleness, the rollouts queued count
-            sample=lambda prompts, **kw: self._sample(prompts, repeat=G, greedy=False, **kw),
-            score=lambda prompts, completions: self._score(prompts, completions, G, components=True),
+            sample=self._sample_rollout,
+            score=lambda prompts, completions: self.rollouts.score(prompts, completions, G, components=True),
             pad_id=self.pad_id,
             device=self.device,
-            with_logp=self._reads_sampler_logp(),
+            with_logp=self.rollouts.reads_sampler_logp,
         )
         self.state.verifier_errors += collected.verifier_errors
         return collected
@@ -669,60 +622,11 @@ class Trainer:
 
     # ------------------------------------------------------------------ eval
     def evaluate(self) -> tuple[dict, list[dict]]:
-        """The held-out eval's row metrics and sample rows: greedy (eval.samples=0, `_evaluate_greedy`), else
-        eval.samples completions per prompt from the eval's own streams (`rlcompare.train.evaluation`), with the
-        greedy accuracy too when eval.greedy. The per-prompt correct counts of a sampled eval are left in
-        `self.eval_counts` ({"n": [...], "c": [...]}; None after a greedy one) for the run folder."""
-        self.eval_counts = None
-        if not self.cfg.eval.samples:
-            return self._evaluate_greedy()
-        row, samples, self.eval_counts = evaluation.evaluate_sampled(self)
-        if self.cfg.eval.greedy:
-            greedy, samples = self._evaluate_greedy()
-            row["eval/accuracy"] = greedy["eval/accuracy"]
-            row["eval/tokens"] += round(greedy["eval/mean_length"] * greedy["eval/n"])
+        """The held-out eval's row metrics and sample rows (`evaluation.evaluate`). The per-prompt correct counts of
+        a sampled eval are left in `self.eval_counts` ({"n": [...], "c": [...]}; None after a greedy one) for the
+        run folder."""
+        row, samples, self.eval_counts = evaluation.evaluate(self.rollouts, self.eval_prompts, self.state.step)
         return row, samples
-
-    def _evaluate_greedy(self) -> tuple[dict, list[dict]]:
-        """Greedy held-out accuracy, over the chunks of `trainer.eval_batch_size` prompts. Over several ranks each
-        rank decodes its share of every chunk's rows, padded to the chunk's width as one process pads the whole
-        chunk, and the counts are summed: the default's 200 prompts are one chunk, which one rank alone would
-        decode while the others wait."""
-        train_cfg = self.cfg.trainer
-        correct, lengths, samples = 0, 0.0, []
-        for i in range(0, len(self.eval_prompts), train_cfg.eval_batch_size):
-            chunk = self.eval_prompts[i : i + train_cfg.eval_batch_size]
-            mine = self.world.share(len(chunk))
-            part = chunk[mine]
-            if not part:  # fewer prompts in the chunk than ranks
-                continue
-            width = max(len(p.ids) for p in chunk)
-            _, _, completions = self._sample(part, repeat=1, greedy=True, width=width)
-            texts, rewards, corr, _ = self._score(part, completions, 1)
-            correct += int(corr.sum())
-            lengths += float(completions.lengths.sum())
-            for j in range(min(len(part), train_cfg.n_samples_logged - mine.start)):
-                example = part[j].example
-                samples.append(
-                    (
-                        i + mine.start + j,
-                        {
-                            "step": self.state.step,
-                            "prompt": example.prompt[: train_cfg.sample_max_chars],
-                            "completion": texts[j][: train_cfg.sample_max_chars],
-                            "answer": example.answer[: train_cfg.sample_max_chars],
-                            "reward": float(rewards[j]),
-                            "correct": bool(corr[j]),
-                        },
-                    )
-                )
-        if self.world.size > 1:
-            parts = self.world.gather_objects((correct, lengths, samples))
-            correct, lengths = sum(p[0] for p in parts), sum(p[1] for p in parts)
-            samples = sorted((s for p in parts for s in p[2]), key=lambda s: s[0])
-        n = len(self.eval_prompts)
-        samples = [s for _, s in samples[: train_cfg.n_samples_logged]]
-        return {"eval/accuracy": correct / n, "eval/mean_length": lengths / n, "eval/n": n}, samples
 
     def _recompute_logp(self, batch: RolloutBatch) -> torch.Tensor:
         self.policy.model.eval()
