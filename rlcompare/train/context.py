@@ -8,13 +8,14 @@ generator and the settings they read; it is built once by the trainer and never 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import torch
 
 from rlcompare.rewards.pool import score_batch
 from rlcompare.rollout import left_pad
+from rlcompare.rollout.request import SamplingRequest
 from rlcompare.rollout.streams import GroupStreams
 from rlcompare.train.parallel import World
 from rlcompare.train.prompt_ids import EncodedPrompt
@@ -30,9 +31,10 @@ class RolloutContext:
     verifier: Any  # scores single-turn completions (episodes are scored by their environment)
     world: World  # this process's rank in a data-parallel run
     device: str
-    autocast: torch.dtype | None  # the sampler's autocast dtype, or None (the weights' dtype)
-    eos_ids: torch.Tensor  # (E,) the ids that end a completion, on `device`
-    pad_id: int
+    # a training rollout's draw: the run's rollout settings (budget.max_new_tokens, rollout.temperature, top_p, the
+    # speed settings), its EOS and pad ids; each call sets greedy, repeats and logprobs, the eval and the episodes
+    # replace what they draw otherwise (`dataclasses.replace`)
+    request: SamplingRequest
     generator: torch.Generator  # the run's rollout generator (when no group streams are given)
     reads_sampler_logp: bool  # whether anything reads a training rollout's sampler log-probs (`Trainer`)
     # the weights of the verifier's named reward components when the estimator reads them (gdpo with
@@ -43,6 +45,10 @@ class RolloutContext:
     @property
     def tokenizer(self):
         return self.policy.tokenizer
+
+    @property
+    def pad_id(self) -> int:
+        return self.request.pad_id
 
     def sample(
         self,
@@ -75,29 +81,18 @@ class RolloutContext:
                 groups=groups,
                 width=width,
             )
-        cfg = self.cfg
         prompt_ids, prompt_mask = left_pad([p.ids for p in prompts], self.pad_id, self.device, width)
+        request = replace(self.request, greedy=greedy, repeats=repeat, logprobs=not greedy and self.reads_sampler_logp)
         self.policy.model.eval()
         completions = self.sampler(
             self.policy.model,
             prompt_ids,
             prompt_mask,
-            max_new_tokens=cfg.budget.max_new_tokens,
-            eos_id=self.eos_ids,
-            pad_id=self.pad_id,
-            temperature=cfg.rollout.temperature,
-            top_p=cfg.rollout.top_p,
-            greedy=greedy,
+            request,
             generator=self.generator,
-            autocast_dtype=self.autocast,
-            repeats=repeat,
-            kv_cache=cfg.rollout.kv_cache,
-            engine=cfg.rollout.engine,
-            sync_every=cfg.rollout.sync_every,
-            flop_observer=flop_observer,
-            record=record,
-            logprobs=not greedy and self.reads_sampler_logp,
             streams=streams,
+            record=record,
+            flop_observer=flop_observer,
         )
         if repeat > 1:  # the update needs every completion's prompt
             prompt_ids, prompt_mask = prompt_ids.repeat_interleave(repeat, 0), prompt_mask.repeat_interleave(repeat, 0)
@@ -128,3 +123,19 @@ class RolloutContext:
         K = len(self.component_weights)  # an error scored no component: each 0, as its reward
         comps = torch.tensor([s.components or (0.0,) * K for s in scores], dtype=torch.float32).reshape(-1, K)
         return texts, rewards, correct, errors, comps
+
+
+def rollout_request(cfg: Any, eos_ids: list[int], pad_id: int, autocast: torch.dtype | None) -> SamplingRequest:
+    """A training rollout's `SamplingRequest` from the run's config (budget., rollout.), built once per run."""
+    r = cfg.rollout
+    return SamplingRequest(
+        max_new_tokens=cfg.budget.max_new_tokens,
+        eos_ids=tuple(int(i) for i in eos_ids),
+        pad_id=pad_id,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        autocast=str(autocast).removeprefix("torch.") if autocast is not None else None,
+        kv_cache=r.kv_cache,
+        engine=r.engine,
+        sync_every=r.sync_every,
+    )

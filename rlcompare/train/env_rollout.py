@@ -68,10 +68,8 @@ class EnvRollout:
         it (the environment seeds' key; all of the round's by default); width: the round's prompt width (turn 0
         pads to at least it)."""
         seeds = self._seeds(ctx, prompts, greedy, rollout, round_, groups)
-        r = ctx.cfg.rollout
-        logprobs = not greedy and ctx.reads_sampler_logp
-        draw = dict(greedy=greedy, temperature=r.temperature, top_p=r.top_p, generator=ctx.generator, logprobs=logprobs)
-        out = self._episodes(ctx, prompts, repeat, seeds, streams, self.settings, draw, width)
+        request = replace(ctx.request, greedy=greedy, logprobs=not greedy and ctx.reads_sampler_logp)
+        out = self._episodes(ctx, prompts, repeat, seeds, (request, ctx.generator, streams), self.settings, width)
         if not greedy:
             self.pending.append(out[2].outcome)
         return out
@@ -83,38 +81,27 @@ class EnvRollout:
         tokens, from the greedy eval's environment seeds. Their outcomes never enter the training row."""
         e = ctx.cfg.eval
         settings = replace(self.settings, turn_tokens=e.max_new_tokens or self.settings.turn_tokens)
-        draw = dict(greedy=False, temperature=e.temperature, top_p=e.top_p, generator=None, logprobs=False)
+        request = replace(ctx.request, temperature=e.temperature, top_p=e.top_p, greedy=False, logprobs=False)
         seeds = eval_seeds(e.seed, prompts)
-        return self._episodes(ctx, prompts, e.samples, seeds, streams, settings, draw, width)[2]
+        return self._episodes(ctx, prompts, e.samples, seeds, (request, None, streams), settings, width)[2]
 
-    def _episodes(self, ctx: RolloutContext, prompts, G: int, seeds, streams, settings, draw: dict, width):
-        """`G` episodes of each prompt (`episodes.run`), each policy turn sampled by `rollout.sample` with `draw`
-        (greedy, temperature, top_p, generator, logprobs)."""
-        cfg, model = ctx.cfg, ctx.policy.model
+    def _episodes(self, ctx: RolloutContext, prompts, G: int, seeds, draw: tuple, settings, width):
+        """`G` episodes of each prompt (`episodes.run`), each policy turn sampled by `rollout.sample` as `draw` says:
+        (the `SamplingRequest` whose budget and repeats each turn sets, the generator, turn 0's streams)."""
+        request, generator, streams = draw
+        model = ctx.policy.model
         session = runner.open_session(
             self.replay,
             [p.example for p in prompts for _ in range(G)],
             [s for s in seeds for _ in range(G)],
-            cfg.verifier,
+            ctx.cfg.verifier,
         )
 
         def sample_turn(ids, mask, *, repeats, max_new_tokens, turn, rows):
             model.eval()
-            return sample(
-                model,
-                ids,
-                mask,
-                max_new_tokens=max_new_tokens,
-                eos_id=ctx.eos_ids,
-                pad_id=ctx.pad_id,
-                autocast_dtype=ctx.autocast,
-                repeats=repeats,
-                kv_cache=cfg.rollout.kv_cache,
-                engine=cfg.rollout.engine,
-                sync_every=cfg.rollout.sync_every,
-                streams=streams if turn == 0 else turn_streams(streams, rows, turn, G, ctx.device),
-                **draw,
-            )
+            turn_request = replace(request, max_new_tokens=max_new_tokens, repeats=repeats)
+            turn_rows = streams if turn == 0 else turn_streams(streams, rows, turn, G, ctx.device)
+            return sample(model, ids, mask, turn_request, generator=generator, streams=turn_rows)
 
         prompt_ids, prompt_mask, completions = episodes.run(
             sample_turn,
@@ -127,7 +114,7 @@ class EnvRollout:
             device=ctx.device,
             width=width,
         )
-        if not draw["logprobs"]:
+        if not request.logprobs:
             completions.logp = None
         return prompt_ids, prompt_mask, completions
 

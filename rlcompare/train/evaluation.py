@@ -16,7 +16,7 @@ Eval tokens are counted in eval/tokens only: they never enter the training token
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Optional
 
 from rlcompare import passk
@@ -203,32 +203,25 @@ def _sample_scored(ctx: RolloutContext, part, indices: list[int], width: int):
     episodes of each prompt (`EnvRollout.sample_eval`): correct is the episode's verdict on its end (the
     environment's `info["correct"]` at its last step), lengths count the policy's tokens, texts are the episodes
     marked as samples.jsonl logs them, and the final answer is the episode's last policy turn."""
-    e, r = ctx.cfg.eval, ctx.cfg.rollout
+    e = ctx.cfg.eval
     streams = eval_streams(e.seed, indices, e.samples, ctx.device)
     if ctx.env is not None:
         episodes = ctx.env.sample_eval(ctx, part, streams=streams, width=width)
         o = episodes.outcome
         return o.texts, o.rewards.tolist(), o.correct.tolist(), episodes.lengths.tolist(), o.finals
     prompt_ids, prompt_mask = left_pad([p.ids for p in part], ctx.pad_id, ctx.device, width)
-    ctx.policy.model.eval()
-    completions = ctx.sampler(  # rollout.sample, or the run's vLLM engine
-        ctx.policy.model,
-        prompt_ids,
-        prompt_mask,
-        max_new_tokens=e.max_new_tokens or ctx.cfg.budget.max_new_tokens,
-        eos_id=ctx.eos_ids,
-        pad_id=ctx.pad_id,
+    request = replace(
+        ctx.request,
+        max_new_tokens=e.max_new_tokens or ctx.request.max_new_tokens,
         temperature=e.temperature,
         top_p=e.top_p,
         greedy=False,
-        autocast_dtype=ctx.autocast,
         repeats=e.samples,
-        kv_cache=r.kv_cache,
-        engine=r.engine,
-        sync_every=r.sync_every,
         logprobs=False,
-        streams=streams,
     )
+    ctx.policy.model.eval()
+    # rollout.sample, or the run's vLLM engine
+    completions = ctx.sampler(ctx.policy.model, prompt_ids, prompt_mask, request, streams=streams)
     texts, rewards, correct, _ = ctx.score(part, completions, e.samples)
     return texts, rewards.tolist(), correct.tolist(), completions.lengths.tolist(), texts
 

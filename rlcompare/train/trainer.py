@@ -29,7 +29,7 @@ from rlcompare.rollout.vllm_engine import VllmSampler
 from rlcompare.train import collect as collect_lib
 from rlcompare.train import env_rollout, evaluation, logprobs, sharding, throughput
 from rlcompare.train import update as update_lib
-from rlcompare.train.context import RolloutContext
+from rlcompare.train.context import RolloutContext, rollout_request
 from rlcompare.train.batch import Collected, RolloutBatch, Targets, TrainerState
 from rlcompare.train.update import UpdateResult
 from rlcompare.train.parallel import GradientSum, World
@@ -116,7 +116,6 @@ class Trainer:
         )
         self.train_prompts, self.dropped_train = encode_prompts(self.splits.train, tok, split="train", **enc)
         self.eval_prompts, self.dropped_eval = encode_prompts(self.splits.eval, tok, split="eval", **enc)
-        self.eos_ids = torch.tensor(self.policy.eos_ids(), device=self.device)
         self.pad_id = tok.pad_token_id
         model = self.policy.model
         self.autocast = _autocast_dtype(self.device, model)
@@ -167,9 +166,7 @@ class Trainer:
             verifier=self.verifier,
             world=self.world,
             device=self.device,
-            autocast=self.autocast,
-            eos_ids=self.eos_ids,
-            pad_id=self.pad_id,
+            request=rollout_request(cfg, self.policy.eos_ids(), self.pad_id, self.autocast),
             generator=self.gen,
             reads_sampler_logp=self._reads_sampler_logp(),
             component_weights=self._component_weights if self.estimator.needs.reward_components else None,
