@@ -25,6 +25,7 @@ import torch
 from rlcompare import fast
 from rlcompare.bench.against_trl import QWEN_SIZES, model_spec, qwen_config
 from rlcompare.rollout import sample
+from rlcompare.rollout.request import SamplingRequest
 from rlcompare.rollout.streams import GroupStreams
 
 GROUP = 8  # completions per prompt (the bench's group size)
@@ -51,8 +52,11 @@ def rollout(model, prompts: torch.Tensor, new: int, engine: str, autocast_dtype,
     mask = torch.ones_like(prompts)
     _sync(prompts.device)
     t0 = time.perf_counter()
-    c = sample(model, prompts, mask, max_new_tokens=new, eos_id=V, pad_id=0, repeats=GROUP, streams=streams,
-               autocast_dtype=autocast_dtype, engine=engine, sync_every=sync_every)  # fmt: skip
+    request = SamplingRequest.of(
+        max_new_tokens=new, eos_id=V, pad_id=0, repeats=GROUP, autocast_dtype=autocast_dtype, engine=engine,
+        sync_every=sync_every,
+    )  # fmt: skip
+    c = sample(model, prompts, mask, request, streams=streams)
     _sync(prompts.device)
     if c.ids.shape != (len(prompts) * GROUP, new):
         raise RuntimeError(f"engine {engine} decoded {tuple(c.ids.shape)}, not {(len(prompts) * GROUP, new)}")

@@ -16,6 +16,7 @@ import torch
 
 from rlcompare import fast  # the speed layer's door: decoder_for, Recording
 from rlcompare.fast import base_model_of
+from rlcompare.rollout.request import SamplingRequest, request_of
 from rlcompare.rollout.streams import GroupStreams
 
 
@@ -96,64 +97,72 @@ def sample(
     model,
     prompt_ids: torch.Tensor,
     prompt_mask: torch.Tensor,
+    request: SamplingRequest | None = None,
     *,
+    generator: torch.Generator | None = None,
+    streams: GroupStreams | None = None,
     record: bool | fast.Recording = False,
-    kv_cache: str = "auto",
     flop_observer: fast.FlopObserver | None = None,
-    engine: str = "eager",
-    sync_every: int = 16,
-    **kw,
+    **loose,
 ) -> Completions:
-    """Sample completions (see `_sample`); the tensors returned are ordinary tensors, usable under autograd.
+    """Sample the completions `request` asks for (see `_sample`); the tensors returned are ordinary tensors, usable
+    under autograd. `loose`: the request's fields as keywords (`SamplingRequest.of`), instead of `request`.
 
     The decoder is the speed layer's where it applies (`fast.decoder_for`), else transformers' cache.
+    generator / streams: the randomness drawn from (`_sample`).
     record: keep every projection output (`Completions.recording`) where the speed layer can rebuild the first
     update from them (`fast.recorded_update_forward`); an earlier call's `Recording` whose batch is no longer
     needed lends its buffers when the shapes match. flop_observer: the benchmark's FLOP count of the speed
-    layer's decoder. engine / sync_every: `rollout.engine` / `rollout.sync_every` (`fast.decoder_for`).
+    layer's decoder.
     """
-    capacity = prompt_ids.shape[1] + kw["max_new_tokens"]
+    request = request_of(request, loose)
     decoder = fast.decoder_for(
         model,
-        capacity,
-        kv_cache=kv_cache,
+        prompt_ids.shape[1] + request.max_new_tokens,
+        kv_cache=request.kv_cache,
         record=record,
-        autocast_dtype=kw.get("autocast_dtype"),
+        autocast_dtype=autocast_dtype_of(request),
         flop_observer=flop_observer,
-        engine=engine,
-        sync_every=sync_every,
-        rows=prompt_ids.shape[0] * kw.get("repeats", 1),
+        engine=request.engine,
+        sync_every=request.sync_every,
+        rows=prompt_ids.shape[0] * request.repeats,
     )
     with torch.inference_mode():
-        c = _sample(model, prompt_ids, prompt_mask, decoder=decoder or CacheDecoder(model), **kw)
+        c = _sample(
+            model,
+            prompt_ids,
+            prompt_mask,
+            request,
+            decoder=decoder or CacheDecoder(model),
+            generator=generator,
+            streams=streams,
+        )
     return Completions(
         *(x.clone() if x is not None else None for x in (c.ids, c.mask, c.logp, c.truncated, c.lengths)),
         recording=getattr(decoder, "recording", None),
     )
 
 
+def autocast_dtype_of(request: SamplingRequest) -> torch.dtype | None:
+    """The request's autocast dtype as torch's, or None."""
+    return getattr(torch, request.autocast) if request.autocast is not None else None
+
+
 def _sample(
     model,
     prompt_ids: torch.Tensor,
     prompt_mask: torch.Tensor,
+    request: SamplingRequest | None = None,
     *,
-    max_new_tokens: int,
-    eos_id,
-    pad_id: int,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    greedy: bool = False,
-    generator: torch.Generator | None = None,
-    autocast_dtype=None,
-    repeats: int = 1,
     decoder=None,
-    logprobs: bool = True,
+    generator: torch.Generator | None = None,
     streams: GroupStreams | None = None,
+    **loose,
 ) -> Completions:
-    """Sample `repeats` completions for each left-padded prompt `[n,P]`; returns right-padded `[n*repeats, T]`
-    completions, the `repeats` completions of a prompt contiguous.
-    logprobs: keep each chosen token's log-prob (`Completions.logp`); False skips the gather and logsumexp of
-    every step (one update per batch needs none: its old log-probs are the update's own, detached).
+    """Sample `request.repeats` completions for each left-padded prompt `[n,P]`; returns right-padded
+    `[n*repeats, T]` completions, the `repeats` completions of a prompt contiguous.
+    request.logprobs: keep each chosen token's log-prob (`Completions.logp`); False skips the gather and logsumexp
+    of every step (one update per batch needs none: its old log-probs are the update's own, detached).
 
     Each prompt is prefilled once and its KV cache copied to its group. Rows that emitted EOS are dropped
     from the decode batch (once they are a quarter of it), so long stragglers do not pay for finished rows.
@@ -161,16 +170,19 @@ def _sample(
     streams: one random stream per prompt group (`rollout.streams=group`), used instead of `generator`, so that
     a row's draws do not depend on the other rows of the batch.
     """
+    q = request_of(request, loose)
+    repeats, max_new_tokens, pad_id, greedy, logprobs = q.repeats, q.max_new_tokens, q.pad_id, q.greedy, q.logprobs
     n = prompt_ids.shape[0]
     B = n * repeats
     device = prompt_ids.device
-    eos = torch.as_tensor(eos_id, device=device).reshape(-1)  # one id or several (generation_config)
+    eos = torch.tensor(q.eos_ids, dtype=torch.long, device=device)  # one id or several (generation_config)
+    autocast_dtype = autocast_dtype_of(q)
     ctx = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype is not None else _nullctx()
     pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
     decoder = decoder if decoder is not None else CacheDecoder(model)
     if getattr(decoder, "runs_rollout", False):  # the speed layer's graph engine runs the whole loop itself,
         # its one prefill included (after the refresh of its copy of the weights)
-        plan = _plan(B, eos, pad_id, max_new_tokens, temperature, top_p, greedy, logprobs, generator, streams, device)
+        plan = _plan(B, eos, q, generator, streams)
         ids, logp = decoder.generate(prompt_ids, prompt_mask, pos, repeats, plan, autocast_dtype)
         return _completions(ids, logp, eos, pad_id)
     with ctx:
@@ -184,7 +196,7 @@ def _sample(
     steps = 0
     for t in range(max_new_tokens):
         u = None if greedy else _uniforms(logits, generator, streams, rows)
-        tok, tok_logp = _pick(logits, u, temperature=temperature, top_p=top_p, greedy=greedy, logprobs=logprobs)
+        tok, tok_logp = _pick(logits, u, temperature=q.temperature, top_p=q.top_p, greedy=greedy, logprobs=logprobs)
         if not all_live:
             tok = torch.where(live, tok, torch.full_like(tok, pad_id))
         # the live cache rows `src` and their batch rows `dst` (plain slices while every row is live)
@@ -234,25 +246,25 @@ def _pick(
     return tok, scaled.gather(-1, tok[:, None]).squeeze(-1) - torch.logsumexp(scaled, -1)
 
 
-def _plan(B, eos, pad_id, max_new_tokens, temperature, top_p, greedy, logprobs, generator, streams, device):
-    """The graph engine's `fast.SamplingPlan`: `_pick` with these settings, and each position's uniforms for all
-    `B` rows (a row's group stream, or one `[B, V]` draw from `generator`: with one stream per batch the engine's
-    tokens are another draw than the eager loop's, whose draws follow its own row drops)."""
-    if greedy:
+def _plan(B: int, eos: torch.Tensor, q: SamplingRequest, generator, streams) -> fast.SamplingPlan:
+    """The graph engine's `fast.SamplingPlan`: `_pick` with the request's settings, and each position's uniforms
+    for all `B` rows (a row's group stream, or one `[B, V]` draw from `generator`: with one stream per batch the
+    engine's tokens are another draw than the eager loop's, whose draws follow its own row drops)."""
+    if q.greedy:
         uniforms = None
     elif streams is not None:
         uniforms = streams.uniform_
     else:  # what torch.rand((B, V), generator=generator) draws, into the engine's buffer
         uniforms = lambda out: out.uniform_(0.0, 1.0, generator=generator)  # noqa: E731
-    settings = dict(temperature=temperature, top_p=top_p, greedy=greedy, logprobs=logprobs)
+    settings = dict(temperature=q.temperature, top_p=q.top_p, greedy=q.greedy, logprobs=q.logprobs)
     return fast.SamplingPlan(
         pick=functools.partial(_pick, **settings),
         uniforms=uniforms,
         eos=eos,
-        pad_id=pad_id,
-        max_new_tokens=max_new_tokens,
-        logprobs=logprobs,
-        key=(*settings.values(), tuple(eos.tolist()), pad_id),
+        pad_id=q.pad_id,
+        max_new_tokens=q.max_new_tokens,
+        logprobs=q.logprobs,
+        key=(*settings.values(), tuple(eos.tolist()), q.pad_id),
     )
 
 

@@ -18,6 +18,7 @@ import time
 import torch
 
 from rlcompare.fast import base_model_of
+from rlcompare.rollout.request import SamplingRequest, request_of
 from rlcompare.rollout.sampler import Completions, _completions
 from rlcompare.rollout.streams import GroupStreams, group_seed
 
@@ -51,7 +52,7 @@ def row_seeds(
 
 
 class VllmSampler:
-    """`sampler.sample`'s signature and `Completions`, drawn by vLLM; `push(model)` loads new weights into it."""
+    """`sampler.sample`'s signature (a `SamplingRequest`) and `Completions`, drawn by vLLM; `push(model)` loads new weights into it."""
 
     def __init__(self, model, *, max_model_len: int, max_num_seqs: int, seed: int):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
@@ -101,44 +102,42 @@ class VllmSampler:
         model,
         prompt_ids: torch.Tensor,
         prompt_mask: torch.Tensor,
+        request: SamplingRequest | None = None,
         *,
-        max_new_tokens: int,
-        eos_id,
-        pad_id: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        greedy: bool = False,
         generator: torch.Generator | None = None,
-        repeats: int = 1,
-        logprobs: bool = True,
         streams: GroupStreams | None = None,
-        **_speed_settings,  # record, kv_cache, engine, sync_every, autocast_dtype, flop_observer: the eager path's
+        record=False,  # the eager path's speed layer's (`sampler.sample`): nothing to record here
+        flop_observer=None,
+        **loose,
     ) -> Completions:
-        """`repeats` completions of each left-padded prompt `[n,P]`, right-padded `[n*repeats, T]` (a prompt's
-        completions contiguous), as `sampler.sample` returns them; `model` is unused (the engine holds the weights
-        of the last `push`). logp: vLLM's processed log-prob of each sampled token (temperature applied)."""
+        """The completions `request` asks for (`repeats` of each left-padded prompt `[n,P]`, right-padded
+        `[n*repeats, T]`, a prompt's completions contiguous), as `sampler.sample` returns them; `model` is unused
+        (the engine holds the weights of the last `push`); the request's speed settings (kv_cache, engine,
+        sync_every, autocast) are the eager path's. logp: vLLM's processed log-prob of each sampled token
+        (temperature applied). `loose`: the request's fields as keywords (`SamplingRequest.of`)."""
         from vllm import SamplingParams
 
-        eos = torch.as_tensor(eos_id).reshape(-1)
+        q = request_of(request, loose)
+        eos = torch.tensor(q.eos_ids, dtype=torch.long)
         prompts = [{"prompt_token_ids": row[m.bool()].tolist()} for row, m in zip(prompt_ids.cpu(), prompt_mask.cpu())]
-        rows = len(prompts) * repeats
-        seeds = [None] * rows if greedy else row_seeds(rows, repeats, streams, generator)
+        rows = len(prompts) * q.repeats
+        seeds = [None] * rows if q.greedy else row_seeds(rows, q.repeats, streams, generator)
         params = [
             SamplingParams(
                 n=1,
-                temperature=0.0 if greedy else temperature,
-                top_p=top_p,
-                max_tokens=max_new_tokens,
+                temperature=0.0 if q.greedy else q.temperature,
+                top_p=q.top_p,
+                max_tokens=q.max_new_tokens,
                 stop_token_ids=eos.tolist(),
-                logprobs=0 if logprobs else None,  # 0: the sampled token's own log-prob only
+                logprobs=0 if q.logprobs else None,  # 0: the sampled token's own log-prob only
                 seed=seed,
                 detokenize=False,
             )
             for seed in seeds
         ]
         with threads_kept():
-            outs = self.llm.generate([p for p in prompts for _ in range(repeats)], params, use_tqdm=False)
-        return completions_of([o.outputs[0] for o in outs], eos, pad_id, logprobs, prompt_ids.device)
+            outs = self.llm.generate([p for p in prompts for _ in range(q.repeats)], params, use_tqdm=False)
+        return completions_of([o.outputs[0] for o in outs], eos, q.pad_id, q.logprobs, prompt_ids.device)
 
 
 @contextlib.contextmanager

@@ -115,7 +115,7 @@ class Collected:
 
 @dataclass
 class Targets:
-    """What the update optimizes toward on one batch (`Trainer.advantages`, from `objective.advantages`)."""
+    """What the update optimizes toward on one batch (`TargetMaker.advantages`, from `objective.advantages`)."""
 
     loss_mask: torch.Tensor  # (B, T) the completion mask, 0 on rows the overlong filter removes (DAPO)
     advantages: torch.Tensor  # (B,) per response (group, RLOO) or (B, T) per token (GAE, REINFORCE++)

@@ -1,6 +1,6 @@
-"""The trainer's door to multi-turn episodes (#51): with `env.name` set, the trainer's `_sample` calls
-`EnvRollout.sample` instead of the sampler alone, and its scoring reads the episodes' outcome instead of the
-verifier. Everything else (advantages, losses, staleness, resume) sees a batch whose loss mask has holes
+"""The door to multi-turn episodes (#51): with `env.name` set, `RolloutContext.sample` calls `EnvRollout.sample`
+(with the context: the policy, the generator, the settings) instead of the sampler alone, and its scoring reads
+the episodes' outcome instead of the verifier. Everything else (advantages, losses, staleness, resume) sees a batch whose loss mask has holes
 (`Completions.policy_mask`).
 
 Random draws: turn 0 is the single-turn rollout's (the trainer's generator, or its group streams); with
@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from rlcompare.envs import runner
 from rlcompare.rollout import episodes, sample
 from rlcompare.rollout.streams import GroupStreams, group_seed
+
+if TYPE_CHECKING:  # the context holds an EnvRollout: imported for the annotations only
+    from rlcompare.train.context import RolloutContext
 
 
 class EnvRollout:
@@ -49,88 +52,77 @@ class EnvRollout:
 
     def sample(
         self,
-        tr,
+        ctx: RolloutContext,
         prompts: list,
         *,
         repeat: int,
         greedy: bool,
         streams: GroupStreams | None,
+        rollout: int = 0,
         round_: int = 0,
         groups: list[int] | None = None,
         width: int | None = None,
     ):
         """`repeat` episodes of each prompt: (prompt ids, prompt mask, Completions with env_mask and outcome).
-        round_, groups: the sampling round and these prompts' indices in it (the environment seeds' key; all of
-        the round's by default); width: the round's prompt width (turn 0 pads to at least it)."""
-        seeds = self._seeds(tr, prompts, greedy, round_, groups)
-        r = tr.cfg.rollout
-        logprobs = not greedy and tr._reads_sampler_logp()
-        draw = dict(greedy=greedy, temperature=r.temperature, top_p=r.top_p, generator=tr.gen, logprobs=logprobs)
-        out = self._episodes(tr, prompts, repeat, seeds, streams, self.settings, draw, width)
+        rollout, round_, groups: the rollout index (`collect`'s), the sampling round and these prompts' indices in
+        it (the environment seeds' key; all of the round's by default); width: the round's prompt width (turn 0
+        pads to at least it)."""
+        seeds = self._seeds(ctx, prompts, greedy, rollout, round_, groups)
+        request = replace(ctx.request, greedy=greedy, logprobs=not greedy and ctx.reads_sampler_logp)
+        out = self._episodes(ctx, prompts, repeat, seeds, (request, ctx.generator, streams), self.settings, width)
         if not greedy:
             self.pending.append(out[2].outcome)
         return out
 
-    def sample_eval(self, tr, prompts: list, *, streams: GroupStreams, width: int | None = None):
+    def sample_eval(self, ctx: RolloutContext, prompts: list, *, streams: GroupStreams, width: int | None = None):
         """The sampled held-out eval's episodes (eval.samples > 0, `rlcompare.train.evaluation`): eval.samples of
         each prompt, drawn with the eval's temperature, top_p and streams (`streams`: the eval's, one per prompt;
         later turns keyed (its key, turn, member), apart from training's), policy turns of eval.max_new_tokens
         tokens, from the greedy eval's environment seeds. Their outcomes never enter the training row."""
-        e = tr.cfg.eval
+        e = ctx.cfg.eval
         settings = replace(self.settings, turn_tokens=e.max_new_tokens or self.settings.turn_tokens)
-        draw = dict(greedy=False, temperature=e.temperature, top_p=e.top_p, generator=None, logprobs=False)
+        request = replace(ctx.request, temperature=e.temperature, top_p=e.top_p, greedy=False, logprobs=False)
         seeds = eval_seeds(e.seed, prompts)
-        return self._episodes(tr, prompts, e.samples, seeds, streams, settings, draw, width)[2]
+        return self._episodes(ctx, prompts, e.samples, seeds, (request, None, streams), settings, width)[2]
 
-    def _episodes(self, tr, prompts, G: int, seeds, streams, settings, draw: dict, width):
-        """`G` episodes of each prompt (`episodes.run`), each policy turn sampled by the trainer's sampler with
-        `draw` (greedy, temperature, top_p, generator, logprobs)."""
+    def _episodes(self, ctx: RolloutContext, prompts, G: int, seeds, draw: tuple, settings, width):
+        """`G` episodes of each prompt (`episodes.run`), each policy turn sampled by `rollout.sample` as `draw` says:
+        (the `SamplingRequest` whose budget and repeats each turn sets, the generator, turn 0's streams)."""
+        request, generator, streams = draw
+        model = ctx.policy.model
         session = runner.open_session(
             self.replay,
             [p.example for p in prompts for _ in range(G)],
             [s for s in seeds for _ in range(G)],
-            tr.cfg.verifier,
+            ctx.cfg.verifier,
         )
 
         def sample_turn(ids, mask, *, repeats, max_new_tokens, turn, rows):
-            tr.policy.model.eval()
-            return sample(
-                tr.policy.model,
-                ids,
-                mask,
-                max_new_tokens=max_new_tokens,
-                eos_id=tr.eos_ids,
-                pad_id=tr.pad_id,
-                autocast_dtype=tr.autocast,
-                repeats=repeats,
-                kv_cache=tr.cfg.rollout.kv_cache,
-                engine=tr.cfg.rollout.engine,
-                sync_every=tr.cfg.rollout.sync_every,
-                streams=streams if turn == 0 else turn_streams(streams, rows, turn, G, tr.device),
-                **draw,
-            )
+            model.eval()
+            turn_request = replace(request, max_new_tokens=max_new_tokens, repeats=repeats)
+            turn_rows = streams if turn == 0 else turn_streams(streams, rows, turn, G, ctx.device)
+            return sample(model, ids, mask, turn_request, generator=generator, streams=turn_rows)
 
         prompt_ids, prompt_mask, completions = episodes.run(
             sample_turn,
-            tr.policy.tokenizer,
+            ctx.tokenizer,
             [p.ids for p in prompts],
             session,
             settings,
             group_size=G,
-            pad_id=tr.pad_id,
-            device=tr.device,
+            pad_id=ctx.pad_id,
+            device=ctx.device,
             width=width,
         )
-        if not draw["logprobs"]:
+        if not request.logprobs:
             completions.logp = None
         return prompt_ids, prompt_mask, completions
 
-    def _seeds(self, tr, prompts: list, greedy: bool, round_: int, groups: list[int] | None) -> list[int]:
+    def _seeds(self, ctx: RolloutContext, prompts: list, greedy: bool, rollout: int, round_: int, groups) -> list[int]:
         if greedy:  # the held-out eval: the same episode at every eval
-            return eval_seeds(tr.cfg.eval.seed, prompts)
-        rollout = tr.state.step + len(tr.queue.pending)  # = collect's rollout index
+            return eval_seeds(ctx.cfg.eval.seed, prompts)
         groups = range(len(prompts)) if groups is None else groups
-        return [group_seed(tr.cfg.seed, rollout, round_, g) for g in groups]
+        return [group_seed(ctx.cfg.seed, rollout, round_, g) for g in groups]
 
     def metrics(self) -> dict:
         """The episode entries of this step's row (`episodes.metrics`), from the episodes every rank sampled since
@@ -169,12 +161,6 @@ def turn_streams(streams: GroupStreams | None, rows: list[int], turn: int, G: in
     if streams is None:
         return None
     return GroupStreams([(*streams.keys[r // G], turn, r % G) for r in rows], 1, device)
-
-
-def scored(outcome: episodes.Outcome):
-    """The trainer's `_score` for episodes: (texts, rewards, correct, verifier errors: none, the environment's are
-    counted under env/errors)."""
-    return outcome.texts, outcome.rewards.clone(), outcome.correct.clone(), 0
 
 
 def build(cfg: Any, world) -> EnvRollout | None:

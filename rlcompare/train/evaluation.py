@@ -16,7 +16,7 @@ Eval tokens are counted in eval/tokens only: they never enter the training token
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Optional
 
 from rlcompare import passk
@@ -25,6 +25,7 @@ from rlcompare.rewards.answers import distinct, marked_spans, stated_value
 from rlcompare.rewards.verifiers import ExactMatch
 from rlcompare.rollout import left_pad
 from rlcompare.rollout.streams import GroupStreams
+from rlcompare.train.context import RolloutContext
 
 # the first element of every eval stream's key: training keys are (seed, rollout, round, group), 4 integers, so
 # the two never hash alike (streams.group_seed digests the whole key, its length included)
@@ -118,31 +119,75 @@ def summarize(results: list[PromptResult], ks: list[int]) -> dict:
     return row
 
 
-def evaluate_sampled(tr) -> tuple[dict, list[dict], dict]:
-    """The sampled eval of the trainer `tr` (`Trainer.evaluate` with eval.samples > 0): (row metrics, sample rows
-    for samples.jsonl, the per-prompt counts for eval_counts.jsonl: {"n": [n_i], "c": [c_i], "k": [reported k],
-    "maj": [[0/1 per prompt] per reported k]}, so that the report recomputes pass@K, pass^K for any K <= n and
+def evaluate(ctx: RolloutContext, prompts: list, step: int) -> tuple[dict, list[dict], dict | None]:
+    """The held-out eval of the policy in `ctx` on `prompts` at training step `step`: (row metrics, sample rows,
+    per-prompt counts). Greedy when eval.samples=0 (`evaluate_greedy`; counts None), else eval.samples completions
+    per prompt from the eval's own streams (`evaluate_sampled`), with the greedy accuracy too when eval.greedy."""
+    e = ctx.cfg.eval
+    if not e.samples:
+        return (*evaluate_greedy(ctx, prompts, step), None)
+    row, samples, counts = evaluate_sampled(ctx, prompts, step)
+    if e.greedy:
+        greedy, samples = evaluate_greedy(ctx, prompts, step)
+        row["eval/accuracy"] = greedy["eval/accuracy"]
+        row["eval/tokens"] += round(greedy["eval/mean_length"] * greedy["eval/n"])
+    return row, samples, counts
+
+
+def evaluate_greedy(ctx: RolloutContext, prompts: list, step: int) -> tuple[dict, list[dict]]:
+    """Greedy held-out accuracy, over the chunks of `trainer.eval_batch_size` prompts. Over several ranks each
+    rank decodes its share of every chunk's rows, padded to the chunk's width as one process pads the whole
+    chunk, and the counts are summed: the default's 200 prompts are one chunk, which one rank alone would
+    decode while the others wait."""
+    t, world = ctx.cfg.trainer, ctx.world
+    correct, lengths, samples = 0, 0.0, []
+    for i in range(0, len(prompts), t.eval_batch_size):
+        chunk = prompts[i : i + t.eval_batch_size]
+        mine = world.share(len(chunk))
+        part = chunk[mine]
+        if not part:  # fewer prompts in the chunk than ranks
+            continue
+        width = max(len(p.ids) for p in chunk)
+        _, _, completions = ctx.sample(part, repeat=1, greedy=True, width=width)
+        texts, rewards, corr, _ = ctx.score(part, completions, 1)
+        correct += int(corr.sum())
+        lengths += float(completions.lengths.sum())
+        indices = range(i + mine.start, i + mine.start + len(part))
+        samples += _logged_samples(t, step, part, indices, (texts, rewards, corr), 1)
+    if world.size > 1:
+        parts = world.gather_objects((correct, lengths, samples))
+        correct, lengths = sum(p[0] for p in parts), sum(p[1] for p in parts)
+        samples = sorted((s for p in parts for s in p[2]), key=lambda s: s[0])
+    n = len(prompts)
+    samples = [s for _, s in samples[: t.n_samples_logged]]
+    return {"eval/accuracy": correct / n, "eval/mean_length": lengths / n, "eval/n": n}, samples
+
+
+def evaluate_sampled(ctx: RolloutContext, prompts: list, step: int) -> tuple[dict, list[dict], dict]:
+    """The sampled eval (eval.samples > 0) of the policy in `ctx` on the held-out `prompts`: (row metrics, sample
+    rows for samples.jsonl, the per-prompt counts for eval_counts.jsonl: {"n": [n_i], "c": [c_i], "k": [reported
+    k], "maj": [[0/1 per prompt] per reported k]}, so that the report recomputes pass@K, pass^K for any K <= n and
     maj@K for a reported K). Every rank returns the whole eval's."""
-    e, n = tr.cfg.eval, tr.cfg.eval.samples
+    e, n, t, world = ctx.cfg.eval, ctx.cfg.eval.samples, ctx.cfg.trainer, ctx.world
     ks = eval_ks(e)
-    per_chunk = max(1, tr.cfg.trainer.eval_batch_size // n)  # eval_batch_size completions per forward
+    per_chunk = max(1, t.eval_batch_size // n)  # eval_batch_size completions per forward
     mine, samples = [], []
-    for start in range(0, len(tr.eval_prompts), per_chunk):
-        chunk = tr.eval_prompts[start : start + per_chunk]
-        share = tr.world.share(len(chunk))
+    for start in range(0, len(prompts), per_chunk):
+        chunk = prompts[start : start + per_chunk]
+        share = world.share(len(chunk))
         part = chunk[share]
         if not part:  # fewer prompts in the chunk than ranks
             continue
         indices = list(range(start + share.start, start + share.stop))
-        texts, rewards, correct, lengths, finals = _sample_scored(tr, part, indices, max(len(p.ids) for p in chunk))
-        mine += [asdict(r) for r in prompt_results(indices, finals, correct, lengths, n, ks, tr.verifier)]
-        samples += _logged_samples(tr, part, indices, (texts, rewards, correct), n)
-    if tr.world.size > 1:
-        parts = tr.world.gather_objects((mine, samples))
+        texts, rewards, correct, lengths, finals = _sample_scored(ctx, part, indices, max(len(p.ids) for p in chunk))
+        mine += [asdict(r) for r in prompt_results(indices, finals, correct, lengths, n, ks, ctx.verifier)]
+        samples += _logged_samples(t, step, part, indices, (texts, rewards, correct), n)
+    if world.size > 1:
+        parts = world.gather_objects((mine, samples))
         mine = [r for p in parts for r in p[0]]
         samples = [tuple(s) for p in parts for s in p[1]]
     results = sorted((PromptResult(**r) for r in mine), key=lambda r: r.index)
-    samples = [s for _, s in sorted(samples, key=lambda s: s[0])[: tr.cfg.trainer.n_samples_logged]]
+    samples = [s for _, s in sorted(samples, key=lambda s: s[0])[: t.n_samples_logged]]
     counts = {
         "n": [r.n for r in results],
         "c": [r.c for r in results],
@@ -152,53 +197,46 @@ def evaluate_sampled(tr) -> tuple[dict, list[dict], dict]:
     return {**summarize(results, ks), "eval/n": len(results)}, samples, counts
 
 
-def _sample_scored(tr, part, indices: list[int], width: int):
+def _sample_scored(ctx: RolloutContext, part, indices: list[int], width: int):
     """n completions of each prompt of `part` from the eval's own streams, decoded and scored: (texts, rewards,
     correct, lengths, the final answers' texts that maj@k reads). With an environment (`env.name`, #51) n
     episodes of each prompt (`EnvRollout.sample_eval`): correct is the episode's verdict on its end (the
     environment's `info["correct"]` at its last step), lengths count the policy's tokens, texts are the episodes
     marked as samples.jsonl logs them, and the final answer is the episode's last policy turn."""
-    e = tr.cfg.eval
-    if tr.env is not None:
-        streams = eval_streams(e.seed, indices, e.samples, tr.device)
-        episodes = tr.env.sample_eval(tr, part, streams=streams, width=width)
+    e = ctx.cfg.eval
+    streams = eval_streams(e.seed, indices, e.samples, ctx.device)
+    if ctx.env is not None:
+        episodes = ctx.env.sample_eval(ctx, part, streams=streams, width=width)
         o = episodes.outcome
         return o.texts, o.rewards.tolist(), o.correct.tolist(), episodes.lengths.tolist(), o.finals
-    prompt_ids, prompt_mask = left_pad([p.ids for p in part], tr.pad_id, tr.device, width)
-    tr.policy.model.eval()
-    completions = tr.sampler(  # the trainer's: rollout.sample, or its vLLM engine
-        tr.policy.model,
-        prompt_ids,
-        prompt_mask,
-        max_new_tokens=e.max_new_tokens or tr.cfg.budget.max_new_tokens,
-        eos_id=tr.eos_ids,
-        pad_id=tr.pad_id,
+    prompt_ids, prompt_mask = left_pad([p.ids for p in part], ctx.pad_id, ctx.device, width)
+    request = replace(
+        ctx.request,
+        max_new_tokens=e.max_new_tokens or ctx.request.max_new_tokens,
         temperature=e.temperature,
         top_p=e.top_p,
         greedy=False,
-        autocast_dtype=tr.autocast,
         repeats=e.samples,
-        kv_cache=tr.cfg.rollout.kv_cache,
-        engine=tr.cfg.rollout.engine,
-        sync_every=tr.cfg.rollout.sync_every,
         logprobs=False,
-        streams=eval_streams(e.seed, indices, e.samples, tr.device),
     )
-    texts, rewards, correct, _ = tr._score(part, completions, e.samples)
+    ctx.policy.model.eval()
+    # rollout.sample, or the run's vLLM engine
+    completions = ctx.sampler(ctx.policy.model, prompt_ids, prompt_mask, request, streams=streams)
+    texts, rewards, correct, _ = ctx.score(part, completions, e.samples)
     return texts, rewards.tolist(), correct.tolist(), completions.lengths.tolist(), texts
 
 
-def _logged_samples(tr, part, indices, scored, n: int) -> list:
-    """(prompt index, samples.jsonl row) of the first sample of the first trainer.n_samples_logged prompts;
-    `scored`: (texts, rewards, correct) of every completion."""
-    t, (texts, rewards, correct) = tr.cfg.trainer, scored
+def _logged_samples(t, step: int, part, indices, scored, n: int) -> list:
+    """(prompt index, samples.jsonl row) of the first sample of each prompt among the first trainer.n_samples_logged
+    (`t`: the trainer settings); `scored`: (texts, rewards, correct) of every completion, n per prompt."""
+    texts, rewards, correct = scored
     out = []
     for j, index in enumerate(indices):
         if index >= t.n_samples_logged:
             break
         ex = part[j].example
         row = {
-            "step": tr.state.step,
+            "step": step,
             "prompt": ex.prompt[: t.sample_max_chars],
             "completion": texts[j * n][: t.sample_max_chars],
             "answer": ex.answer[: t.sample_max_chars],

@@ -192,7 +192,7 @@ def _check_writable(path: Path, what: str) -> None:
 
 
 def _resolved_device(name: str) -> str:
-    """`device=auto` as the trainer resolves it (`trainer.pick_device`: cuda when one is visible)."""
+    """`device=auto` as the trainer resolves it (`build.pick_device`: cuda when one is visible)."""
     import torch
 
     return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name

@@ -223,7 +223,7 @@ def test_the_first_update_runs_no_forward_projection_and_moves_the_weights_the_s
             if isinstance(m, torch.nn.Linear) and m is not tr.policy.model.lm_head
         ]
         grads = record_step_gradients(tr)
-        up = tr.update(b, tr.advantages(b), None).metrics
+        up = tr.update(b, tr.targets.advantages(b), None).metrics
         for h in hooks:
             h.remove()
         return tr, b, up, len(calls), grads[0]

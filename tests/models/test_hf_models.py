@@ -194,7 +194,7 @@ def test_lora_trains_only_adapters_and_the_reference_is_the_base(compose, models
 
     # the reference (adapters disabled) is exactly the base model; the policy has moved away from it
     pi, pm = left_pad([p.ids for p in tr.train_prompts[:3]], tr.pad_id, "cpu")
-    comp = sample(model.eval(), pi, pm, max_new_tokens=6, eos_id=tr.eos_ids, pad_id=tr.pad_id)
+    comp = sample(model.eval(), pi, pm, max_new_tokens=6, eos_id=tr.policy.eos_ids(), pad_id=tr.pad_id)
     with torch.no_grad():
         lp = lambda m: token_logp(sequence_logits(m, pi, pm, comp.ids, comp.mask), comp.ids) * comp.mask
         ref_lp, pol_lp, base_lp = tr.ref(lp), lp(model), lp(_fresh_base(path))
@@ -216,7 +216,14 @@ def test_sampling_with_lora_uses_the_kv_cache_without_deprecated_arguments(compo
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*past_key_values.*")  # "`past_key_values` is deprecated ..."
         comp = sample(
-            model.eval(), pi, pm, max_new_tokens=5, eos_id=tr.eos_ids, pad_id=tr.pad_id, greedy=True, kv_cache="dynamic"
+            model.eval(),
+            pi,
+            pm,
+            max_new_tokens=5,
+            eos_id=tr.policy.eos_ids(),
+            pad_id=tr.pad_id,
+            greedy=True,
+            kv_cache="dynamic",
         )  # transformers' cache through the peft wrapper
     hook.remove()
     assert lengths[0] == pi.shape[1] and set(lengths[1:]) == {1}  # one token per step: the cache is used
@@ -361,14 +368,23 @@ def test_gradient_checkpointing_keeps_the_sampling_cache_and_trains(compose, mod
     )
     pi, pm = left_pad([p.ids for p in tr.train_prompts[:2]], tr.pad_id, "cpu")
     comp = sample(
-        model.eval(), pi, pm, max_new_tokens=5, eos_id=tr.eos_ids, pad_id=tr.pad_id, greedy=True, kv_cache="dynamic"
+        model.eval(),
+        pi,
+        pm,
+        max_new_tokens=5,
+        eos_id=tr.policy.eos_ids(),
+        pad_id=tr.pad_id,
+        greedy=True,
+        kv_cache="dynamic",
     )
     hook.remove()
     assert lengths[0] == pi.shape[1] and set(lengths[1:]) == {1}
     with torch.no_grad():
         full = token_logp(sequence_logits(model, pi, pm, comp.ids, comp.mask), comp.ids) * comp.mask
     assert torch.allclose(full, comp.logp, atol=1e-4)
-    static = sample(model, pi, pm, max_new_tokens=5, eos_id=tr.eos_ids, pad_id=tr.pad_id, greedy=True)  # own cache
+    static = sample(
+        model, pi, pm, max_new_tokens=5, eos_id=tr.policy.eos_ids(), pad_id=tr.pad_id, greedy=True
+    )  # own cache
     assert torch.equal(static.ids, comp.ids) and torch.allclose(static.logp, comp.logp, atol=1e-4)
     # in training the layers run again in the backward pass (that is the checkpointing)
     calls = []

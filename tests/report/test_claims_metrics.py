@@ -16,27 +16,28 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "claims.md"
-T, L, B = "rlcompare/train/trainer.py", "rlcompare/algos/losses.py", "rlcompare/algos/batch_stats.py"
+L, B = "rlcompare/algos/losses.py", "rlcompare/algos/batch_stats.py"
 O, OT = "rlcompare/algos/offpolicy.py", "rlcompare/train/offpolicy.py"
 U = "rlcompare/train/update.py"
+E, R, TG = "rlcompare/train/evaluation.py", "rlcompare/train/row.py", "rlcompare/train/targets.py"
 ACC = (U, "MetricsAccumulator.reduced")  # the weighted means over micro-batches
 DEFINITIONS = {
-    "eval/accuracy": [(T, "Trainer._evaluate_greedy")],  # the greedy eval (eval.samples=0, every claim)
+    "eval/accuracy": [(E, "evaluate_greedy")],  # the greedy eval (eval.samples=0, every claim)
     "length/incorrect_mean": [(B, "length_stats")],
     "policy/entropy": [(U, "_add_micro_metrics"), ACC],
     "kl/ref": [(U, "_add_micro_metrics"), ACC],
-    "clip/frac_low": [(L, "_policy_metrics"), (T, "Trainer._update_metrics"), (U, "_add_micro_metrics"), ACC],
-    "clip/frac_high": [(L, "_policy_metrics"), (T, "Trainer._update_metrics"), (U, "_add_micro_metrics"), ACC],
-    "groups/zero_variance_frac": [(T, "Trainer._batch_metrics")],
-    "tokens/step": [(T, "Trainer._collect_metrics")],
-    "sampling/groups_dropped": [(T, "Trainer._collect_metrics")],
+    "clip/frac_low": [(L, "_policy_metrics"), (R, "update_entries"), (U, "_add_micro_metrics"), ACC],
+    "clip/frac_high": [(L, "_policy_metrics"), (R, "update_entries"), (U, "_add_micro_metrics"), ACC],
+    "groups/zero_variance_frac": [(R, "batch_entries")],
+    "tokens/step": [(R, "collect_entries")],
+    "sampling/groups_dropped": [(R, "collect_entries")],
     # the pre-registered off-policy claims (c9-c12)
     "offpolicy/log_ratio_abs_mean": [(O, "behaviour_gap"), (OT, "gap_metrics"), (U, "_add_micro_metrics"), ACC],
     "offpolicy/geo_mask_masked_seq_frac": [(O, "geo_sequence_mask"), (OT, "apply_correction")],
     "offpolicy/decoupled_masked_frac": [(O, "decoupled_weights"), (L, "mismatch_weights"), (OT, "apply_correction")],
     # on-policy distillation (c14)
-    "distill/reverse_kl": [("rlcompare/algos/distill.py", "mixed_advantages"), (T, "Trainer.advantages")],
-    "time/teacher_s": [(T, "Trainer._teacher_logp")],
+    "distill/reverse_kl": [("rlcompare/algos/distill.py", "mixed_advantages"), (TG, "TargetMaker.advantages")],
+    "time/teacher_s": [(TG, "TargetMaker._teacher_logp")],
 }
 
 

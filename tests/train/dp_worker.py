@@ -66,13 +66,13 @@ def _run(cfg, world, run_dir: Path, steps: int, nan_rank: int | None = None) -> 
         return step(*a, **kw)
 
     tr.opt.step = recording_step
-    eval_rows, sample_rows = [0], tr._sample
+    eval_rows, sample_rows = [0], tr.rollouts.sample
 
     def counted_sample(prompts, *, greedy, **kw):  # the held-out prompts this rank decodes
         eval_rows[0] += len(prompts) if greedy else 0
         return sample_rows(prompts, greedy=greedy, **kw)
 
-    tr._sample = counted_sample
+    object.__setattr__(tr.rollouts, "sample", counted_sample)  # on this frozen context instance alone
     if nan_rank == world.rank:  # this rank alone sees a NaN loss in step 1 (its gradients stay finite)
         from rlcompare.train import update as update_lib
 

@@ -65,7 +65,7 @@ def test_the_advantage_is_the_teachers_log_prob_minus_the_samplers(compose, tmp_
     tr = _trainer(compose, tmp_path / "run", "algorithm=opd", f"teacher.path={other_teacher}")
     collected = tr.collect()
     batch = collected.batch
-    targets = tr.advantages(batch)
+    targets = tr.targets.advantages(batch)
     mask = batch.completions.mask.bool()
     expected = _teacher_logp_by_hand(other_teacher, batch, tr.cfg.rollout.temperature) - batch.completions.logp
     torch.testing.assert_close(targets.advantages[mask], expected[mask], atol=1e-4, rtol=1e-4)

@@ -29,7 +29,7 @@ def _weights_at_step_3(compose, tmp_path, *overrides):
     def update(batch, targets, old_logp):
         if tr.state.step == 3:
             seen["w"] = targets.token_weight.clone()
-            seen["gap"] = (tr._recompute_logp(batch) - batch.completions.logp) * targets.loss_mask
+            seen["gap"] = (tr.targets.recompute_logp(batch) - batch.completions.logp) * targets.loss_mask
             seen["mask"] = targets.loss_mask.bool()
         return real_update(batch, targets, old_logp)
 

@@ -162,7 +162,8 @@ def test_two_ranks_gather_the_counts_one_process_computes(compose, tmp_path):
     from rlcompare.train.parallel import World
 
     tr = Trainer(validate(compose(WARM, "eval.samples=4", "trainer.eval_batch_size=20")), tmp_path / "r")  # 5 a chunk
-    want = evaluation.evaluate_sampled(tr)
+    prompts, step = tr.eval_prompts, tr.state.step
+    want = evaluation.evaluate_sampled(tr.rollouts, prompts, step)
     sent: dict[int, object] = {}
 
     class TwoRanks(World):
@@ -170,11 +171,11 @@ def test_two_ranks_gather_the_counts_one_process_computes(compose, tmp_path):
             sent[self.rank] = json.loads(json.dumps(obj))
             return [sent.get(r, sent[self.rank]) for r in range(self.size)]
 
-    object.__setattr__(tr, "world", dataclasses.replace(TwoRanks(), rank=1, size=2))
-    evaluation.evaluate_sampled(tr)
+    rank1 = dataclasses.replace(tr.rollouts, world=dataclasses.replace(TwoRanks(), rank=1, size=2))
+    evaluation.evaluate_sampled(rank1, prompts, step)
     shared = sent[1]
-    tr.world = TwoRanks(rank=0, size=2)
-    row, samples, counts = evaluation.evaluate_sampled(tr)
+    rank0 = dataclasses.replace(tr.rollouts, world=TwoRanks(rank=0, size=2))
+    row, samples, counts = evaluation.evaluate_sampled(rank0, prompts, step)
     assert counts == want[2] and len(counts["c"]) == 16 and 0 < sum(counts["c"]) < 64
     assert {r["index"] for r in sent[0][0]} | {r["index"] for r in shared[0]} == set(range(16))
     assert row == pytest.approx(want[0], nan_ok=True) and samples == want[1]

@@ -32,7 +32,7 @@ def _update(compose, tmp_path, name: str, *extra: str):
     hook = tr.policy.model.model.register_forward_pre_hook(
         lambda mod, args, kw: rows.append(int(kw["input_ids"].shape[0])), with_kwargs=True
     )
-    up = tr.update(b, tr.advantages(b), b.completions.logp)
+    up = tr.update(b, tr.targets.advantages(b), b.completions.logp)
     hook.remove()
     assert any(not torch.equal(p, q) for p, q in zip(tr.policy.model.parameters(), before))  # the update moved it
     return tr, b, up, rows, grads

@@ -57,7 +57,7 @@ def test_the_batch_trained_at_step_t_was_sampled_by_step_t_minus_k_weights(compo
 
     def logp_under(weights):
         tr.policy.model.load_state_dict(weights)
-        return tr._recompute_logp(batch)
+        return tr.targets.recompute_logp(batch)
 
     mask = batch.completions.mask.bool()
     behaviour = batch.completions.logp[mask]
@@ -69,10 +69,10 @@ def test_the_update_reads_the_samplers_log_probs_as_the_old_ones(compose, tmp_pa
     # one update per batch is on-policy at k = 0 (old = current, detached: None); with k > 0 the ratio's denominator
     # is the behaviour policy's, which only the sampler has
     tr = Trainer(validate(compose("rollout.staleness=1")), tmp_path / "run")
-    collected, _ = tr._rollout_to_train()
+    collected, _ = tr.rollout_to_train()
     b = collected.batch
     assert b.completions.logp is not None
-    assert tr._old_logp(b, tr.advantages(b), {}) is b.completions.logp
+    assert tr.targets.old_logp(b, tr.targets.advantages(b), {}) is b.completions.logp
 
 
 @pytest.mark.slow

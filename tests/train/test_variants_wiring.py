@@ -27,7 +27,7 @@ def _first_gradient(compose, tmp_path, name: str, *overrides: str):
     tr = Trainer(validate(compose(*overrides)), tmp_path / name)
     b = _informative(tr.collect().batch)
     grads = record_step_gradients(tr)
-    up = tr.update(b, tr.advantages(b), b.completions.logp).metrics
+    up = tr.update(b, tr.targets.advantages(b), b.completions.logp).metrics
     return b, up, grads[0]
 
 
@@ -111,7 +111,7 @@ def test_kl_in_the_reward_for_every_advantage_estimator(compose, tmp_path, estim
     b = _informative(tr.collect().batch)
     comp = b.completions
     assert comp.logp is not None  # the sampler's log-probs are kept: the penalty reads them
-    av = tr.advantages(b)
+    av = tr.targets.advantages(b)
     m = comp.mask.bool()
     k1 = torch.where(m, comp.logp - av.ref_logp, torch.zeros(()))  # log pi_old / pi_ref
     assert k1.abs().max() > 0
@@ -140,7 +140,7 @@ def _step_with(compose, tmp_path, name: str, gap: float, *overrides: str):
         ),
         tmp_path / name,
     )
-    collect, recompute = tr.collect, tr._recompute_logp
+    collect, recompute = tr.collect, tr.targets.recompute_logp
 
     def informative_collect():
         col = collect()
@@ -148,7 +148,7 @@ def _step_with(compose, tmp_path, name: str, gap: float, *overrides: str):
         return col
 
     tr.collect = informative_collect
-    tr._recompute_logp = lambda b: recompute(b) + gap * b.completions.mask
+    tr.targets.recompute_logp = lambda b: recompute(b) + gap * b.completions.mask
     before = [p.detach().clone() for p in tr.params]
     row = tr.step()
     moved = any(not torch.equal(p, q) for p, q in zip(tr.params, before))
@@ -177,7 +177,7 @@ def test_step_level_statistics_turn_the_zero_advantage_skip_off(compose, tmp_pat
     )
     b = tr.collect().batch
     b.rewards = torch.tensor([1.0] * 4 + [0.0] * 4 + [0.0, 1.0, 0.0, 1.0] + [1.0] * 4)  # 3 flat groups
-    up = tr.update(b, tr.advantages(b), b.completions.logp)
+    up = tr.update(b, tr.targets.advantages(b), b.completions.logp)
     assert up.idle_rows_frac == 0.0  # the flat groups' tokens are in the entropy quantile's pool
 
 
