@@ -395,18 +395,21 @@ def test_a_sigterm_while_a_failure_is_recorded_does_not_cut_it_short(compose, mo
 
 
 def _nan_rewards_at(monkeypatch, steps):
-    from rlcompare.train.trainer import Trainer
+    from rlcompare.train.context import RolloutContext
 
-    orig = Trainer._score
+    orig = RolloutContext.score
+    step = [0]  # training rollouts score once per step (no dynamic sampling here); eval's scorings pass no components
 
-    def score(self, prompts, comp, repeat, **kw):  # kw: `components` (training rollouts)
+    def score(self, prompts, comp, repeat, **kw):
         texts, rewards, *rest = orig(self, prompts, comp, repeat, **kw)
-        if repeat > 1 and self.state.step in steps:  # training rollouts only, not eval
-            rewards = rewards.clone()
-            rewards[1] = float("nan")
+        if kw.get("components"):
+            step[0] += 1
+            if step[0] in steps:
+                rewards = rewards.clone()
+                rewards[1] = float("nan")
         return (texts, rewards, *rest)
 
-    monkeypatch.setattr(Trainer, "_score", score)
+    monkeypatch.setattr(RolloutContext, "score", score)
 
 
 def test_a_nan_reward_skips_the_update_and_does_not_poison_later_steps(compose, monkeypatch):
