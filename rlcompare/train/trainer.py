@@ -171,7 +171,7 @@ class Trainer:
         wanted = tcfg.device or self.device
         teacher_lib.check_same_device(pick_device(wanted) if wanted == "auto" else wanted, self.device)
         dtype = getattr(torch, tcfg.dtype) if tcfg.dtype else next(model.parameters()).dtype
-        teacher = teacher_lib.load_teacher(str(tcfg.path), dtype=dtype, device=self.device)
+        teacher = teacher_lib.load_teacher(str(tcfg.path), dtype=dtype, device=self.device, revision=tcfg.revision)
         student = self.cfg.model.name if self.cfg.model.kind == "tiny" else str(self.cfg.model.name_or_path)
         teacher_lib.check_same_tokenizer(self.policy.tokenizer, model, teacher, student)
         self.log(
