@@ -241,10 +241,11 @@ def _check_kept_inputs(root: Path, members: list[Member], existing: dict) -> Non
         if label not in now:
             now[label] = external_inputs(next(m for m in members if m.name == label).config)
         then = recorded_inputs(d)
-        if then is None:
-            unchecked += [f"{label}__s{seed}"] if now[label] else []
-        elif differences(then, now[label]):
-            bad.append(f"{label}__s{seed} ({'; '.join(differences(then, now[label])[:3])})")
+        changed = differences(then, now[label]) if then is not None else []
+        if then is None and now[label]:
+            unchecked.append(f"{label}__s{seed}")
+        elif changed:
+            bad.append(f"{label}__s{seed} ({'; '.join(changed[:3])})")
     if unchecked:
         print(
             f"[rlcompare sweep] --resume: {', '.join(unchecked)} record no external inputs (fingerprint.json written "
