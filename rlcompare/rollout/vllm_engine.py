@@ -9,7 +9,6 @@ docs/vllm.md. The `[vllm]` extra installs it; nothing here imports vllm until an
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import shutil
 import tempfile
@@ -21,6 +20,7 @@ from rlcompare.fast import base_model_of
 from rlcompare.rollout.request import SamplingRequest, request_of
 from rlcompare.rollout.sampler import Completions, _completions
 from rlcompare.rollout.streams import GroupStreams, group_seed
+from rlcompare.rollout.vllm_log import build_warnings_hidden, quiet_vllm
 
 INSTALL_HINT = 'pip install -e ".[vllm]"'  # the extra that brings vllm (pyproject.toml)
 
@@ -56,15 +56,15 @@ class VllmSampler:
 
     def __init__(self, model, *, max_model_len: int, max_num_seqs: int, seed: int):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
+        base = base_model_of(model)
+        quiet_vllm(tied=bool(getattr(base.config, "tie_word_embeddings", False)))  # before vllm logs anything
         from vllm import LLM
 
-        base = base_model_of(model)
         self.folder = tempfile.mkdtemp(prefix="rlcompare-vllm-")
         base.save_pretrained(self.folder)  # config.json and the weights vLLM builds its model from
         dtype = next(base.parameters()).dtype
-        _repeat_once(logging.getLogger("vllm"))
         try:
-            with threads_kept():
+            with threads_kept(), build_warnings_hidden():
                 self.llm = LLM(
                     model=self.folder,
                     skip_tokenizer_init=True,  # rlcompare tokenizes; the tiny model's char tokenizer is not vLLM's to load
@@ -77,6 +77,7 @@ class VllmSampler:
                     enforce_eager=next(base.parameters()).device.type != "cuda",
                     seed=seed,
                     disable_log_stats=True,
+                    use_tqdm_on_load=False,  # no progress bar for the policy copy it loads once
                 )
         finally:
             # the engine holds the weights now and pushes come as tensors: the folder (the policy's size) can go
@@ -153,35 +154,6 @@ def threads_kept():
         torch.set_num_threads = set_threads
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
-
-
-REPEATED = ("Failed to load weights",)  # vLLM messages each weight push repeats: shown once, with a note
-
-
-class _OnceFilter(logging.Filter):
-    """Lets the first record holding one of REPEATED through, with a note that repeats are hidden; drops the rest."""
-
-    def __init__(self):
-        super().__init__("rlcompare-once")
-        self.seen: set[str] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage()
-        hit = next((r for r in REPEATED if r in text), None)
-        if hit is None:
-            return True
-        if hit in self.seen:
-            return False
-        self.seen.add(hit)
-        record.msg, record.args = f"{text} [rlcompare: shown once; vLLM repeats it on every weight push]", None
-        return True
-
-
-def _repeat_once(logger: logging.Logger) -> None:
-    """Install `_OnceFilter` on the handlers of vLLM's logger (its modules' loggers propagate to them)."""
-    for handler in logger.handlers:
-        if not any(isinstance(f, _OnceFilter) for f in handler.filters):
-            handler.addFilter(_OnceFilter())
 
 
 def _reprocess_head(vllm_model) -> None:

@@ -1,6 +1,6 @@
 """A sweep's jobs until each is settled (`run_jobs`), read from what each launch left in the run folders, and
-the runs a `--resume` keeps (`_runs_to_keep`: refused without --resume, checked against the members' configs with
-it)."""
+the runs a `--resume` keeps (`_runs_to_keep`: refused without --resume, checked against the members' configs and
+external inputs with it)."""
 
 from __future__ import annotations
 
@@ -224,9 +224,47 @@ def _check_kept_runs(root: Path, members: list[Member], existing: dict) -> None:
         )
 
 
+def _check_kept_inputs(root: Path, members: list[Member], existing: dict) -> None:
+    """--resume keeps completed runs and continues the others from their checkpoints: the external inputs each
+    recorded (rlcompare.train.inputs: a teacher's weights or checkpoint step, a plug-in module's source, a
+    verifiers environment's package and version) must be what its member names now, or the sweep would compare
+    (a kept run) or mix in one run's rows (a continued one) two setups under one config. Refused before anything
+    trains, naming each run and input; a run that starts over (no checkpoint) keeps nothing and is not checked."""
+    from rlcompare.train.checkpoint_dirs import candidates
+    from rlcompare.train.inputs import differences, external_inputs, recorded_inputs
+
+    now: dict[str, dict] = {}
+    bad, unchecked = [], []
+    for (label, seed), status in sorted(existing.items()):
+        d = run_dir(root, label, seed)
+        if status != "completed" and not candidates(d):
+            continue
+        if label not in now:
+            now[label] = external_inputs(next(m for m in members if m.name == label).config)
+        then = recorded_inputs(d)
+        changed = differences(then, now[label]) if then is not None else []
+        if then is None and now[label]:
+            unchecked.append(f"{label}__s{seed}")
+        elif changed:
+            bad.append(f"{label}__s{seed} ({'; '.join(changed[:3])})")
+    if unchecked:
+        print(
+            f"[rlcompare sweep] --resume: {', '.join(unchecked)} record no external inputs (fingerprint.json written "
+            f"before they were recorded, or missing): their teacher or plug-in modules cannot be checked",
+            file=sys.stderr,
+        )
+    if bad:
+        raise SweepError(
+            f"--resume: an input of runs in {root} changed since they ran: {'; '.join(bad)}. Their rows were "
+            f"computed with the old one: put it back as it was (the teacher's files or checkpoints, the module's "
+            f"source, the package's version) to continue this sweep, or run it anew under another results_dir / "
+            f"sweep name (`name:` in the sweep file)"
+        )
+
+
 def _runs_to_keep(root: Path, spec: SweepSpec, members: list[Member], resume: bool) -> dict[tuple[str, int], str]:
     """Runs of this sweep already in root ((label, seed) -> status): refused without --resume, and with it checked
-    to have been made with the config their member has now."""
+    to have been made with the config and the external inputs their member has now."""
     existing = _existing(root, members, spec.seeds)
     if existing and not resume:
         listing = ", ".join(f"{lb}__s{s} ({st})" for (lb, s), st in sorted(existing.items()))
@@ -237,4 +275,5 @@ def _runs_to_keep(root: Path, spec: SweepSpec, members: list[Member], resume: bo
         )
     if existing:
         _check_kept_runs(root, members, existing)
+        _check_kept_inputs(root, members, existing)
     return existing

@@ -68,6 +68,7 @@ def resolve_members(spec: SweepSpec, extra_overrides: Optional[list[str]] = None
     from omegaconf import OmegaConf
 
     from rlcompare.config import ConfigError, user_modules, validate
+    from rlcompare.train.teacher_check import check_hub_revision
 
     extra_cfg, _ = split_extra(list(extra_overrides or []))
     plan: list[tuple[VariantSpec, Optional[str], list[str]]] = [(spec.base, None, list(spec.base.overrides))]
@@ -104,6 +105,8 @@ def resolve_members(spec: SweepSpec, extra_overrides: Optional[list[str]] = None
             _check_seeds(spec, raw)
         try:
             typed = validate(cfg)
+            if typed.teacher.path is not None:  # a hub teacher pinned, checked before any launch downloads it
+                check_hub_revision(str(typed.teacher.path), typed.teacher.get("revision"))
         except ConfigError as e:
             raise SweepError(f"{who} {v.label!r}: config error: {e}") from None
         resolved = OmegaConf.to_container(typed, resolve=True)

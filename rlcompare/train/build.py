@@ -52,7 +52,7 @@ def load_teacher(cfg: Any, policy, device: str, log: Callable[[str], None]) -> t
     wanted = tcfg.device or device
     teacher_lib.check_same_device(pick_device(wanted) if wanted == "auto" else wanted, device)
     dtype = getattr(torch, tcfg.dtype) if tcfg.dtype else next(model.parameters()).dtype
-    teacher = teacher_lib.load_teacher(str(tcfg.path), dtype=dtype, device=device)
+    teacher = teacher_lib.load_teacher(str(tcfg.path), dtype=dtype, device=device, revision=tcfg.revision)
     student = cfg.model.name if cfg.model.kind == "tiny" else str(cfg.model.name_or_path)
     teacher_lib.check_same_tokenizer(policy.tokenizer, model, teacher, student)
     log(f"[rlcompare] teacher {tcfg.path} loaded ({teacher_lib.parameter_count(teacher) / 1e6:.2f}M parameters)")

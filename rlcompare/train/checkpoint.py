@@ -28,7 +28,6 @@ import json
 import math
 import os
 import random
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -38,10 +37,12 @@ import torch
 
 from rlcompare.train import sharding
 from rlcompare.train.batch import TrainerState
+from rlcompare.train.checkpoint_dirs import FILE, candidates  # noqa: F401 - re-exported: the readers' names here
+from rlcompare.train.checkpoint_dirs import STEP_DIR as _STEP_DIR
+from rlcompare.train.checkpoint_dirs import step_dirs as _step_dirs
 
 FORMAT = "rlcompare-checkpoint"
 FORMAT_VERSION = 3  # 3: safetensors + JSON (2 was a pickled state.pt)
-FILE = "state.safetensors"
 PICKLE_FILE = "state.pt"  # the format before version 3: never read
 _TREE_KEY = "tree"  # the metadata entry holding the JSON tree
 _NUMPY_DTYPES = {"uint32", "int64", "int32", "float64", "float32"}  # what an RNG state array may be
@@ -228,16 +229,6 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-_STEP_DIR = re.compile(r"step_(\d{1,18})")  # what save() names a checkpoint folder; anything else is not one
-
-
-def _step_dirs(root: Path) -> list[Path]:
-    """The checkpoint folders `save` wrote (step_<digits>), oldest first; other names (a `step_5.bak` copy, a
-    `step_-1`) are neither read nor deleted by rotation."""
-    found = [p for p in root.iterdir() if _STEP_DIR.fullmatch(p.name) and p.is_dir()]
-    return sorted(found, key=step_of)
-
-
 def _fsync_file(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -272,14 +263,6 @@ def save(tr, keep: int, *, write: bool = True) -> Path | None:
     for old in _step_dirs(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
-
-
-def candidates(run_dir: Path) -> list[Path]:
-    """Checkpoint folders (complete ones were renamed into place), newest first, whatever their format."""
-    root = Path(run_dir) / "checkpoints"
-    if not root.exists():
-        return []
-    return list(reversed(_step_dirs(root)))
 
 
 def latest(run_dir: Path) -> Path | None:

@@ -13,8 +13,8 @@ Each entry: a module, `{"module", "source_sha256"}` (a package: every *.py under
 `{"module", "distribution", "version", "source_sha256"}` and verifiers' own version; the teacher, `{"kind": "run",
 "path", "checkpoint_step", "weights_sha256"}` for a run folder (the checkpoint it loads: the newest),
 `{"kind": "folder", "path", "weights_sha256", "files_sha256"}` for a model folder (the safetensors files; the other
-files: config, tokenizer), `{"kind": "hub", "id", "revision"}` for a hub id (the revision in the local cache, null
-when not cached yet). rlcompare's own modules are the code version (summary.json's provenance), not an input.
+files: config, tokenizer), `{"kind": "hub", "id", "revision"}` for a hub id (the commit `teacher.revision` pins: a
+hub teacher without one is refused before anything downloads, `teacher_check.check_hub_revision`). rlcompare's own modules are the code version (summary.json's provenance), not an input.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def external_inputs(cfg: Any) -> dict:
             out["env.settings.module"] = package_identity(taskset)
     teacher = _get(cfg, "teacher")
     if teacher is not None and _get(teacher, "path") is not None:
-        out["teacher.path"] = teacher_identity(str(_get(teacher, "path")))
+        out["teacher.path"] = teacher_identity(str(_get(teacher, "path")), _get(teacher, "revision"))
     return out
 
 
@@ -86,6 +86,20 @@ def differences(then: dict, now: dict) -> list[str]:
             if a.get(field) is not None and a.get(field) != b.get(field):
                 out.append(f"{key} {field}: {a.get(field)!r} in the run, {b.get(field)!r} now")
     return out
+
+
+def recorded_inputs(run_dir: Path) -> Optional[dict]:
+    """The external inputs a run folder's fingerprint.json records ({} when the run used none), or None when it has
+    no readable fingerprint.json or one written before inputs were recorded (`inputs` absent: nothing to compare)."""
+    from rlcompare.results import parse_json
+
+    try:
+        saved = parse_json((Path(run_dir) / "fingerprint.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(saved, dict) or "inputs" not in saved:
+        return None
+    return saved["inputs"] if isinstance(saved["inputs"], dict) else None
 
 
 # ----------------------------------------------------------------------------- modules
@@ -149,8 +163,9 @@ def _version(dist: str) -> Optional[str]:
 
 
 # ----------------------------------------------------------------------------- the teacher
-def teacher_identity(path: str) -> dict:
-    """What `teacher.path` names now: a run folder's newest checkpoint, a model folder's files, a hub revision."""
+def teacher_identity(path: str, revision: Optional[str] = None) -> dict:
+    """What `teacher.path` names now: a run folder's newest checkpoint, a model folder's files, a hub id's commit
+    (`teacher.revision`, which a hub teacher must give: `teacher_check.check_hub_revision`)."""
     from rlcompare.train.teacher_check import is_run_folder
 
     folder = Path(os.path.expanduser(path))
@@ -170,17 +185,15 @@ def teacher_identity(path: str) -> dict:
             "weights_sha256": _files_hash([p for p in files if p.suffix == ".safetensors"]),
             "files_sha256": _files_hash([p for p in files if p.suffix != ".safetensors"]),
         }
-    return {"kind": "hub", "id": path, "revision": _cached_revision(path)}
+    return {"kind": "hub", "id": path, "revision": revision or _cached_revision(path)}
 
 
 def newest_checkpoint(run_dir: Path) -> tuple[Optional[int], Optional[Path]]:
     """(step, state file) of the run folder's newest complete checkpoint (checkpoints/step_<n>, renamed into place
     once written), or (None, None). The teacher loads this one and no other (`train.teacher`)."""
-    from rlcompare.train.checkpoint import FILE, candidates, step_of
+    from rlcompare.train.checkpoint_dirs import newest
 
-    for path in candidates(run_dir):
-        return step_of(path), path / FILE
-    return None, None
+    return newest(run_dir)
 
 
 def _cached_revision(repo_id: str) -> Optional[str]:

@@ -201,13 +201,10 @@ def check_inputs(run_dir: Path, now: dict) -> None:
     """Resuming from a checkpoint: the external inputs (`rlcompare.train.inputs`: the teacher, plug-in modules'
     source) must be those fingerprint.json recorded when the run started, or its rows would mix two setups under
     one config. A change is refused naming it; a fingerprint from before inputs were recorded is said so."""
-    from rlcompare.train.inputs import differences
+    from rlcompare.train.inputs import differences, recorded_inputs
 
-    try:
-        saved = parse_json((run_dir / "fingerprint.json").read_text())
-    except (OSError, ValueError):
-        saved = None
-    if not isinstance(saved, dict) or "inputs" not in saved:
+    saved = recorded_inputs(run_dir)
+    if saved is None:
         if now:
             print(
                 f"[rlcompare] resume: {run_dir}/fingerprint.json records no external inputs (written before they "
@@ -215,7 +212,7 @@ def check_inputs(run_dir: Path, now: dict) -> None:
                 file=sys.stderr,
             )
         return
-    changed = differences(saved.get("inputs") or {}, now)
+    changed = differences(saved, now)
     if changed:
         raise ConfigError(
             f"resume: an input of {run_dir.name} changed since it started: {'; '.join(changed[:6])}. Its rows so "

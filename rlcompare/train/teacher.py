@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from rlcompare.train.teacher_check import (  # noqa: F401 - re-exported: the checks' import path here too
+    check_hub_revision,
     check_same_device,
     check_same_vocab,
     check_teacher,
@@ -70,19 +71,23 @@ def check_same_tokenizer(student_tokenizer, student_model, teacher: Teacher, stu
         )
 
 
-def load_teacher(path: str, *, dtype: torch.dtype, device: str) -> Teacher:
+def load_teacher(path: str, *, dtype: torch.dtype, device: str, revision: str | None = None) -> Teacher:
     """The causal LM at `path` (a local folder: save_pretrained output, a run's `export/`, an `rlcompare export`
-    folder; a run folder, from its newest checkpoint; or a hub id), frozen, in `dtype` on `device`. Safetensors
-    only; no code from the folder."""
+    folder; a run folder, from its newest checkpoint; or a hub id at its pinned commit `revision`), frozen, in
+    `dtype` on `device`. Safetensors only; no code from the folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_hub_revision(path, revision)  # a hub id unpinned is refused before anything downloads
     if is_run_folder(path):
         return _teacher_from_run(path, dtype=dtype, device=device)
     full = os.path.expanduser(path)
     source = full if os.path.isdir(full) else path
+    pinned = {} if os.path.isdir(full) else {"revision": revision}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, trust_remote_code=False, use_safetensors=True)
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False, **pinned)
+        model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=dtype, trust_remote_code=False, use_safetensors=True, **pinned
+        )
     except (OSError, ValueError) as e:
         raise _error(
             f"teacher={path!r} could not be loaded as a causal LM with safetensors weights ({type(e).__name__}: "

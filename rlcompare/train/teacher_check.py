@@ -5,6 +5,7 @@ and the tokenizer against the student's. The loading and scoring are `rlcompare.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from rlcompare.config import ConfigError
@@ -48,6 +49,42 @@ def is_run_folder(path: str) -> bool:
     return (folder / "config.yaml").is_file() and (folder / "checkpoints").is_dir()
 
 
+_COMMIT = re.compile(r"[0-9a-f]{40}")  # a git commit hash as the hub names a snapshot
+
+
+def is_local_path(path: str) -> bool:
+    """`teacher.path` names something on this machine (a folder, or written as a path: absolute, ./, ../, ~); else a
+    Hugging Face hub id."""
+    return os.path.isdir(os.path.expanduser(path)) or os.path.isabs(path) or path.startswith(("./", "../", "~"))
+
+
+def check_hub_revision(path: str, revision) -> None:
+    """A hub teacher is an input the run must pin: under a bare id the hub serves whatever its main branch holds at
+    each load, so a resume (or the next arm of a comparison) could score with other weights under the same config.
+    A hub id needs `teacher.revision=<commit>` (40 hex digits; a branch or tag moves too), which the run loads and
+    records (rlcompare.train.inputs); a local folder's files are hashed instead, so a revision there is refused as
+    meaningless. Nothing is read or downloaded here: it runs before any tokenizer or model loads."""
+    if is_local_path(path):
+        if revision is not None:
+            raise _error(
+                f"teacher.revision={revision!r} pins a hub model, but teacher.path={path!r} is a local path (its files "
+                f"are what the run records); set teacher.revision=null"
+            )
+        return
+    if revision is None:
+        raise _error(
+            f"teacher.path={path!r} is not a local folder, so it names a Hugging Face hub model, whose files can change "
+            f"under that name between runs or between a run and its resume; pin it with teacher.revision=<its commit "
+            f"hash, 40 hex digits: the model page's 'Files and versions' history>, or download it (`huggingface-cli "
+            f"download {path} --local-dir <folder>`) and set teacher.path=<folder>"
+        )
+    if not _COMMIT.fullmatch(str(revision)):
+        raise _error(
+            f"teacher.revision={revision!r} is not a commit hash (40 lowercase hex digits): a branch or tag can move "
+            f"between a run and its resume; give the commit it points to now (the model page's history)"
+        )
+
+
 def student_tokenizer(model_cfg):
     """The tokenizer the policy of `model_cfg` uses (model=tiny: the character tokenizer made in code)."""
     from transformers import AutoTokenizer
@@ -62,9 +99,9 @@ def student_tokenizer(model_cfg):
     )
 
 
-def teacher_tokenizer(path: str):
+def teacher_tokenizer(path: str, revision=None):
     """The tokenizer of the teacher at `path`: a run folder's model's (its config.yaml read as data: its
-    model.trust_remote_code is never used), else the folder's (or hub id's) own."""
+    model.trust_remote_code is never used), else the folder's (or hub id's, at `revision`) own."""
     from transformers import AutoTokenizer
 
     from rlcompare.config.foreign import read_run_config
@@ -72,15 +109,19 @@ def teacher_tokenizer(path: str):
     if is_run_folder(path):
         return student_tokenizer(read_run_config(Path(os.path.expanduser(path)) / "config.yaml", "teacher.path").model)
     full = os.path.expanduser(path)
-    return AutoTokenizer.from_pretrained(full if os.path.isdir(full) else path, trust_remote_code=False)
+    if os.path.isdir(full):
+        return AutoTokenizer.from_pretrained(full, trust_remote_code=False)
+    return AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=False)
 
 
 def check_teacher(cfg) -> None:
     """Everything about `teacher` that can be refused before the run folder exists and before any model loads:
-    the folder (no pickle, no code), the device, and the tokenizer against the student's."""
+    a hub id's pinned revision (before anything is downloaded), the folder (no pickle, no code), the device, and
+    the tokenizer against the student's."""
     from rlcompare.train.model_folder import check_teacher_folder, check_teacher_run_folder
 
-    path = str(cfg.teacher.path)
+    path, revision = str(cfg.teacher.path), cfg.teacher.get("revision")
+    check_hub_revision(path, revision)
     if is_run_folder(path):
         check_teacher_run_folder(path, key="teacher.path")
     else:
@@ -88,7 +129,7 @@ def check_teacher(cfg) -> None:
     if cfg.teacher.device is not None and cfg.device != "auto":  # auto: the trainer compares once resolved
         check_same_device(str(cfg.teacher.device), str(cfg.device))
     try:
-        teacher_tok = teacher_tokenizer(path)
+        teacher_tok = teacher_tokenizer(path, revision)
     except (OSError, ValueError) as e:
         raise _error(
             f"teacher.path={path!r}: its tokenizer could not be loaded ({type(e).__name__}: {str(e)[:200]}); give "

@@ -83,6 +83,9 @@ class TeacherConfig:
     )
     dtype: Optional[str] = None  # the teacher's weights dtype: bfloat16 | float32 | float16; null: the policy's
     device: Optional[str] = None  # the teacher's device; null: the policy's (another device is refused)
+    revision: Optional[str] = (
+        None  # a hub teacher's commit (40 hex digits), required with a hub id; null: a local folder
+    )
 
 
 RANGES: dict[str, Range] = {  # keys narrower than NON_NEGATIVE (schema.py's RANGES holds every section's)
