@@ -14,22 +14,16 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from rlcompare import env_specs
-from rlcompare.plugins import import_registering
+from rlcompare.config import user_modules
 
 KEY = "env.module"
-_NULLS = ("", "null", "None", "none")
 
 
 def import_env_module(module: Any) -> None:
     """Import `env.module` (null: nothing): the user's module that registers env.name (@register_environment)."""
-    if module is None or (isinstance(module, str) and module.strip() in _NULLS):
-        return
-    if not isinstance(module, str):
-        raise ValueError(
-            f"{KEY}={module!r}: give the import name of the module that registers the environment "
-            f"(e.g. {KEY}=examples.guess_env), or null for a built-in"
-        )
-    import_registering(KEY, module.strip(), "the environment (@register_environment; e.g. examples.guess_env)")
+    user_modules.import_setting_module(
+        KEY, module, "the environment (@register_environment; e.g. examples.retry_env)", "examples.retry_env"
+    )
 
 
 def check_name(name: Any, module: Any) -> None:

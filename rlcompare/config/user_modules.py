@@ -22,19 +22,26 @@ _NULLS = ("", "null", "None", "none")
 
 def import_surrogate_module(module) -> None:
     """Import `module` (null: nothing); a ValueError naming `algorithm.module` and the fix when it cannot be."""
+    import_setting_module(
+        KEY,
+        module,
+        "the surrogate (@register_surrogate; a module under the working directory, e.g. examples.shifted_clip "
+        "from the repository's root, or an installed one)",
+        "examples.shifted_clip",
+    )
+
+
+def import_setting_module(key: str, module, registers: str, example: str) -> None:
+    """Import the module a `*.module` setting names (null: nothing): `registers` says what it registers,
+    `example` an import name; a ValueError naming `key` and the fix when it cannot be imported."""
     if module is None or (isinstance(module, str) and module.strip() in _NULLS):
         return
     if not isinstance(module, str):
         raise ValueError(
-            f"{KEY}={module!r}: give the import name of the module that registers the surrogate "
-            f"(e.g. {KEY}=examples.shifted_clip), or null for a built-in"
+            f"{key}={module!r}: give the import name of the module that registers {registers.split(' (')[0]} "
+            f"(e.g. {key}={example}), or null for a built-in"
         )
-    import_registering(
-        KEY,
-        module.strip(),
-        "the surrogate (@register_surrogate; a module under the working directory, e.g. examples.shifted_clip "
-        "from the repository's root, or an installed one)",
-    )
+    import_registering(key, module.strip(), registers)
 
 
 def modules_in_overrides(overrides) -> list[str]:
