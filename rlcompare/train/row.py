@@ -49,10 +49,8 @@ def collect_entries(step: int, tokens_generated: int, collected: Collected, env)
     }
 
 
-def batch_entries(batch: RolloutBatch, group_size: int, verifier_metrics: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Rewards, train accuracy, the zero-variance groups and the completions' lengths of the rollout batch, then
-    verifier/<name>: each metric the verifier declares (`verifier_metrics`), its mean over the batch's completions
-    that reported it (docs/metrics.md)."""
+def batch_entries(batch: RolloutBatch, group_size: int) -> dict[str, Any]:
+    """Rewards, train accuracy, the zero-variance groups and the completions' lengths of the rollout batch."""
     completions, rewards = batch.completions, batch.rewards
     grp = rewards.view(-1, group_size)
     return {
@@ -61,11 +59,12 @@ def batch_entries(batch: RolloutBatch, group_size: int, verifier_metrics: tuple[
         "accuracy/train": float(batch.correct.float().mean()),
         "groups/zero_variance_frac": float((grp.max(1).values == grp.min(1).values).float().mean()),
         **length_stats(completions.lengths.cpu(), batch.correct, completions.truncated.cpu()),
-        **_verifier_entries(batch, verifier_metrics),
     }
 
 
-def _verifier_entries(batch: RolloutBatch, names: tuple[str, ...]) -> dict[str, Any]:
+def verifier_entries(batch: RolloutBatch, names: tuple[str, ...]) -> dict[str, Any]:
+    """verifier/<name>: each metric the verifier declares (`names`), its mean over the batch's completions that
+    reported it (docs/metrics.md)."""
     if batch.verifier_metrics is None:
         return {}
     return {f"verifier/{n}": m for n, m in zip(names, reported_means(batch.verifier_metrics))}

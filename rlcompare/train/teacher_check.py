@@ -53,9 +53,11 @@ _COMMIT = re.compile(r"[0-9a-f]{40}")  # a git commit hash as the hub names a sn
 
 
 def is_local_path(path: str) -> bool:
-    """`teacher.path` names something on this machine (a folder, or written as a path: absolute, ./, ../, ~); else a
-    Hugging Face hub id."""
-    return os.path.isdir(os.path.expanduser(path)) or os.path.isabs(path) or path.startswith(("./", "../", "~"))
+    """`teacher.path` names something on this machine (a folder, or written as a path: absolute, ./, ../, ~, or with
+    two or more '/', which no hub id has: ids are `name` or `namespace/name`, e.g. a results/ export a sweep makes
+    first); else a Hugging Face hub id."""
+    written_as_path = os.path.isabs(path) or path.startswith(("./", "../", "~")) or path.count("/") >= 2
+    return os.path.isdir(os.path.expanduser(path)) or written_as_path
 
 
 def check_hub_revision(path: str, revision) -> None:

@@ -236,7 +236,8 @@ class Trainer:
             row["optim/skipped_updates"] = self.state.skipped_updates
         else:
             declared = getattr(self.verifier, "declared_metrics", ())  # verifier/<name> (rewards/registry.py)
-            row.update(row_lib.batch_entries(batch, self.cfg.trainer.group_size, declared))
+            row.update(row_lib.batch_entries(batch, self.cfg.trainer.group_size))
+            row.update(row_lib.verifier_entries(batch, declared))
             if not bool(torch.isfinite(batch.rewards).all()):  # a verifier's nan/inf would poison the advantages
                 self._skip_update_for_nonfinite_rewards(batch, row)
             else:

@@ -410,7 +410,7 @@ def test_several_eos_ids_from_the_generation_config(compose, models, tmp_path):
     gen.eos_token_id = [tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")]
     gen.save_pretrained(folder)
     tr = _trainer(compose, tmp_path, *_overrides(path, "gsm8k", "prompts.chat=true"))
-    assert tr.eos_ids.tolist() == sorted(gen.eos_token_id)
+    assert sorted(tr.rollouts.request.eos_ids) == sorted(gen.eos_token_id)
     row = tr.step()
     assert row["tokens/step"] > 0
 

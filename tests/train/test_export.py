@@ -73,7 +73,7 @@ def test_full_fine_tuning_export_gives_the_trainers_logits(compose, tmp_path):
     assert tok.model_max_length == tr.policy.context_length
     gen = json.loads((out / "generation_config.json").read_text())
     eos = gen["eos_token_id"]
-    assert sorted([eos] if isinstance(eos, int) else eos) == tr.eos_ids.tolist()
+    assert sorted([eos] if isinstance(eos, int) else eos) == sorted(tr.rollouts.request.eos_ids)
     assert gen["pad_token_id"] == tr.pad_id
 
 

@@ -62,7 +62,7 @@ def test_greedy_eval_rows_keep_their_keys(compose):
 
 def _eval_texts(tr: Trainer, n_prompts: int = 6) -> list[str]:
     part = tr.eval_prompts[:n_prompts]
-    texts, *_ = evaluation._sample_scored(tr, part, list(range(n_prompts)), max(len(p.ids) for p in part))
+    texts, *_ = evaluation._sample_scored(tr.rollouts, part, list(range(n_prompts)), max(len(p.ids) for p in part))
     return texts
 
 
@@ -80,7 +80,9 @@ def test_arms_with_one_eval_seed_sample_the_same_warm_start_completions(compose,
     assert _eval_texts(a) == texts  # the same policy, the same samples at every eval
     assert _eval_texts(other) != texts
     # a prompt's samples do not depend on which prompts share its forward
-    alone = evaluation._sample_scored(a, a.eval_prompts[2:3], [2], max(len(p.ids) for p in a.eval_prompts[:6]))[0]
+    alone = evaluation._sample_scored(
+        a.rollouts, a.eval_prompts[2:3], [2], max(len(p.ids) for p in a.eval_prompts[:6])
+    )[0]
     assert alone == texts[16:24]
 
 
