@@ -42,14 +42,19 @@ def _finish(root: Path, job, status: str = "completed") -> None:
     (d / "fingerprint.json").write_text(json.dumps({"inputs": external_inputs(job.member.config)}))
 
 
-def test_a_teacher_changed_since_the_runs_refuses_the_resume_before_anything_trains(tmp_path, monkeypatch):
+def _opd_sweep(tmp_path):
+    """A teacher folder (weights v1), the OPD sweep file naming it, and the overrides that put results in tmp_path."""
     teacher = tmp_path / "teacher"
     teacher.mkdir()
     (teacher / "config.json").write_text("{}")
     (teacher / "model.safetensors").write_bytes(b"weights v1")
     p = tmp_path / "opdin.yaml"
     p.write_text(textwrap.dedent(OPD_SWEEP.replace("{teacher}", str(teacher))))
-    extra = [f"results_dir={tmp_path / 'results'}"]
+    return teacher, p, [f"results_dir={tmp_path / 'results'}"]
+
+
+def test_a_teacher_changed_since_the_runs_refuses_the_resume_before_anything_trains(tmp_path, monkeypatch):
+    teacher, p, extra = _opd_sweep(tmp_path)
     root = tmp_path / "results" / "opdin"
 
     def first(spec, r, jobs, hx):  # the base completes; the variant fails after its first checkpoint
@@ -79,13 +84,7 @@ def test_a_teacher_changed_since_the_runs_refuses_the_resume_before_anything_tra
 
 def test_a_run_that_starts_over_is_not_checked(tmp_path, monkeypatch):
     """A failed run without a checkpoint starts from step 0 with the inputs of now: what it recorded is not kept."""
-    teacher = tmp_path / "teacher"
-    teacher.mkdir()
-    (teacher / "config.json").write_text("{}")
-    (teacher / "model.safetensors").write_bytes(b"weights v1")
-    p = tmp_path / "opdin.yaml"
-    p.write_text(textwrap.dedent(OPD_SWEEP.replace("{teacher}", str(teacher))))
-    extra = [f"results_dir={tmp_path / 'results'}"]
+    teacher, p, extra = _opd_sweep(tmp_path)
 
     def first(spec, r, jobs, hx):
         _finish(r, jobs[0], status="failed")
