@@ -14,11 +14,12 @@ this module is beside that package rather than in it because the config check (`
 ``rlcompare.envs`` imports ``rlcompare.data``, which imports ``rlcompare.config`` (docs/internals.md's layers).
 
 Adding an environment: its spec and its class in one file, ``@register_environment(spec)`` on the class
-(``examples/guess_env.py``; docs/api.md "Adding an environment"), named with ``env.module=<that module>``.
+(``examples/retry_env.py``; docs/api.md "Adding an environment"), named with ``env.module=<that module>``.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import typing
 from collections.abc import Mapping
@@ -33,6 +34,10 @@ __all__ = ["EnvNeeds", "EnvSpec", "NoSettings", "knob", "register_environment", 
 __all__ += ["resolve_factory", "unregister"]
 
 NONE, CUSTOM = "none", "custom"  # env.name's other two values: single-turn, and env.target's own class
+# the row's own env/ entries (rollout/episodes.py's `metrics`): an environment of one of these names would write
+# its metrics over them (env/errors/<metric>), so none may take it
+ROW_KEYS = ("ends", "errors", "turns_mean")
+METRIC_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")  # one path segment: env/<name>/<metric>
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,9 @@ class EnvSpec:
     the fix (cheap: no environment is loaded); ``factory``: ``"module:attribute"``, the class or function called
     with the settings' fields as keyword arguments to make one episode's environment (set by
     :func:`register_environment` from the class it decorates); ``needs``: :class:`EnvNeeds`; ``metrics``: the
-    names it reports, each under ``env/<name>/``; ``doc``: one line with what it is."""
+    names its steps may report (``StepResult.info["metrics"]``, a mapping name -> number), each logged as
+    ``env/<name>/<metric>`` (the mean over the step's episodes that reported it; docs/metrics.md); ``doc``: one
+    line with what it is."""
 
     name: str
     settings: type = NoSettings
@@ -108,8 +115,11 @@ def register_spec(spec: EnvSpec, module: Optional[str] = None) -> EnvSpec:
     """Register ``spec`` for ``module`` (default: the caller's). A name another module registered is refused,
     naming both (``rlcompare.registry.claim``); the same module registering it again replaces it."""
     module = module or registry.caller_module()
-    if not isinstance(spec.name, str) or not spec.name or spec.name in (NONE, CUSTOM):
-        raise ValueError(f"environment {spec.name!r}: pick a name other than '', {NONE!r} and {CUSTOM!r}")
+    if not isinstance(spec.name, str) or not METRIC_NAME.fullmatch(spec.name) or spec.name in (NONE, CUSTOM, *ROW_KEYS):
+        raise ValueError(
+            f"environment {spec.name!r}: pick a name of letters, digits, _ . - other than {NONE!r}, {CUSTOM!r} and "
+            f"{', '.join(repr(k) for k in ROW_KEYS)} (the row's own env/ entries)"
+        )
     module_part, _, attr = spec.factory.partition(":")
     if not module_part or not attr:
         raise ValueError(f"environment {spec.name!r}: factory {spec.factory!r} must be 'module:attribute'")
@@ -118,9 +128,14 @@ def register_spec(spec: EnvSpec, module: Optional[str] = None) -> EnvSpec:
             raise ValueError(f"environment {spec.name!r}: declare knob {f.name} as knob(default, help)")
     if not callable(getattr(spec.settings, "check", None)):
         raise ValueError(f"environment {spec.name!r}: {spec.settings.__name__} needs a check() method")
-    bad = [m for m in spec.metrics if not str(m).startswith(f"env/{spec.name}/")]
-    if bad:
-        raise ValueError(f"environment {spec.name!r}: metric {bad[0]!r} must be named env/{spec.name}/<what>")
+    bad = [m for m in spec.metrics if not isinstance(m, str) or not METRIC_NAME.fullmatch(m)]
+    if bad or isinstance(spec.metrics, str):
+        raise ValueError(
+            f"environment {spec.name!r}: metric {(bad or [spec.metrics])[0]!r} is not a usable name: declare a "
+            f"tuple of names of letters, digits, _ . - (at most 64; no '/'), each logged as env/{spec.name}/<name>"
+        )
+    if len(set(spec.metrics)) != len(spec.metrics):
+        raise ValueError(f"environment {spec.name!r}: its metrics {tuple(spec.metrics)} name one twice")
     registry.claim("environment", spec.name, module)
     SPECS[spec.name] = spec
     return spec

@@ -49,6 +49,10 @@ def test_the_example_environment_trains_healthy_through_the_shell(tmp_path):
         assert (r["reward/mean"] * 16 * 4).is_integer()
     # a right answer after a retry earns less than 1: the knob reached the episodes (decay 1 would make them equal)
     assert any(r["reward/mean"] < r["accuracy/train"] for r in rows)
+    # its declared metric reached the row: the env answers every policy turn, so with no error its mean `tries`
+    # is the mean number of policy turns, which rlcompare counts on its own side
+    for r in rows:
+        assert r["env/retry/tries"] == pytest.approx(r["env/turns_mean"], abs=1e-6)
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """A plug-in verifier with a knob and declared metrics, from the shell (docs/api.md "Adding a verifier"): the knob
-reaches the verifier, its metrics land in metrics.jsonl as verifier/<name> with the values worked by hand, and a
+reaches the verifier, its metrics land in metrics.jsonl as verifier/<name> and in eval.jsonl as
+eval/verifier/<name> with the values worked by hand, and a
 metric it did not declare is refused before the model loads. Every run is a real `rlcompare train` process
 started from the repository's root with the plug-in's folder on PYTHONPATH; the test process's registry is never
 touched."""
@@ -82,6 +83,19 @@ def test_the_knob_reaches_the_verifier_and_its_metrics_reach_the_row(tmp_path):
         assert r["verifier/even"] == pytest.approx(r["accuracy/train"], abs=1e-7)
         assert r["reward/mean"] == pytest.approx(0.25 * r["verifier/even"], abs=1e-7)
     assert yaml.safe_load((run / "config.yaml").read_text())["verifier"]["bonus"] == 0.25
+    # and the held-out eval's rows: greedy, a completion is correct exactly when it is even, so eval/verifier/even
+    # is eval/accuracy
+    evals = read_jsonl(run / "eval.jsonl")
+    assert len(evals) >= 2
+    for r in evals:
+        assert r["eval/verifier/bonus"] == 0.25
+        assert r["eval/verifier/even"] == pytest.approx(r["eval/accuracy"], abs=1e-7)
+    # sampled (4 per prompt): the share of even samples is avg@n, the greedy accuracy stays eval/accuracy
+    out = _train(args + QUICK + ["budget.max_steps=1", "eval.samples=4", "run_name=sampled"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for r in read_jsonl(tmp_path / "results" / "default" / "sampled" / "eval.jsonl"):
+        assert r["eval/verifier/bonus"] == 0.25
+        assert r["eval/verifier/even"] == pytest.approx(r["eval/avg@n"], abs=1e-7)
     # the plug-in's own check, through the shell, names the key before anything runs
     out = _train(args[:2] + ["+verifier.bonus=1.5", "run_name=bad"] + QUICK, tmp_path)
     assert out.returncode == 2 and "verifier.bonus=1.5 must be in [0, 1]" in out.stderr

@@ -93,8 +93,31 @@ def _reply_of(res) -> str:
         return "bad_reply"
     if res.observation is not None and len(res.observation) > MAX_OBSERVATION_CHARS:
         return "huge_observation"
+    metrics = _metrics_of(info.get("metrics"))
+    if metrics is None:
+        return "bad_reply"
     reply = {"observation": res.observation, "reward": reward, "done": bool(res.done), "correct": correct}
-    return json.dumps(reply)
+    return json.dumps({**reply, "metrics": metrics} if metrics else reply)
+
+
+MAX_METRICS = 64  # names one step may report (an environment declares its few; more is a runaway dict)
+
+
+def _metrics_of(reported: Any) -> dict | None:
+    """`info["metrics"]` as {name: float} ({} when absent), or None when it is not a mapping of at most
+    MAX_METRICS short text names to finite real numbers. Whether its names are declared is checked where the
+    spec is known (`rollout.episodes`)."""
+    if reported is None:
+        return {}
+    if not isinstance(reported, Mapping) or len(reported) > MAX_METRICS:
+        return None
+    out = {}
+    for name, value in reported.items():
+        number = as_reward(value)
+        if not isinstance(name, str) or len(name) > 64 or number is None or not finite_reward(number):
+            return None
+        out[name] = number
+    return out
 
 
 def plain(obj: Any) -> Any:
@@ -122,8 +145,10 @@ def _step_result(s: Score) -> StepResult:
             and isinstance(done, bool)
             and (correct is None or isinstance(correct, bool))
         )
-        if ok and isinstance(reward, (int, float)) and not isinstance(reward, bool):
-            return StepResult(obs, float(reward), done, {} if correct is None else {"correct": correct})
+        metrics = _metrics_of(d.get("metrics"))
+        if ok and metrics is not None and isinstance(reward, (int, float)) and not isinstance(reward, bool):
+            info = {} if correct is None else {"correct": correct}
+            return StepResult(obs, float(reward), done, {**info, "metrics": metrics} if metrics else info)
     except Exception:
         pass
     return StepResult(None, 0.0, True, {"error": "bad_reply"})

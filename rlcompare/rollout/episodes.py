@@ -23,6 +23,7 @@ last answer's `info["correct"]` says so, else when its reward (summed or last, `
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -54,6 +55,8 @@ class EpisodeSettings:
     stop: tuple[str, ...] = ()  # a policy turn also ends at the first of these (decoded text), kept in the turn
     reward: str = "sum"  # sum: the turns' rewards summed | last: the last turn's reward
     max_observation_tokens: int = 64  # an observation longer than this ends the episode (huge_observation)
+    env: str = ""  # the environment's name (env.name): its metrics are logged as env/<env>/<metric>
+    metrics: tuple[str, ...] = ()  # the names its spec declares (EnvSpec.metrics): the only ones it may report
 
 
 class Session(Protocol):
@@ -82,6 +85,9 @@ class Outcome:
     texts: list[str] = field(default_factory=list)
     # (B,) each episode's last policy turn, decoded ("" for none): its final answer (the sampled eval's maj@k)
     finals: list[str] = field(default_factory=list)
+    # (B,) what each episode's environment reported (`StepResult.info["metrics"]`, the last value of each name;
+    # {} for an episode that ended in an error): `metrics` averages them into env/<env>/<metric>
+    reported: list[dict] = field(default_factory=list)
 
     @property
     def errors(self) -> int:
@@ -98,6 +104,7 @@ class _Episode:
     end: str | None = None
     turns: int = 0
     final: str = ""  # the last policy turn's text
+    reported: dict = field(default_factory=dict)  # the environment's metrics, the last value of each name
 
 
 def run(
@@ -214,6 +221,27 @@ def _error_of(res, settings: EpisodeSettings) -> str | None:
         return "nan_reward"
     if res.observation is not None and not isinstance(res.observation, str):
         return "bad_reply"
+    return _metrics_error(res.info.get("metrics"), settings)
+
+
+def _metrics_error(reported, settings: EpisodeSettings) -> str | None:
+    """`bad_reply` for `info["metrics"]` that is not a mapping of names to finite real numbers. A name the
+    environment's spec does not declare is its author's mistake, not a bad episode: it stops the run, naming the
+    fix (as an undeclared verifier metric does), rather than vanish from the row."""
+    if reported is None:
+        return None
+    if not isinstance(reported, dict):
+        return "bad_reply"
+    for name, value in reported.items():
+        if name not in settings.metrics:
+            declared = ", ".join(settings.metrics) or "none"
+            raise ValueError(
+                f"environment {settings.env!r} reported metric {name!r}, which its spec does not declare "
+                f"(declared: {declared}); add it to EnvSpec({settings.env!r}, ..., metrics=(...))"
+            )
+        number = as_reward(value)
+        if number is None or not finite_reward(number):
+            return "bad_reply"
     return None
 
 
@@ -226,9 +254,10 @@ def _answer(tokenizer, e: _Episode, res, turn: int, settings: EpisodeSettings) -
     if err is None and not finite_reward(total):  # the turns' rewards sum past float32: the environment's doing
         err = "nan_reward"
     if err is not None:
-        e.end, e.reward, e.correct = err, 0.0, False
+        e.end, e.reward, e.correct, e.reported = err, 0.0, False, {}
         return
     e.reward = total
+    e.reported.update({k: as_reward(v) for k, v in (res.info.get("metrics") or {}).items()})
     said = res.info.get("correct")  # the environment's verdict when it gives one, else the episode's reward > 0
     e.correct = as_bool(said) if said is not None else total > 0
     if res.done:
@@ -239,11 +268,11 @@ def _answer(tokenizer, e: _Episode, res, turn: int, settings: EpisodeSettings) -
         return
     text = res.observation or ""
     if len(text) > 16 * settings.max_observation_tokens:  # no tokenizer writes a token per 16 characters or fewer
-        e.end, e.reward, e.correct = "huge_observation", 0.0, False
+        e.end, e.reward, e.correct, e.reported = "huge_observation", 0.0, False, {}
         return
     obs = _encode(tokenizer, text)
     if len(obs) > settings.max_observation_tokens:
-        e.end, e.reward, e.correct = "huge_observation", 0.0, False
+        e.end, e.reward, e.correct, e.reported = "huge_observation", 0.0, False, {}
         return
     if len(e.tokens) + len(obs) >= settings.max_tokens:  # no room for the policy's next token
         e.end = "budget"
@@ -282,6 +311,7 @@ def _completions(tokenizer, eps: list[_Episode], pad_id: int, device) -> Complet
         env_tokens=int(env.sum()),
         texts=[marked_text(tokenizer, e.tokens, e.env) for e in eps],
         finals=[e.final for e in eps],
+        reported=[dict(e.reported) if e.end not in ERRORS else {} for e in eps],
     )
     return Completions(
         ids.to(device),
@@ -306,13 +336,18 @@ def marked_text(tokenizer, tokens: list[int], env: list[int]) -> str:
     return "".join(out)
 
 
-def metrics(outcomes: list[Outcome]) -> dict[str, float]:
+def metrics(outcomes: list[Outcome], env: str = "", declared: tuple[str, ...] = ()) -> dict[str, float]:
     """A step's episode entries of the row: `tokens/env`, `env/turns_mean`, `env/ends/<reason>` and
-    `env/errors/<reason>` counts (docs/metrics.md)."""
+    `env/errors/<reason>` counts, and `env/<env>/<metric>` for each metric the environment declares: the mean
+    over the episodes that reported it, None when none did (docs/metrics.md)."""
     ends = [x for o in outcomes for x in o.ends]
     turns = torch.cat([o.turns for o in outcomes]) if outcomes else torch.zeros(0)
     row = {"tokens/env": sum(o.env_tokens for o in outcomes), "env/turns_mean": float(turns.float().mean())}
     row.update({f"env/ends/{k}": ends.count(k) for k in ENDS})
     row.update({f"env/errors/{k}": ends.count(k) for k in ERRORS})
     row["env/errors"] = sum(ends.count(k) for k in ERRORS)
+    reported = [r for o in outcomes for r in o.reported]
+    for name in declared:
+        values = [r[name] for r in reported if name in r]
+        row[f"env/{env}/{name}"] = math.fsum(values) / len(values) if values else None
     return row

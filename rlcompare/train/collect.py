@@ -44,10 +44,10 @@ class Round:
 
 # sample(prompts, *, reuse_recording, streams, trains_these, width, round_, groups) -> (prompt_ids, prompt_mask,
 # completions), groups: the prompts' indices in the round;
-# score(prompts, completions) -> (texts, rewards, correct, errors[, components, verifier metrics]): the trainer's
-# sampler and verifier, G per prompt
+# score(prompts, completions) -> `context.Scored` (texts, rewards, correct, errors, components, verifier metrics):
+# the trainer's sampler and verifier, G per prompt
 Sample = Callable[..., tuple]
-Score = Callable[[list, Completions], tuple]
+Score = Callable[[list, Completions], Any]
 
 
 def collect(
@@ -90,10 +90,10 @@ def collect(
             prompt_ids = prompt_mask = None
             completions = no_completions(device, with_logp=with_logp, episodes=cfg.env.name != "none")
         t1 = time.perf_counter()
-        _, verifier_rewards, correct, n_errors, *components = score(mine, completions)
+        s = score(mine, completions)
         t_score += time.perf_counter() - t1
         t_roll += t1 - t0
-        part = Round(prompt_ids, prompt_mask, completions, verifier_rewards, correct, n_errors, *components)
+        part = Round(prompt_ids, prompt_mask, completions, s.rewards, s.correct, s.errors, s.components, s.metrics)
         if world.size > 1:  # every rank holds the whole round, in group order
             part = gather_round(world, prompts, shares, part, pad_id=pad_id, device=device, group_size=G)
         errors += part.errors

@@ -106,31 +106,44 @@ class RolloutContext:
             completions.ids.masked_fill(completions.mask == 0, self.pad_id), skip_special_tokens=True
         )
 
-    def score(self, prompts: list[EncodedPrompt], completions, repeat: int, *, components: bool = False):
-        """(texts, rewards (B,), correct (B,), verifier errors), and with `components` the reward components (B, K)
-        when the run reads them (`component_weights`) or None, then the verifier's declared metrics (B, M) when it
-        declares any. Episodes are scored by their environment (its errors are
-        counted under env/errors, not here)."""
+    def score(self, prompts: list[EncodedPrompt], completions, repeat: int, *, components: bool = False) -> Scored:
+        """The completions scored (`Scored`), `repeat` per prompt. With `components`, the reward components when
+        the run reads them (`component_weights`). The verifier's declared metrics come with every scoring (the
+        training row's verifier/<name>, the eval row's eval/verifier/<name>). Episodes are scored by their
+        environment (its errors are counted under env/errors, not here)."""
         if completions.outcome is not None:
             o = completions.outcome
-            return o.texts, o.rewards.clone(), o.correct.clone(), 0
+            return Scored(o.texts, o.rewards.clone(), o.correct.clone(), 0)
         texts = self.decode(completions)
         answers = [p.example.answer for p in prompts for _ in range(repeat)]
         scores = score_batch(self.verifier, texts, answers, timeout_s=self.cfg.verifier.timeout_s)
-        rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)
-        correct = torch.tensor([s.correct for s in scores], dtype=torch.bool)
-        errors = sum(s.error for s in scores)
-        comps = metrics = None
+        scored = Scored(
+            texts,
+            torch.tensor([s.reward for s in scores], dtype=torch.float32),
+            torch.tensor([s.correct for s in scores], dtype=torch.bool),
+            sum(s.error for s in scores),
+        )
         if components and self.component_weights:
             K = len(self.component_weights)  # an error scored no component: each 0, as its reward
-            comps = torch.tensor([s.components or (0.0,) * K for s in scores], dtype=torch.float32).reshape(-1, K)
+            comps = [s.components or (0.0,) * K for s in scores]
+            scored.components = torch.tensor(comps, dtype=torch.float32).reshape(-1, K)
         names = getattr(self.verifier, "declared_metrics", ())
-        if components and names:  # a name it did not declare stops the run here, naming it
+        if names:  # a name it did not declare stops the run here, naming it
             table = metric_table(scores, names, self.cfg.verifier.name)
-            metrics = torch.tensor(table, dtype=torch.float32).reshape(-1, len(names))
-        if comps is None and metrics is None:
-            return texts, rewards, correct, errors
-        return (texts, rewards, correct, errors, comps) + ((metrics,) if metrics is not None else ())
+            scored.metrics = torch.tensor(table, dtype=torch.float32).reshape(-1, len(names))
+        return scored
+
+
+@dataclass
+class Scored:
+    """What scoring B completions gave (CPU tensors)."""
+
+    texts: list[str]  # (B,) decoded, as the verifier read them
+    rewards: torch.Tensor  # (B,) float32
+    correct: torch.Tensor  # (B,) bool
+    errors: int  # completions the verifier failed on (an episode's errors are its environment's: 0 here)
+    components: torch.Tensor | None = None  # (B, K) float32 named reward components, when the run reads them
+    metrics: torch.Tensor | None = None  # (B, M) float32 the verifier's declared metrics (nan: not reported)
 
 
 def rollout_request(cfg: Any, eos_ids: list[int], pad_id: int, autocast: torch.dtype | None) -> SamplingRequest:

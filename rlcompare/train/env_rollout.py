@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from rlcompare import env_specs
 from rlcompare.envs import runner
 from rlcompare.rollout import episodes, sample
 from rlcompare.rollout.streams import GroupStreams, group_seed
@@ -47,6 +48,8 @@ class EnvRollout:
             stop=tuple(e.stop or ()),
             reward=e.reward,
             max_observation_tokens=e.max_observation_tokens,
+            env=e.name,
+            metrics=tuple(env_specs.SPECS[e.name].metrics) if e.name in env_specs.SPECS else (),  # custom: none
         )
         self.pending: list[episodes.Outcome] = []  # this rank's training episodes' outcomes since the last row
 
@@ -131,7 +134,7 @@ class EnvRollout:
         if self.world is not None and self.world.size > 1:
             parts = self.world.gather_objects([_counts(o) for o in mine])
             mine = [_from_counts(c) for part in parts for c in part]
-        return episodes.metrics(mine)
+        return episodes.metrics(mine, self.settings.env, self.settings.metrics)
 
 
 def eval_seeds(eval_seed: int, prompts: list) -> list[int]:
@@ -142,7 +145,7 @@ def eval_seeds(eval_seed: int, prompts: list) -> list[int]:
 
 def _counts(o: episodes.Outcome) -> dict:
     """What `episodes.metrics` reads of an outcome, as JSON data for the other ranks."""
-    return {"ends": list(o.ends), "turns": o.turns.tolist(), "env_tokens": int(o.env_tokens)}
+    return {"ends": list(o.ends), "turns": o.turns.tolist(), "env_tokens": int(o.env_tokens), "reported": o.reported}
 
 
 def _from_counts(c: dict) -> episodes.Outcome:
@@ -153,6 +156,7 @@ def _from_counts(c: dict) -> episodes.Outcome:
         ends=c["ends"],
         turns=torch.tensor(c["turns"], dtype=torch.long),
         env_tokens=c["env_tokens"],
+        reported=c["reported"],
     )
 
 

@@ -16,8 +16,11 @@ Eval tokens are counted in eval/tokens only: they never enter the training token
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, replace
 from typing import Optional
+
+import torch
 
 from rlcompare import passk
 from rlcompare.config import eval_ks
@@ -92,6 +95,31 @@ def prompt_results(indices, texts, correct, lengths, n: int, ks: list[int], veri
     return out
 
 
+def metric_sums(table: torch.Tensor | None) -> list[tuple[float, int]]:
+    """Per column of a (B, M) table of the verifier's declared metrics (nan: not reported; None: none declared),
+    the sum (float64) and the count of what was reported."""
+    if table is None:
+        return []
+    seen = ~torch.isnan(table)
+    return list(zip(torch.where(seen, table, 0.0).sum(0, dtype=torch.float64).tolist(), seen.sum(0).tolist()))
+
+
+def add_sums(a: list, b: list) -> list:
+    """Two `metric_sums` added column by column (an empty one: nothing scored yet, or on that rank)."""
+    if not a or not b:
+        return list(a or b)
+    return [(x + y, m + k) for (x, m), (y, k) in zip(a, b)]
+
+
+def verifier_entries(verifier, sums: list) -> dict:
+    """eval/verifier/<name>: each metric the verifier declares, its mean over the held-out completions that
+    reported it (None when none did); nothing when it declares none, or scored no completion (`verifier` None:
+    episodes, scored by their environment) (docs/metrics.md)."""
+    names = getattr(verifier, "declared_metrics", ())
+    sums = sums or [(0.0, 0)] * len(names)
+    return {f"eval/verifier/{n}": (s / c if c else None) for n, (s, c) in zip(names, sums)}
+
+
 def summarize(results: list[PromptResult], ks: list[int]) -> dict:
     """The eval row's sampled metrics from every prompt's result (pure; docs/metrics.md)."""
     ns, cs = [r.n for r in results], [r.c for r in results]
@@ -140,7 +168,7 @@ def evaluate_greedy(ctx: RolloutContext, prompts: list, step: int) -> tuple[dict
     chunk, and the counts are summed: the default's 200 prompts are one chunk, which one rank alone would
     decode while the others wait."""
     t, world = ctx.cfg.trainer, ctx.world
-    correct, lengths, samples = 0, 0.0, []
+    correct, lengths, samples, sums = 0, 0.0, [], []
     for i in range(0, len(prompts), t.eval_batch_size):
         chunk = prompts[i : i + t.eval_batch_size]
         mine = world.share(len(chunk))
@@ -149,18 +177,21 @@ def evaluate_greedy(ctx: RolloutContext, prompts: list, step: int) -> tuple[dict
             continue
         width = max(len(p.ids) for p in chunk)
         _, _, completions = ctx.sample(part, repeat=1, greedy=True, width=width)
-        texts, rewards, corr, _ = ctx.score(part, completions, 1)
-        correct += int(corr.sum())
+        scored = ctx.score(part, completions, 1)
+        correct += int(scored.correct.sum())
         lengths += float(completions.lengths.sum())
+        sums = add_sums(sums, metric_sums(scored.metrics))
         indices = range(i + mine.start, i + mine.start + len(part))
-        samples += _logged_samples(t, step, part, indices, (texts, rewards, corr), 1)
+        samples += _logged_samples(t, step, part, indices, (scored.texts, scored.rewards, scored.correct), 1)
     if world.size > 1:
-        parts = world.gather_objects((correct, lengths, samples))
+        parts = world.gather_objects((correct, lengths, samples, sums))
         correct, lengths = sum(p[0] for p in parts), sum(p[1] for p in parts)
         samples = sorted((s for p in parts for s in p[2]), key=lambda s: s[0])
+        sums = functools.reduce(add_sums, (p[3] for p in parts), [])
     n = len(prompts)
     samples = [s for _, s in samples[: t.n_samples_logged]]
-    return {"eval/accuracy": correct / n, "eval/mean_length": lengths / n, "eval/n": n}, samples
+    row = {"eval/accuracy": correct / n, "eval/mean_length": lengths / n, "eval/n": n}
+    return {**row, **verifier_entries(ctx.verifier if ctx.env is None else None, sums)}, samples
 
 
 def evaluate_sampled(ctx: RolloutContext, prompts: list, step: int) -> tuple[dict, list[dict], dict]:
@@ -171,7 +202,7 @@ def evaluate_sampled(ctx: RolloutContext, prompts: list, step: int) -> tuple[dic
     e, n, t, world = ctx.cfg.eval, ctx.cfg.eval.samples, ctx.cfg.trainer, ctx.world
     ks = eval_ks(e)
     per_chunk = max(1, t.eval_batch_size // n)  # eval_batch_size completions per forward
-    mine, samples = [], []
+    mine, samples, sums = [], [], []
     for start in range(0, len(prompts), per_chunk):
         chunk = prompts[start : start + per_chunk]
         share = world.share(len(chunk))
@@ -179,13 +210,16 @@ def evaluate_sampled(ctx: RolloutContext, prompts: list, step: int) -> tuple[dic
         if not part:  # fewer prompts in the chunk than ranks
             continue
         indices = list(range(start + share.start, start + share.stop))
-        texts, rewards, correct, lengths, finals = _sample_scored(ctx, part, indices, max(len(p.ids) for p in chunk))
+        scored = _sample_scored(ctx, part, indices, max(len(p.ids) for p in chunk))
+        texts, rewards, correct, lengths, finals, table = scored
         mine += [asdict(r) for r in prompt_results(indices, finals, correct, lengths, n, ks, ctx.verifier)]
         samples += _logged_samples(t, step, part, indices, (texts, rewards, correct), n)
+        sums = add_sums(sums, metric_sums(table))
     if world.size > 1:
-        parts = world.gather_objects((mine, samples))
+        parts = world.gather_objects((mine, samples, sums))
         mine = [r for p in parts for r in p[0]]
         samples = [tuple(s) for p in parts for s in p[1]]
+        sums = functools.reduce(add_sums, (p[2] for p in parts), [])
     results = sorted((PromptResult(**r) for r in mine), key=lambda r: r.index)
     samples = [s for _, s in sorted(samples, key=lambda s: s[0])[: t.n_samples_logged]]
     counts = {
@@ -194,12 +228,13 @@ def evaluate_sampled(ctx: RolloutContext, prompts: list, step: int) -> tuple[dic
         "k": ks,
         "maj": [[int(r.maj[j]) for r in results] for j in range(len(ks))],  # maj@k needs the answers: kept per k
     }
-    return {**summarize(results, ks), "eval/n": len(results)}, samples, counts
+    row = {**summarize(results, ks), "eval/n": len(results)}
+    return {**row, **verifier_entries(ctx.verifier if ctx.env is None else None, sums)}, samples, counts
 
 
 def _sample_scored(ctx: RolloutContext, part, indices: list[int], width: int):
     """n completions of each prompt of `part` from the eval's own streams, decoded and scored: (texts, rewards,
-    correct, lengths, the final answers' texts that maj@k reads). With an environment (`env.name`, #51) n
+    correct, lengths, the final answers' texts that maj@k reads, the verifier's declared metrics (B, M) or None). With an environment (`env.name`, #51) n
     episodes of each prompt (`EnvRollout.sample_eval`): correct is the episode's verdict on its end (the
     environment's `info["correct"]` at its last step), lengths count the policy's tokens, texts are the episodes
     marked as samples.jsonl logs them, and the final answer is the episode's last policy turn."""
@@ -208,7 +243,7 @@ def _sample_scored(ctx: RolloutContext, part, indices: list[int], width: int):
     if ctx.env is not None:
         episodes = ctx.env.sample_eval(ctx, part, streams=streams, width=width)
         o = episodes.outcome
-        return o.texts, o.rewards.tolist(), o.correct.tolist(), episodes.lengths.tolist(), o.finals
+        return o.texts, o.rewards.tolist(), o.correct.tolist(), episodes.lengths.tolist(), o.finals, None
     prompt_ids, prompt_mask = left_pad([p.ids for p in part], ctx.pad_id, ctx.device, width)
     request = replace(
         ctx.request,
@@ -222,8 +257,8 @@ def _sample_scored(ctx: RolloutContext, part, indices: list[int], width: int):
     ctx.policy.model.eval()
     # rollout.sample, or the run's vLLM engine
     completions = ctx.sampler(ctx.policy.model, prompt_ids, prompt_mask, request, streams=streams)
-    texts, rewards, correct, _ = ctx.score(part, completions, e.samples)
-    return texts, rewards.tolist(), correct.tolist(), completions.lengths.tolist(), texts
+    s = ctx.score(part, completions, e.samples)
+    return s.texts, s.rewards.tolist(), s.correct.tolist(), completions.lengths.tolist(), s.texts, s.metrics
 
 
 def _logged_samples(t, step: int, part, indices, scored, n: int) -> list:

@@ -74,8 +74,15 @@ def test_a_spec_declares_its_knobs_its_check_and_its_metrics_under_its_name():
 
     with pytest.raises(ValueError, match="declare knob n as knob"):
         env_specs.register_spec(EnvSpec("bare", Bare, factory="x:Y"), module="tests.x")
-    with pytest.raises(ValueError, match="metric 'env/other/x' must be named env/m/"):
-        env_specs.register_spec(EnvSpec("m", _One, factory="x:Y", metrics=("env/other/x",)), module="tests.x")
-    with pytest.raises(ValueError, match="pick a name other than"):
-        env_specs.register_spec(EnvSpec("custom", _One, factory="x:Y"), module="tests.x")
+    # a metric is one segment of its row key env/<name>/<metric>: a '/' in it could write over another key
+    with pytest.raises(ValueError, match="metric 'other/x' is not a usable name.*logged as env/m/<name>"):
+        env_specs.register_spec(EnvSpec("m", _One, factory="x:Y", metrics=("other/x",)), module="tests.x")
+    with pytest.raises(ValueError, match="metric 'tries' is not a usable name"):  # a string, not a tuple of them
+        env_specs.register_spec(EnvSpec("m", _One, factory="x:Y", metrics="tries"), module="tests.x")
+    with pytest.raises(ValueError, match=r"its metrics \('a', 'a'\) name one twice"):
+        env_specs.register_spec(EnvSpec("m", _One, factory="x:Y", metrics=("a", "a")), module="tests.x")
+    # env/errors/<metric> would write over the row's own error counts: the row's env/ names are taken
+    for taken in ("custom", "none", "errors", "ends", "turns_mean", "a/b", ""):
+        with pytest.raises(ValueError, match="pick a name of letters, digits"):
+            env_specs.register_spec(EnvSpec(taken, _One, factory="x:Y"), module="tests.x")
     assert "bare" not in env_specs.SPECS and "m" not in env_specs.SPECS

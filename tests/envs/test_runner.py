@@ -51,3 +51,23 @@ def test_a_misbehaving_environment_answers_an_error_naming_why(name, reason):
         assert e.end == reason and e.reward == 0.0
     finally:
         replay.close()
+
+
+def test_a_workers_reply_carries_the_environments_metrics_and_refuses_ones_the_row_cannot_hold():
+    from rlcompare.envs.base import StepResult
+    from rlcompare.rewards.pool import Score
+
+    def through(info):  # what the trainer's process reads of a worker's reply
+        reply = runner._reply_of(StepResult("no", 0.0, False, info))
+        return reply if reply in runner.REPLY_ERRORS else runner._step_result(Score(0.0, False, False, reply))
+
+    got = through({"correct": False, "metrics": {"tries": 2, "share": 0.25}})
+    assert got.info == {"correct": False, "metrics": {"tries": 2.0, "share": 0.25}}
+    assert through({}).info == {}  # no metrics: none sent
+    assert through({"metrics": {"tries": float("nan")}}) == "bad_reply"
+    assert through({"metrics": {"x" * 65: 1}}) == "bad_reply"  # no name that long is declarable
+    assert through({"metrics": {f"m{i}": 1 for i in range(65)}}) == "bad_reply"  # a runaway dict
+    assert through({"metrics": [("tries", 2)]}) == "bad_reply"
+    # a reply whose metrics were tampered with on the way is refused on the trainer's side too
+    tampered = '{"observation": "no", "reward": 0.0, "done": false, "correct": null, "metrics": {"t": "2"}}'
+    assert runner._step_result(Score(0.0, False, False, tampered)).info == {"error": "bad_reply"}

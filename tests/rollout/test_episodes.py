@@ -186,3 +186,56 @@ def test_the_first_observation_is_put_after_the_prompt_for_the_whole_group():
     )
     assert [TOK.decode(p[m.bool()]) for p, m in zip(pids, pmask)] == ["1+0=go\n"] * 2
     assert c.env_mask.sum() == 0  # in the prompt, not in the episode's tokens
+
+
+class Counting:
+    """Reports `seen` (its policy turns so far) and `said` (what the policy wrote, as a number) every step; done
+    when the policy writes 8. `bad` replaces the metrics of its second step (a value the row cannot hold)."""
+
+    def __init__(self, bad=None):
+        self.bad, self.seen = bad, 0
+
+    def reset(self, example, seed):
+        return ""
+
+    def step(self, text):
+        self.seen += 1
+        metrics = {"seen": self.seen, "said": float(text)} if self.seen < 2 or self.bad is None else self.bad
+        done = text == "8"
+        return StepResult(None if done else "no", float(done), done, {"metrics": metrics})
+
+
+def test_an_environments_declared_metrics_are_the_last_value_of_each_episode_averaged_over_the_episodes():
+    ex = Example("3+5=", "8")
+    # episode 0: 9, 7, 8 (seen 3, said 8); episode 1: 8 (seen 1, said 8); episode 2: 1, 2, 3 (max_turns: seen 3,
+    # said 3); episode 3: 4, then a reply of metrics {"seen": "many"}: bad_reply, its metrics dropped
+    script = {0: ["9", "8", "1", "4"], 1: ["7", "-", "2", "5"], 2: ["8", "-", "3", "-"]}  # by row; "-": ended
+    envs = [Counting(), Counting(), Counting(), Counting(bad={"seen": "many"})]
+    _, (_, _, c) = _run(script, envs, [ex] * 4, [_ids("3+5=")], G=4, env="count", metrics=("seen", "said", "never"))
+    o = c.outcome
+    assert o.ends == ["done", "done", "max_turns", "bad_reply"]
+    assert o.reported[:3] == [{"seen": 3, "said": 8.0}, {"seen": 1, "said": 8.0}, {"seen": 3, "said": 3.0}]
+    assert o.reported[3] == {}  # an episode ended by an error reports nothing
+    row = episodes.metrics([o], "count", ("seen", "said", "never"))
+    assert row["env/count/seen"] == pytest.approx((3 + 1 + 3) / 3)  # 2.3333: three episodes reported it
+    assert row["env/count/said"] == pytest.approx((8 + 8 + 3) / 3)
+    assert row["env/count/never"] is None  # declared, reported by none: in the row as null, not 0
+    assert row["env/errors/bad_reply"] == 1
+
+
+@pytest.mark.parametrize("bad", [{"seen": math.nan}, {"seen": math.inf}, ["seen", 1], {"seen": None}])
+def test_a_metric_that_is_not_a_finite_number_ends_the_episode_as_a_bad_reply(bad):
+    ex = Example("3+5=", "8")
+    script = {0: ["9"], 1: ["7"]}
+    _, (_, _, c) = _run(script, [Counting(bad=bad)], [ex], [_ids("3+5=")], G=1, env="count", metrics=("seen", "said"))
+    assert c.outcome.ends == ["bad_reply"] and c.outcome.reported == [{}]
+
+
+def test_an_undeclared_metric_stops_the_run_naming_the_fix():
+    ex = Example("3+5=", "8")
+    with pytest.raises(ValueError) as e:
+        _run({0: ["9"]}, [Counting()], [ex], [_ids("3+5=")], G=1, env="count", metrics=("seen",))
+    assert str(e.value) == (
+        "environment 'count' reported metric 'said', which its spec does not declare (declared: seen); "
+        "add it to EnvSpec('count', ..., metrics=(...))"
+    )

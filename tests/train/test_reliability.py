@@ -401,13 +401,13 @@ def _nan_rewards_at(monkeypatch, steps):
     step = [0]  # training rollouts score once per step (no dynamic sampling here); eval's scorings pass no components
 
     def score(self, prompts, comp, repeat, **kw):
-        texts, rewards, *rest = orig(self, prompts, comp, repeat, **kw)
+        scored = orig(self, prompts, comp, repeat, **kw)
         if kw.get("components"):
             step[0] += 1
             if step[0] in steps:
-                rewards = rewards.clone()
-                rewards[1] = float("nan")
-        return (texts, rewards, *rest)
+                scored.rewards = scored.rewards.clone()
+                scored.rewards[1] = float("nan")
+        return scored
 
     monkeypatch.setattr(RolloutContext, "score", score)
 
