@@ -19,6 +19,7 @@ Adding an environment: its spec and its class in one file, ``@register_environme
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 import typing
@@ -231,9 +232,13 @@ def _type_name(hint: Any) -> str:
 
 
 # ---------------------------------------------------------------- the built-in environments (rlcompare/envs/)
+VERIFIERS_ID = re.compile(r"([\w-]+/)?[A-Za-z_][\w-]*(@[\w.+-]+)?")  # verifiers' taskset ids: [owner/]name[@version]
+
+
 @dataclass(frozen=True)
 class VerifiersSettings:
-    """env=verifiers' keys (the adapter's own `settings_from` reads them again in the worker)."""
+    """env=verifiers' keys, the one declaration of them: the config check reads them here, and the adapter
+    (`envs/verifiers_adapter.settings_from`) builds its settings with this class in the worker."""
 
     module: str = knob("", "verifiers: the taskset's import name (verifiers' --env.taskset.id), installed")
     env_id: str = knob("", "verifiers: verifiers' --env.id; '' = the taskset's own Env, else SingleAgentEnv")
@@ -246,7 +251,13 @@ class VerifiersSettings:
             raise ValueError(
                 "env.settings.module: set it to the verifiers taskset's import name (env.settings.module=my_taskset)"
             )
-        if not self.turn_timeout_s > 0:
+        if not VERIFIERS_ID.fullmatch(self.module.strip()):
+            raise ValueError(
+                f"env.settings.module={self.module!r}: verifiers loads a taskset by a top-level import name (an "
+                "installed package, e.g. my_taskset, or a hub id owner/my-taskset@0.1); a dotted path is not found "
+                "by its loader"
+            )
+        if not (math.isfinite(self.turn_timeout_s) and self.turn_timeout_s > 0):
             raise ValueError(f"env.settings.turn_timeout_s={self.turn_timeout_s}: must be a positive number of seconds")
 
 

@@ -26,16 +26,15 @@ import dataclasses
 import functools
 import itertools
 import json
-import math
-import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
+from rlcompare import env_specs
 from rlcompare.data.types import Example
+from rlcompare.env_specs import VerifiersSettings  # the one declaration of env=verifiers' keys
 from rlcompare.envs.base import StepResult
 
-_TOP_LEVEL = re.compile(r"([\w-]+/)?[A-Za-z_][\w-]*(@[\w.+-]+)?")  # verifiers' ids: [owner/]name[@version]
 TASK_KEY = "vf_task"  # Example.meta key: the task's position in the taskset's iteration (verifiers_examples)
 
 
@@ -43,43 +42,15 @@ class VerifiersSetupError(ValueError):
     """A bad `env.settings.*` value for a verifiers environment (raised before any episode runs)."""
 
 
-@dataclass(frozen=True)
-class VerifiersSettings:
-    module: str  # the taskset's import name (verifiers' `--env.taskset.id`); must be installed
-    env_id: str = ""  # verifiers' `--env.id` (an Env package); "" = the taskset's own Env, else SingleAgentEnv
-    env_args: dict = field(default_factory=dict)  # the taskset config's fields (verifiers' `--env.taskset.*`)
-    role: str = ""  # the env's agent seat the policy plays; "" = its only seat
-    turn_timeout_s: float = 60.0  # longest the env may take on one turn (then VerifiersEpisodeError from step)
-
-
 def settings_from(cfg: Mapping[str, Any]) -> VerifiersSettings:
-    """`env.settings.*` -> settings, with one-line errors naming the key and the fix (no verifiers import)."""
-    known = set(VerifiersSettings.__dataclass_fields__)
-    unknown = sorted(set(cfg) - known)
-    if unknown:
-        raise VerifiersSetupError(f"env.settings.{unknown[0]}: not a verifiers adapter key; known: {sorted(known)}")
-    module = cfg.get("module") or ""
-    if not isinstance(module, str) or not module.strip():
-        raise VerifiersSetupError(
-            "env.settings.module: set it to the verifiers taskset's import name (env.settings.module=my_taskset)"
-        )
-    if not _TOP_LEVEL.fullmatch(module.strip()):
-        raise VerifiersSetupError(
-            f"env.settings.module={module!r}: verifiers loads a taskset by a top-level import name (an installed "
-            "package, e.g. my_taskset, or a hub id owner/my-taskset@0.1); a dotted path is not found by its loader"
-        )
-    args = cfg.get("env_args") or {}
-    if not isinstance(args, Mapping):
-        raise VerifiersSetupError(f"env.settings.env_args: a mapping of the taskset's config fields, not {args!r}")
+    """`env.settings.*` -> settings, checked by the spec's own declaration (`env_specs.VerifiersSettings`: an
+    unknown key, a value of another type, its `check()`), with one-line errors naming the key and the fix (no
+    verifiers import)."""
     try:
-        timeout = float(cfg.get("turn_timeout_s", 60.0))
-    except (TypeError, ValueError):
-        timeout = math.nan
-    if not (math.isfinite(timeout) and timeout > 0):
-        raise VerifiersSetupError(f"env.settings.turn_timeout_s={timeout}: must be a positive number of seconds")
-    return VerifiersSettings(
-        module.strip(), str(cfg.get("env_id") or ""), dict(args), str(cfg.get("role") or ""), timeout
-    )
+        settings = env_specs.spec("verifiers").settings_of(cfg)
+    except ValueError as e:
+        raise VerifiersSetupError(str(e)) from None
+    return replace(settings, module=settings.module.strip(), env_args=dict(settings.env_args or {}))
 
 
 def load_env(settings: VerifiersSettings):

@@ -201,10 +201,11 @@ def test_a_prompt_file_of_the_taskset_drives_the_same_tasks(tmp_path):
     "settings, message",
     [
         ({}, "env.settings.module: set it"),
-        ({"module": MODULE, "modul": "x"}, "env.settings.modul: not a verifiers adapter key"),
-        ({"module": MODULE, "turn_timeout_s": 0}, "env.settings.turn_timeout_s=0.0: must be a positive"),
-        ({"module": MODULE, "turn_timeout_s": "soon"}, "env.settings.turn_timeout_s=nan: must be a positive"),
-        ({"module": MODULE, "env_args": [1]}, "env.settings.env_args: a mapping"),
+        ({"module": MODULE, "modul": "x"}, "env.settings.modul is not a setting of env.name=verifiers; accepted: mod"),
+        ({"module": MODULE, "turn_timeout_s": 0}, "env.settings.turn_timeout_s=0: must be a positive"),
+        ({"module": MODULE, "turn_timeout_s": float("nan")}, "env.settings.turn_timeout_s=nan: must be a positive"),
+        ({"module": MODULE, "turn_timeout_s": "soon"}, "env.settings.turn_timeout_s='soon' must be a number"),
+        ({"module": MODULE, "env_args": [1]}, r"env.settings.env_args=\[1\] must be a mapping or null"),
         ({"module": "mypkg.envs.guess"}, "env.settings.module='mypkg.envs.guess': verifiers loads a taskset by a top"),
     ],
 )
