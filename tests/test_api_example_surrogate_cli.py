@@ -120,6 +120,7 @@ _REREGISTER = {
     "module, owner",
     [("mine_clip_math", "rlcompare.algos.surrogates"), ("mine_clip_spec", "rlcompare.algos.surrogate_specs")],
 )
+@pytest.mark.slow  # over ~2.5 s on 2 idle cores: out of the quick subset (issue 63), in CI's whole suite
 def test_a_module_registering_clip_again_is_refused_naming_both_modules(tmp_path, module, owner, monkeypatch):
     """A plug-in cannot replace a built-in surrogate (issue 62 point 3): the run stops before a run folder, and the
     message names the built-in's module and the plug-in's."""

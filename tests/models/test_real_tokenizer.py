@@ -26,6 +26,8 @@ from rlcompare.train.prompt_ids import encode_prompts
 from tests.models.qwen_folder import qwen_tokenizer, save_tiny_qwen2
 from tests.train.test_reliability import _assert_same_as, _cli, _finish, _start, _summary, _wait_rows
 
+pytestmark = pytest.mark.slow  # its shared setup is seconds on 2 idle cores: out of the quick subset (issue 63)
+
 IM_END, ENDOFTEXT = 151645, 151643
 
 

@@ -300,6 +300,7 @@ def two_lengths(root):
     return Path(root)
 
 
+@pytest.mark.slow  # over ~2.5 s on 2 idle cores: out of the quick subset (issue 63), in CI's whole suite
 def test_cut_to_smallest_common_final_tokens(tmp_path):
     res = build_report(two_lengths(tmp_path), write=True)
     assert res["mode"] == "cut" and res["at_tokens"] == 200 and res["shortest_run"] == "short__s0"

@@ -24,6 +24,8 @@ from rlcompare.report.compute_fit import scalerl_curve  # noqa: E402
 from rlcompare.report import build_report, main  # noqa: E402
 from test_report import make_run  # noqa: E402
 
+pytestmark = pytest.mark.slow  # its shared setup is seconds on 2 idle cores: out of the quick subset (issue 63)
+
 # generating parameters: both rising arms share R0, A and C_mid; "steep" has a 4x larger efficiency B
 R0, A, C_MID = 0.3, 0.7, 10_000.0
 B_SLOW, B_STEEP = 1.5, 6.0

@@ -42,6 +42,7 @@ def _sampled_folder(root: Path, finals=(1.0, 1.0, 0.875)) -> Path:
     return root / "exp"
 
 
+@pytest.mark.slow  # over ~2.5 s on 2 idle cores: out of the quick subset (issue 63), in CI's whole suite
 def test_the_report_command_judges_avg_at_n_without_metric(tmp_path, capsys):
     folder = _sampled_folder(tmp_path)
     assert main([str(folder)]) == 0  # was exit 2: 'eval/accuracy' is in neither eval.jsonl nor metrics.jsonl
@@ -51,6 +52,7 @@ def test_the_report_command_judges_avg_at_n_without_metric(tmp_path, capsys):
     assert build_report(greedy.parent, write=False)["metric"] == "eval/accuracy"  # greedy evals: as before
 
 
+@pytest.mark.slow  # over ~2.5 s on 2 idle cores: out of the quick subset (issue 63), in CI's whole suite
 def test_proportion_intervals_are_cut_to_0_1_and_marked(tmp_path):
     for m in ("eval/pass@8", "eval/pass^2", "eval/maj@4", "eval/avg@n", "eval/accuracy"):
         assert metric_bounds(m) == (0.0, 1.0), m
@@ -77,6 +79,7 @@ def test_a_k_beyond_the_samples_is_named_and_not_listed_as_present(tmp_path):
     assert "eval/pass@32" not in keys and "eval/avg@n" in keys
 
 
+@pytest.mark.slow  # over ~2.5 s on 2 idle cores: out of the quick subset (issue 63), in CI's whole suite
 def test_the_source_of_a_recomputed_k_is_the_counts(tmp_path):
     res = build_report(_sampled_folder(tmp_path), metric="eval/pass@2", out_dir=tmp_path / "out")
     md = Path(res["report_path"]).read_text()
@@ -96,6 +99,7 @@ def test_bands_are_the_t_interval_cut_to_the_range():
 
 
 @pytest.mark.parametrize("fmt", ["svg", "pdf"])
+@pytest.mark.slow  # over ~2.5 s on 2 idle cores: out of the quick subset (issue 63), in CI's whole suite
 def test_format_writes_vector_figures_beside_the_pngs(tmp_path, fmt):
     folder = _sampled_folder(tmp_path)
     assert main([str(folder), "--format", fmt, "--metric", "eval/pass@1"]) == 0

@@ -16,6 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from rlcompare.report import coverage as C  # noqa: E402
 from rlcompare.report import stats  # noqa: E402
 
+pytestmark = pytest.mark.slow  # its shared setup is seconds on 2 idle cores: out of the quick subset (issue 63)
+
 KINDS = {
     "mean (Student t)",
     "IQM (Tukey-McLaughlin)",

@@ -18,6 +18,8 @@ from rlcompare.rewards.verifiers import Score, build_verifier, score_batch
 from tests.rewards.test_verifiers import HOSTILE as HOSTILE_1
 from tests.rewards.test_verifiers_hostile import HOSTILE as HOSTILE_2
 
+pytestmark = pytest.mark.slow  # its shared setup is seconds on 2 idle cores: out of the quick subset (issue 63)
+
 TASKS = ["countdown", "basic_arithmetic", "chain_sum", "gsm_symbolic", "puzzle24", "spiral_matrix"]
 WRONG = {  # a wrong answer in the task's own form
     "countdown": None,  # the first number alone: uses one number only

@@ -39,6 +39,7 @@ def test_each_claim_names_its_paper_metric_and_knob_runs_five_seeds_on_the_lab_t
 
 
 @pytest.mark.parametrize("path", CLAIMS, ids=lambda p: p.stem)
+@pytest.mark.slow  # over ~2.5 s on 2 idle cores: out of the quick subset (issue 63), in CI's whole suite
 def test_each_claim_passes_the_one_change_check(path):
     out = io.StringIO()
     assert run_sweep(path, dry_run=True, out=out) == 0, out.getvalue()

@@ -139,6 +139,7 @@ LORA = [  # conftest's FAST minus the tiny model's keys
 ]
 
 
+@pytest.mark.slow  # over ~2.5 s on 2 idle cores: out of the quick subset (issue 63), in CI's whole suite
 def test_lora_export_merged_and_adapter_give_the_trainers_logits(compose, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -173,6 +174,7 @@ def test_export_final_writes_the_last_policy_into_the_run_folder(compose, tmp_pa
     assert torch.equal(_logits(final, tok), _logits(again, tok))
 
 
+@pytest.mark.slow  # over ~2.5 s on 2 idle cores: out of the quick subset (issue 63), in CI's whole suite
 def test_a_completed_run_with_default_settings_can_be_exported(compose, tmp_path):
     """#49: a run that ends between evals (budget=tiny: 3 steps, an eval every 5) keeps its last step, so `rlcompare
     export` works on it with default settings and gives the export_final weights; the rotation still keeps two."""

@@ -153,6 +153,7 @@ def _summary(tmp: Path, name: str) -> dict:
     return json.loads((tmp / "results" / "default" / name / "summary.json").read_text())
 
 
+@pytest.mark.slow  # over ~2.5 s on 2 idle cores: out of the quick subset (issue 63), in CI's whole suite
 def test_a_run_whose_every_update_was_skipped_fails_naming_the_invariant(tmp_path):
     """Issue 41's case (every update skipped) read "completed" with a warning at 6c29db8."""
     out = _train(["budget.max_steps=1", "trainer.inject_nan_at_step=1", "run_name=allnan"], tmp_path)
@@ -189,6 +190,7 @@ def boom_objective(t, s):
 """
 
 
+@pytest.mark.slow  # over ~2.5 s on 2 idle cores: out of the quick subset (issue 63), in CI's whole suite
 def test_a_plug_in_surrogate_that_raises_ends_the_run_with_one_line_naming_it(tmp_path):
     """At 6c29db8 Hydra printed its traceback ("Error executing job ...") and nothing named algorithm.module."""
     (tmp_path / "boom_surrogate.py").write_text(PLUGIN)
@@ -233,6 +235,7 @@ def nan_teacher(tmp_path) -> Path:
     return folder
 
 
+@pytest.mark.slow  # over ~2.5 s on 2 idle cores: out of the quick subset (issue 63), in CI's whole suite
 def test_a_teacher_whose_log_probs_are_all_nan_fails_the_run(tmp_path, nan_teacher):
     """At 6c29db8 every distillation term was set to 0 and the run "completed"."""
     out = _train(["algorithm=opd", f"teacher.path={nan_teacher}", "budget.max_steps=2", "run_name=opd"], tmp_path)
