@@ -151,7 +151,7 @@ def _not_this_members_run(d: Path, j: Job, status: str) -> Optional[str]:
             return None
         return f"{d} holds a summary but no readable config.yaml; the sweep cannot tell that it ran this member"
     seed = cfg.get("seed")
-    changes = _config_changes(j.member.config, cfg)
+    changes = _config_changes(j.member.config_at(j.seed), cfg)
     if seed != j.seed or changes:
         what = changes or f"seed: {_fmt(seed)} -> {j.seed}"
         return (
@@ -214,7 +214,7 @@ def _check_kept_runs(root: Path, members: list[Member], existing: dict) -> None:
         old = _run_config(run_dir(root, label, seed))
         if old is None:
             continue
-        changes = _config_changes(by_name[label].config, old)
+        changes = _config_changes(by_name[label].config_at(seed), old)
         if changes:
             bad.append(f"{label}__s{seed} ({changes})")
     if bad:
@@ -233,17 +233,16 @@ def _check_kept_inputs(root: Path, members: list[Member], existing: dict) -> Non
     from rlcompare.train.checkpoint_dirs import candidates
     from rlcompare.train.inputs import differences, external_inputs, recorded_inputs
 
-    now: dict[str, dict] = {}
+    by_name = {m.name: m for m in members}
     bad, unchecked = [], []
     for (label, seed), status in sorted(existing.items()):
         d = run_dir(root, label, seed)
         if status != "completed" and not candidates(d):
             continue
-        if label not in now:
-            now[label] = external_inputs(next(m for m in members if m.name == label).config)
+        now = external_inputs(by_name[label].config_at(seed))  # a teacher per seed: this seed's
         then = recorded_inputs(d)
-        changed = differences(then, now[label]) if then is not None else []
-        if then is None and now[label]:
+        changed = differences(then, now) if then is not None else []
+        if then is None and now:
             unchecked.append(f"{label}__s{seed}")
         elif changed:
             bad.append(f"{label}__s{seed} ({'; '.join(changed[:3])})")

@@ -3,6 +3,7 @@ against its reference for the one-change check (`check_one_change`); `prepare` d
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -40,6 +41,26 @@ class Member:
     @property
     def is_base(self) -> bool:
         return self.reference is None
+
+    def config_at(self, seed: int) -> dict:
+        """This member's resolved config at `seed`. `config` is resolved at the sweep's first seed; a value that
+        interpolates (c14's `teacher.path=results/c14_teachers/teacher_s10${seed}/export`: a teacher per seed) is
+        resolved again with this seed, so a run is checked against the config it was launched with."""
+        interpolated = [k for k, v in flatten(self.raw_config).items() if isinstance(v, str) and "${" in v]
+        if not interpolated or seed == self.config.get("seed"):
+            return self.config
+        from omegaconf import OmegaConf
+
+        raw = OmegaConf.create({**self.raw_config, "seed": seed})
+        out = copy.deepcopy(self.config)
+        for key in interpolated:
+            *parents, leaf = key.split(".")
+            node = out
+            for p in parents:
+                node = node.setdefault(p, {})
+            node[leaf] = OmegaConf.select(raw, key)
+        out["seed"] = seed
+        return out
 
 
 def split_extra(extra: list[str]) -> tuple[list[str], list[str]]:
