@@ -23,7 +23,7 @@ from .estimands import (
     window_step_mean,
 )
 from .load import _SEED_PART, TOKENS, ReportError, Run, _components, strip_seed
-from .matching import config_diff, fingerprint_diff
+from .matching import config_diff, fingerprint_diff, per_seed_keys
 from .passk_section import COUNTS_METRIC, counts_of
 from .text import _fmt_tokens, _isnan, _seedset
 
@@ -403,8 +403,14 @@ def _problems_within(name: str, vr: list[Run], notes: list[str]) -> list[str]:
     seeds = [r.seed for r in vr]
     if any(s is None for s in seeds):
         problems.append("seed unknown for " + ", ".join(f"`{r.name}`" for r in vr if r.seed is None))
+    per_seed = list(per_seed_keys(vr[0]))  # set per seed by the sweep (a teacher per seed): differ by design
+    if per_seed:
+        notes.append(
+            f"variant `{name}`: {', '.join(f'`{k}`' for k in per_seed)} set per seed by its sweep (`${{seed}}` in "
+            "sweep.yaml): its runs differ there by design, and the interval over seeds includes that variation"
+        )
     for r in vr[1:]:
-        diff = config_diff(r, vr[0])
+        diff = config_diff(r, vr[0], per_seed)
         if diff:
             problems.append(f"`{r.name}` vs `{vr[0].name}`: config.yaml " + "; config.yaml ".join(diff))
     missing = [r for r in vr if r.fingerprint is None]
@@ -415,7 +421,7 @@ def _problems_within(name: str, vr: list[Run], notes: list[str]) -> list[str]:
         first = with_fp[0]
         init_differs = False
         for r in with_fp[1:]:
-            diff = fingerprint_diff(r.fingerprint, first.fingerprint, ignore=("init_weights_hash",))
+            diff = fingerprint_diff(r.fingerprint, first.fingerprint, per_seed, ignore=("init_weights_hash",))
             if diff:
                 problems.append(f"`{r.name}` vs `{first.name}`: " + "; ".join(diff))
             if first.fingerprint.get("init_weights_hash") != r.fingerprint.get("init_weights_hash"):

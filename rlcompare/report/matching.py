@@ -7,6 +7,8 @@ import json
 from dataclasses import asdict
 from typing import Any, Optional
 
+import yaml
+
 from rlcompare.config import operational
 from rlcompare.config.components import component_prefixes
 from rlcompare.config.flat import flatten
@@ -71,6 +73,25 @@ def _allowed(key: str, components: list[str]) -> bool:
         if "." not in comp and key.split(".")[-1] == comp:
             return True
     return False
+
+
+def per_seed_keys(r: Run) -> tuple[str, ...]:
+    """Config keys the sweep that made `r` sets per seed for its member: an override in the `sweep.yaml` beside
+    the run (the record `rlcompare sweep` writes, read as data) whose value interpolates the seed, c14's
+    `teacher.path=results/c14_teachers/teacher_s10${seed}/export` (a teacher per seed, whose variance the interval
+    over seeds then carries). Its runs differ there by design, seed to seed; () without such a record."""
+    record = r.path.parent / "sweep.yaml"
+    try:
+        data = yaml.safe_load(record.read_text(encoding="utf-8")) if record.is_file() else None
+    except (OSError, ValueError, yaml.YAMLError):
+        return ()
+    members = data.get("members") if isinstance(data, dict) else None
+    label = (r.sweep or {}).get("variant") or r.variant
+    for m in members if isinstance(members, list) else []:
+        if isinstance(m, dict) and m.get("label") == label:
+            overrides = [o for o in m.get("overrides") or [] if isinstance(o, str)]
+            return tuple(o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o and "${seed}" in o)
+    return ()
 
 
 def _operational(key: str) -> bool:
