@@ -133,7 +133,10 @@ def claim_rows(data: dict, seeds: list[dict], min_seeds: int, quantity: str = ES
     never_run = not any(s.get("claim") == name for s in seeds)  # a claim pre-registered but not yet run
     for i, r in enumerate(rows):
         if "p" not in r:
-            r["verdict"] = NOT_A_DIFFERENCE if r["direction"] == "report" else NO_ROWS[never_run]
+            # a claim never run has no row at all, whatever its direction; a run one lacks a "report" metric's base
+            r["verdict"] = (
+                NO_ROWS[True] if never_run else NOT_A_DIFFERENCE if r["direction"] == "report" else NO_ROWS[False]
+            )
             continue
         if _bimodal_too_few(r, min_seeds):
             r["verdict"] = f"{BIMODAL_INCONCLUSIVE}; {r['bimodal']}: fewer than {stats.BIMODAL_MIN_SEEDS} seeds"

@@ -24,6 +24,7 @@ ACC = (U, "MetricsAccumulator.reduced")  # the weighted means over micro-batches
 DEFINITIONS = {
     "eval/accuracy": [(E, "evaluate_greedy")],  # the greedy eval (eval.samples=0, every claim)
     "length/incorrect_mean": [(B, "length_stats")],
+    "length/mean": [(B, "length_stats")],  # c15 reports it
     "policy/entropy": [(U, "_add_micro_metrics"), ACC],
     "kl/ref": [(U, "_add_micro_metrics"), ACC],
     "clip/frac_low": [(L, "_policy_metrics"), (R, "update_entries"), (U, "_add_micro_metrics"), ACC],

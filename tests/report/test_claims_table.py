@@ -64,6 +64,12 @@ def test_a_claim_without_rows_says_so_and_an_identity_is_labelled():
     assert t.claim_rows(CLAIM, [], 5)[0]["verdict"].startswith("pre-registered, not yet run")
     other = _rows("c_other", "g16", G8, G8)  # seeds of another claim only
     assert t.claim_rows(CLAIM, other, 5)[0]["verdict"].startswith("pre-registered, not yet run")
+    # every row of a claim never run says so, its "report" rows too (not "the base arm has no such metric")
+    reported = {
+        **CLAIM,
+        "claim": {**CLAIM["claim"], "expect": [{**e, "direction": "report"} for e in CLAIM["claim"]["expect"]]},
+    }
+    assert all(r["verdict"].startswith("pre-registered, not yet run") for r in t.claim_rows(reported, [], 5))
     ident = {**CLAIM, "claim": {**CLAIM["claim"], "kind": t.IDENTITY}}
     same = _rows("cx", "g16", G8, G8) + _rows("cx", "g4", G8, G8)
     r = t.claim_rows(ident, same, 5)[0]
