@@ -32,7 +32,7 @@ from rlcompare.specs_common import knob  # one way to declare a knob, every exte
 from rlcompare.plugins import import_by_name
 
 __all__ = ["EnvNeeds", "EnvSpec", "NoSettings", "knob", "register_environment", "register_spec", "spec", "names"]
-__all__ += ["resolve_factory", "unregister"]
+__all__ += ["of_config", "resolve_factory", "unregister"]
 
 NONE, CUSTOM = "none", "custom"  # env.name's other two values: single-turn, and env.target's own class
 # the row's own env/ entries (rollout/episodes.py's `metrics`): an environment of one of these names would write
@@ -52,6 +52,9 @@ class EnvNeeds:
     stop: tuple = ()
     # its shortest tool call: a policy turn, and an episode with the tool's answer, must have room for it
     shortest_call: str = ""
+    # the env.settings key naming an installed package that plays the episodes (verifiers: `module`, the taskset):
+    # its name, version and source are an input of the run (rlcompare.train.inputs), which a resume checks
+    package_setting: str = ""
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,14 @@ def spec(name: str) -> EnvSpec:
     return SPECS[name]
 
 
+def of_config(name: Any, target: Any = None) -> Optional[EnvSpec]:
+    """The spec a run's `env` section names: by `env.name`, or for `env.name=custom` (and runs from before an
+    environment was registered) the spec whose factory is `env.target`; None for none."""
+    if name in SPECS:
+        return SPECS[name]
+    return next((s for s in SPECS.values() if target and s.factory == target), None)
+
+
 def resolve_factory(target: str) -> Any:
     """The object "module:attribute" names (ImportError / AttributeError when it does not exist): a registered
     environment's factory, or env.target. The module is imported as a config-named module is
@@ -277,6 +288,7 @@ for _spec in (
         "verifiers",
         VerifiersSettings,
         factory="rlcompare.envs.verifiers_adapter:VerifiersEnv",
+        needs=EnvNeeds(package_setting="module"),
         doc="a verifiers (PrimeIntellect, 0.4) environment driven through the adapter",
     ),
 ):

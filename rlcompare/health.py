@@ -78,12 +78,15 @@ class Context:
     updates_per_rollout: int = 1
     env: bool = False  # an environment is configured (env.name != none)
     env_max_turns: int = 1
-    estimator: str = "group"
-    baseline: str = "none"
+    # what the advantage estimator declares (its spec's needs: the caller reads them, this module imports nothing):
+    teacher: bool = False  # it reads a teacher, whose terms are its signal (distill)
+    group_baseline: bool = True  # it compares the completions of one prompt (else a batch baseline: gae, ...)
 
     @classmethod
-    def of(cls, cfg: Any) -> "Context":
-        """From a run's config (DictConfig or the dict of its config.yaml); missing keys take the defaults."""
+    def of(cls, cfg: Any, needs: Optional[Mapping] = None) -> "Context":
+        """From a run's config (DictConfig or the dict of its config.yaml) and what its estimator needs (`needs`:
+        {"teacher": bool, "groups": bool}, `rlcompare.config.estimator_needs`; None: the defaults, a group
+        estimator without a teacher); missing keys take the defaults."""
 
         def get(path: str, default):
             node = cfg
@@ -101,17 +104,17 @@ class Context:
             updates_per_rollout=int(get("trainer.updates_per_rollout", 1)),
             env=str(get("env.name", "none")) != "none",
             env_max_turns=int(get("env.max_turns", 1)),
-            estimator=str(get("algorithm.advantage.estimator", "group")),
-            baseline=str(get("algorithm.advantage.baseline", "none")),
+            teacher=bool((needs or {}).get("teacher", False)),
+            group_baseline=bool((needs or {}).get("groups", True)),
         )
 
     def applies(self, name: str) -> bool:
         if name == "teacher_nonfinite":
-            return self.estimator == "distill"
+            return self.teacher
         if name == "env_single_turn":
             return self.env and self.env_max_turns > 1
         if name == "no_learning_signal":  # distillation's signal is the teacher's (teacher_nonfinite)
-            return self.estimator != "distill"
+            return not self.teacher
         return True
 
 
@@ -176,7 +179,7 @@ def _no_learning_signal(row, prev, ctx) -> Optional[str]:
     if "reward/mean" not in row:
         return "no batch kept (sampling/groups_dropped = sampling/groups_drawn)"
     reward = f"reward/mean = {row.get('reward/mean')}"
-    if ctx.estimator == "gae" or (ctx.estimator == "reinforce_pp" and ctx.baseline != "group"):
+    if not ctx.group_baseline:  # a batch baseline (gae, reinforce_pp without a group baseline): the batch's spread
         return f"reward/std = 0, {reward}" if _num(row, "reward/std") == 0 else None
     return f"groups/zero_variance_frac = 1, {reward}" if _num(row, "groups/zero_variance_frac") == 1 else None
 
@@ -264,9 +267,10 @@ class Health:
         }
 
 
-def of_rows(rows: Iterable[Mapping], cfg: Any) -> Health:
-    """A run's health from its rows (metrics.jsonl) and config, without warnings."""
-    h = Health(Context.of(cfg))
+def of_rows(rows: Iterable[Mapping], cfg: Any, needs: Optional[Mapping] = None) -> Health:
+    """A run's health from its rows (metrics.jsonl), config and its estimator's needs (`Context.of`), without
+    warnings."""
+    h = Health(Context.of(cfg, needs))
     for row in rows:
         h.check(row)
     return h

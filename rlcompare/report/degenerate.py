@@ -13,6 +13,7 @@ import math
 
 from rlcompare.report.load import Run
 from rlcompare import health
+from rlcompare.config import estimator_needs
 
 
 def _rows(r: Run) -> list[dict]:
@@ -41,7 +42,8 @@ def mark_degenerate(runs: list[Run]) -> None:
         if r.degenerate:  # completed under trainer.unhealthy=warn: the user kept it, so it is compared and flagged
             continue
         try:
-            verdict = health.of_rows(_rows(r), r.config or {}).verdict(_counters(r))
+            cfg = r.config or {}
+            verdict = health.of_rows(_rows(r), cfg, estimator_needs(cfg.get("algorithm"))).verdict(_counters(r))
         except (TypeError, ValueError):  # a malformed row or config: the other checks of the report say so
             continue
         if verdict:

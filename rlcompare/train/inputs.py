@@ -26,10 +26,9 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from rlcompare import env_specs
 from rlcompare.config.operational import INPUT_LOCATIONS
 
-# env=verifiers (env.name=verifiers; a run from before it was registered: env.name=custom with this env.target)
-VERIFIERS_ENV = "rlcompare.envs.verifiers_adapter:VerifiersEnv"
 _CHUNK = 1 << 20
 _MAX_SOURCE_FILES = 10_000  # a package's *.py hashed at most (a source tree, not a disk)
 
@@ -42,10 +41,11 @@ def external_inputs(cfg: Any) -> dict:
     for key, module in plugin_modules(cfg):
         out[key] = module_identity(module)
     env = _get(cfg, "env")
-    if env is not None and (_get(env, "name") == "verifiers" or _get(env, "target") == VERIFIERS_ENV):
-        taskset = str(_get(_get(env, "settings") or {}, "module") or "")
-        if taskset:
-            out["env.settings.module"] = package_identity(taskset)
+    spec = env_specs.of_config(_get(env, "name"), _get(env, "target")) if env is not None else None
+    setting = spec.needs.package_setting if spec is not None else ""  # verifiers: the taskset's package
+    package = str(_get(_get(env, "settings") or {}, setting) or "") if setting else ""
+    if package:
+        out[f"env.settings.{setting}"] = package_identity(package)
     teacher = _get(cfg, "teacher")
     if teacher is not None and _get(teacher, "path") is not None:
         out["teacher.path"] = teacher_identity(str(_get(teacher, "path")), _get(teacher, "revision"))

@@ -47,7 +47,7 @@ from rlcompare.train.failure import PluginFailed, plugin_failure
 from rlcompare.train.export import export_final
 from rlcompare.train.inputs import check_teacher_loaded, external_inputs
 from rlcompare.train.parallel import World, init_world
-from rlcompare.config import ConfigError, check_fits_context, context_from, validate, why_not_creatable
+from rlcompare.config import ConfigError, check_fits_context, context_from, estimator_needs, validate, why_not_creatable
 from rlcompare.train.env_room import check_env_room
 from rlcompare.train.tracking import (
     ConsoleLog,
@@ -456,7 +456,8 @@ def _run(cfg: DictConfig, run_dir: Path, followers: "_Followers", built, found: 
             if cfg.logger.name == "wandb" and cfg.logger.mode != "disabled":
                 out.logger = _wandb_logger(cfg, run_dir, resolved, tr, writer, resumed=ckpt is not None)
             out.recorded = tr.state.as_dict()  # the counters as of the last row written: what summary.json reports
-            out.health = health.of_rows(read_jsonl(run_dir / "metrics.jsonl"), cfg)  # a resumed run's rows so far
+            # a resumed run's rows so far, checked as its estimator's declaration says (a teacher, a group baseline)
+            out.health = health.of_rows(read_jsonl(run_dir / "metrics.jsonl"), cfg, estimator_needs(cfg.algorithm))
             out.pbar = _progress(cfg, tr)
             _steps(cfg, tr, followers.world, term, out)
             export_final(cfg, tr.policy, run_dir)  # trainer.export_final: <run dir>/export

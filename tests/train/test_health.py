@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rlcompare import health
+from rlcompare.config import estimator_needs
 from rlcompare.health import Context, step_breaks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,7 +64,7 @@ def test_a_healthy_row_breaks_nothing():
         (
             _row(**{"distill__teacher_nonfinite": 40, "distill__distill_term_abs_per_token": 0.0}),
             None,
-            Context(group_size=4, estimator="distill"),
+            Context(group_size=4, teacher=True, group_baseline=False),
             "teacher_nonfinite",
             "distill/teacher_nonfinite = 40",
         ),
@@ -78,7 +79,7 @@ def test_near_misses_break_nothing():
     # 15 of 16 scorings failed; one update of two skipped; 39 of 40 teacher terms non-finite; one episode went on
     assert step_breaks(_row(verifier__errors=15), None, GRPO) == {}
     assert step_breaks(_row(optim__skipped_updates=1, optim__nonfinite=1), None, GRPO) == {}
-    distill = Context(group_size=4, estimator="distill")
+    distill = Context(group_size=4, teacher=True, group_baseline=False)
     row = _row(**{"distill__teacher_nonfinite": 39, "distill__distill_term_abs_per_token": 0.01})
     assert step_breaks(row, None, distill) == {}
     env = Context(group_size=4, env=True, env_max_turns=3)
@@ -87,16 +88,28 @@ def test_near_misses_break_nothing():
     assert step_breaks(_row(**{"env__turns_mean": 1.0}), None, Context(env=True, env_max_turns=1)) == {}
 
 
+def _of(advantage: dict) -> Context:  # as the run and the report build it: the config and its spec's needs
+    return Context.of({"algorithm": {"advantage": advantage}}, estimator_needs({"advantage": advantage}))
+
+
+BATCH = {
+    "gae": _of({"estimator": "gae"}),
+    "reinforce_pp_batch": _of({"estimator": "reinforce_pp", "baseline": "none"}),
+    "reinforce_pp_group": _of({"estimator": "reinforce_pp", "baseline": "group", "gamma": 1.0}),
+    "distill": _of({"estimator": "distill"}),
+}
+
+
 def test_the_learning_signal_is_the_estimators():
     # PPO's and REINFORCE++'s baselines are the batch's: groups that are each constant still differ between them
     row = _row(groups__zero_variance_frac=1.0, reward__std=0.5)
     assert "no_learning_signal" in step_breaks(row, None, GRPO)
-    assert step_breaks(row, None, Context(estimator="gae")) == {}
-    assert step_breaks(row, None, Context(estimator="reinforce_pp", baseline="none")) == {}
-    assert "no_learning_signal" in step_breaks(row, None, Context(estimator="reinforce_pp", baseline="group"))
-    assert "no_learning_signal" in step_breaks(_row(reward__std=0.0), None, Context(estimator="gae"))
+    assert step_breaks(row, None, BATCH["gae"]) == {}
+    assert step_breaks(row, None, BATCH["reinforce_pp_batch"]) == {}
+    assert "no_learning_signal" in step_breaks(row, None, BATCH["reinforce_pp_group"])
+    assert "no_learning_signal" in step_breaks(_row(reward__std=0.0), None, BATCH["gae"])
     # distillation's signal is the teacher's
-    assert step_breaks(row, None, Context(estimator="distill")) == {}
+    assert step_breaks(row, None, BATCH["distill"]) == {}
     # dynamic sampling kept no group: no batch, no update, no signal
     dropped = {k: v for k, v in ROW.items() if k not in ("reward/mean", "reward/std", "groups/zero_variance_frac")}
     dropped["optim/skipped_updates"] = 1
@@ -128,15 +141,43 @@ def test_the_trainers_counters_decide_whether_any_update_applied():
 
 
 def test_the_context_reads_a_config_yaml_dict():
-    ctx = Context.of(
-        {
-            "trainer": {"group_size": 8, "updates_per_rollout": 2},
-            "env": {"name": "feedback", "max_turns": 3},
-            "algorithm": {"advantage": {"estimator": "rloo"}},
-        }
-    )
-    assert ctx == Context(group_size=8, updates_per_rollout=2, env=True, env_max_turns=3, estimator="rloo")
+    cfg = {
+        "trainer": {"group_size": 8, "updates_per_rollout": 2},
+        "env": {"name": "feedback", "max_turns": 3},
+        "algorithm": {"advantage": {"estimator": "rloo"}},
+    }
+    ctx = Context.of(cfg, estimator_needs(cfg["algorithm"]))
+    assert ctx == Context(group_size=8, updates_per_rollout=2, env=True, env_max_turns=3, group_baseline=True)
     assert Context.of({}).env is False
+
+
+@pytest.mark.parametrize(
+    "advantage, teacher, groups",
+    [
+        ({"estimator": "group"}, False, True),
+        ({"estimator": "gdpo"}, False, True),
+        ({"estimator": "gae"}, False, False),  # a critic's baseline: reward/std decides
+        ({"estimator": "reinforce_pp", "baseline": "none"}, False, False),
+        ({"estimator": "reinforce_pp", "baseline": "group", "gamma": 1.0}, False, True),
+        ({"estimator": "distill"}, True, False),  # the teacher's terms are its signal
+        ({"estimator": "distill", "reward_coef": 1.0}, True, True),
+    ],
+)
+def test_what_health_asks_of_an_estimator_is_its_specs_declaration(advantage, teacher, groups):
+    needs = estimator_needs({"advantage": advantage})
+    assert needs == {"teacher": teacher, "groups": groups}
+    ctx = Context.of({"algorithm": {"advantage": advantage}}, needs)
+    assert ctx.applies("teacher_nonfinite") is teacher and ctx.applies("no_learning_signal") is (not teacher)
+    assert estimator_needs({"advantage": {"estimator": "someone_elses"}}) is None  # not registered here: defaults
+
+
+def test_a_plug_in_estimators_declared_needs_decide_which_spread_counts():
+    """An estimator no built-in name describes: a batch baseline declared by its spec (needs.groups False) is
+    judged by reward/std, not by the groups' spread (the name-based rule read every unknown name as a group one)."""
+    flat_groups = _row(groups__zero_variance_frac=1.0, reward__std=0.5)
+    batch = Context(group_baseline=False)
+    assert step_breaks(flat_groups, None, batch) == {}  # its batch has spread: it learns
+    assert "no_learning_signal" in step_breaks(flat_groups, None, Context())  # a group estimator's would not
 
 
 # ----------------------------------------------------------------------------- through the command line

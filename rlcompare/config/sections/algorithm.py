@@ -9,7 +9,7 @@ overlong window) is checked by rlcompare/config/schema.py, which sees every sect
 from __future__ import annotations
 
 from dataclasses import dataclass, field, make_dataclass
-from typing import Optional, get_type_hints
+from typing import Any, Optional, get_type_hints
 
 from omegaconf import DictConfig
 
@@ -250,6 +250,22 @@ def estimator(a: DictConfig) -> tuple:
     except ValueError as e:
         raise ConfigError(f"{e} (algorithm.advantage.estimator={spec.name})") from None
     return spec, settings
+
+
+def estimator_needs(algorithm: Any) -> Optional[dict]:
+    """What run health asks of a run's advantage estimator (`rlcompare.health.Context`), from its spec: whether it
+    reads a teacher, and whether it compares the completions of one prompt with these settings (`uses_groups`).
+    `algorithm`: the config's section (a DictConfig or config.yaml's dict). None for an estimator this process
+    has not registered (a plug-in's, in a report): health then takes a group estimator's defaults."""
+    advantage = (algorithm or {}).get("advantage") or {}
+    spec = estimator_specs.SPECS.get(str(advantage.get("estimator", "group")))
+    if spec is None:
+        return None
+    try:
+        groups = spec.uses_groups(spec.build(advantage))
+    except (TypeError, ValueError):  # a malformed config.yaml: the declaration's own default
+        groups = spec.needs.groups
+    return {"teacher": spec.needs.teacher, "groups": groups}
 
 
 def _check_off_policy(a: DictConfig) -> None:
