@@ -45,6 +45,7 @@ WANT = {
 }
 
 
+@pytest.mark.slow  # over ~1.5 s on 2 idle cores: out of the quick subset (issue 63), in CI's whole suite
 def test_rewards_and_verdicts_through_the_worker_pool_read_as_documented():
     """Any real number is a reward; info["correct"] decides when set to a bool, the reward > 0 when not; anything
     else as a verdict is bad_reply, a reward past float32 nan_reward. Through the pool, then into the episodes."""

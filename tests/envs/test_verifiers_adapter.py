@@ -96,6 +96,7 @@ def _episode(settings=None, game=0):
     return env, example, env.reset(example, seed=0)
 
 
+@pytest.mark.slow  # over ~1.5 s on 2 idle cores: out of the quick subset (issue 63), in CI's whole suite
 def test_the_taskset_becomes_prompts_and_each_task_an_episode():
     settings = {"module": MODULE, "env_args": {"secrets": [6, 2, 9]}}
     examples = verifiers_examples(loaded_env(settings_from(settings)))

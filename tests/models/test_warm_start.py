@@ -69,6 +69,7 @@ def _file_hash(folder: Path) -> str:
 
 
 # ----------------------------------------------------------------------------- the shipped default
+@pytest.mark.slow  # over ~1.5 s on 2 idle cores: out of the quick subset (issue 63), in CI's whole suite
 def test_the_default_run_starts_from_the_shipped_weights(compose, monkeypatch):
     _no_fresh_warm_start(monkeypatch)
     cfg = compose(*RUN_ONLY, fast=False)
@@ -115,6 +116,7 @@ def test_shipped_weights_take_precedence_over_a_local_cache_entry_for_the_same_k
     assert any("shipped with rlcompare" in line and "the same on every machine" in line for line in lines)
 
 
+@pytest.mark.slow  # over ~1.5 s on 2 idle cores: out of the quick subset (issue 63), in CI's whole suite
 def test_a_change_that_keeps_the_table_keeps_the_key_and_one_that_changes_it_does_not(compose):
     """The key hashes the table the warm start trains on: a+b with a, b in 0..19 is 20 x 20 = 400 pairs
     whatever prompts.n_eval splits off; max_operand=18 gives 19 x 19 = 361 pairs."""
@@ -129,6 +131,7 @@ def test_a_change_that_keeps_the_table_keeps_the_key_and_one_that_changes_it_doe
 
 
 # ----------------------------------------------------------------------------- any other config
+@pytest.mark.slow  # over ~1.5 s on 2 idle cores: out of the quick subset (issue 63), in CI's whole suite
 def test_a_non_default_warm_start_is_computed_here_and_cached(compose, tmp_path, monkeypatch):
     cfg = validate(compose(f"model.cache_dir={tmp_path}"))  # FAST: model.warm_start.steps=20
     splits = build_prompts(cfg.prompts)

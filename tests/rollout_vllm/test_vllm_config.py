@@ -20,6 +20,7 @@ def vllm_present(monkeypatch):
     monkeypatch.setattr(schema.importlib.util, "find_spec", lambda n, *a: found if n == "vllm" else real(n, *a))
 
 
+@pytest.mark.slow  # over ~1.5 s on 2 idle cores: out of the quick subset (issue 63), in CI's whole suite
 def test_vllm_missing_is_refused_with_the_install_command(compose, monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(schema.importlib.util, "find_spec", lambda n, *a: None if n == "vllm" else real(n, *a))

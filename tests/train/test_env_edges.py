@@ -50,6 +50,7 @@ def test_calc_turns_and_episodes_must_hold_a_call_its_answer_and_the_stop(compos
     assert str(e.value).startswith(message)
 
 
+@pytest.mark.slow  # over ~1.5 s on 2 idle cores: out of the quick subset (issue 63), in CI's whole suite
 def test_an_environment_without_a_verdict_is_counted_by_its_reward(compose):
     # reward 1 on every episode and no info["correct"]: every episode is correct (at 6c29db8: accuracy 0.0)
     cfg = compose("env.name=custom", "env.target=tests.envs.hostile_envs:Unsaid", "budget.max_steps=1", "run_name=u")

@@ -200,6 +200,7 @@ def _cfg(compose, *overrides):
     return validate(compose(*overrides))
 
 
+@pytest.mark.slow  # over ~1.5 s on 2 idle cores: out of the quick subset (issue 63), in CI's whole suite
 def test_torchrun_settings_that_would_change_the_run_are_refused_before_anything_heavy(compose, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", "0")
